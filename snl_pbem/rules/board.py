@@ -1,0 +1,386 @@
+"""The board: its geometry (R2, R11), its snakes and ladders (R3), and how a move ends.
+
+A board is built once, validated completely, and then never changes. Every
+question the referee asks of it during play is answered from tables made at
+construction: ``below(n)`` (R11), ``feature_at(n)`` (R3) and, per round, the
+outcome of landing on each target space given that round's trapdoors
+(R11-R15; see :meth:`Board.outcomes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple, TypeAlias
+
+from snl_pbem.rules.errors import BoardError
+
+Space: TypeAlias = int
+"""A numbered square of the board, 1..L."""
+
+Position: TypeAlias = int
+"""Where a player stands: 0 is off the board (R4); L or more has reached the end (R5)."""
+
+MAX_SIDE = 100
+"""The most rows or columns a board may have (so L is at most 10,000)."""
+
+
+class Layout(Enum):
+    """How the spaces 1..L are placed in the grid (R2)."""
+
+    BOUSTROPHEDON = "boustrophedon"
+    """The conventional board: 1 bottom-left, rows alternate direction."""
+    ROWS = "rows"
+    """Every row runs left to right, so below(n) = n - columns."""
+    GRID = "grid"
+    """An explicit grid of rows, top row first, given by the board's designer."""
+
+
+class FeatureKind(Enum):
+    """What stands on a space."""
+
+    SNAKE = "snake"
+    """A snake's head: the player slides down to a lower position."""
+    LADDER = "ladder"
+    """A ladder's foot: the player climbs to a higher position."""
+
+
+class EventKind(Enum):
+    """Something that moved a player after the die (R11-R15)."""
+
+    TRAPDOOR = "trapdoor"
+    """Fell through an active trapdoor to the space below (R11)."""
+    SNAKE = "snake"
+    """Slid down a snake (R3, R13)."""
+    LADDER = "ladder"
+    """Climbed a ladder (R3, R13)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Feature:
+    """A snake head or ladder foot on ``space`` that moves a player to ``destination``."""
+
+    kind: FeatureKind
+    space: Space
+    destination: Position
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.space}\u2192{self.destination}"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One step of a move after the die: ``trapdoor 45→36``, ``ladder 4→14``."""
+
+    kind: EventKind
+    start: Position
+    end: Position
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.start}\u2192{self.end}"
+
+
+class Outcome(NamedTuple):
+    """Where a move to a target space ends, and what happened on the way."""
+
+    final: Position
+    events: tuple[Event, ...]
+
+
+SELECTORS = ("column", "row", "digit_sum", "last_digit", "multiple_of", "spaces")
+
+
+@dataclass(frozen=True)
+class Family:
+    """Snakes or ladders placed by a property of the space (R3).
+
+    Every given selector must hold for a space to be selected; each selected
+    space moves a player by ``shift`` (negative for snakes, positive for ladders).
+    """
+
+    kind: FeatureKind
+    shift: int
+    column: int | None = None
+    row: int | None = None
+    digit_sum: int | None = None
+    last_digit: int | None = None
+    multiple_of: int | None = None
+    spaces: frozenset[Space] | None = None
+
+    def selects(self, space: Space, row: int, column: int) -> bool:
+        """Whether ``space``, standing in ``row`` and ``column`` (1-based), is selected."""
+        return (
+            (self.column is None or column == self.column)
+            and (self.row is None or row == self.row)
+            and (self.digit_sum is None or sum(map(int, str(space))) == self.digit_sum)
+            and (self.last_digit is None or space % 10 == self.last_digit)
+            and (self.multiple_of is None or space % self.multiple_of == 0)
+            and (self.spaces is None or space in self.spaces)
+        )
+
+    def describe(self) -> str:
+        """The family in words, for a referee: ``ladder +10 on column 3``."""
+        parts = []
+        if self.column is not None:
+            parts.append(f"column {self.column}")
+        if self.row is not None:
+            parts.append(f"row {self.row}")
+        if self.digit_sum is not None:
+            parts.append(f"digit sum {self.digit_sum}")
+        if self.last_digit is not None:
+            parts.append(f"last digit {self.last_digit}")
+        if self.multiple_of is not None:
+            parts.append(f"multiples of {self.multiple_of}")
+        if self.spaces is not None:
+            parts.append("spaces " + ", ".join(map(str, sorted(self.spaces))))
+        return f"{self.kind.value} {self.shift:+d} on " + " and ".join(parts)
+
+
+Grid: TypeAlias = tuple[tuple[Space | None, ...], ...]
+"""Rows of cells, top row first; ``None`` is an empty cell."""
+
+
+def layout_grid(rows: int, columns: int, layout: Layout) -> Grid:
+    """The grid of a built-in layout (R2): space 1 bottom-left."""
+    bottom_up = []
+    for r in range(rows):
+        row = list(range(r * columns + 1, (r + 1) * columns + 1))
+        if layout is Layout.BOUSTROPHEDON and r % 2 == 1:
+            row.reverse()
+        bottom_up.append(tuple(row))
+    return tuple(reversed(bottom_up))
+
+
+def grid_problems(grid: Grid) -> Iterator[str]:
+    """What stops ``grid`` from holding every space 1..L exactly once (R2)."""
+    if not grid or not grid[0]:
+        yield "the grid has no cells"
+        return
+    width = len(grid[0])
+    seen: dict[Space, int] = {}
+    for top_index, row in enumerate(grid):
+        if len(row) != width:
+            yield f"grid row {top_index + 1} (from the top) has {len(row)} cells, not {width}"
+        for space in row:
+            if space is not None:
+                seen[space] = seen.get(space, 0) + 1
+    last = sum(seen.values())
+    twice = sorted(s for s, n in seen.items() if n > 1)
+    if twice:
+        yield "spaces given more than once in the grid: " + ", ".join(map(str, twice))
+    outside = sorted(s for s in seen if not 1 <= s <= last)
+    if outside:
+        yield (f"spaces outside 1..{last} in the grid: " + ", ".join(map(str, outside)))
+    missing = [s for s in range(1, last + 1) if s not in seen]
+    if missing:
+        yield "spaces missing from the grid: " + ", ".join(map(str, missing))
+
+
+class Board:
+    """A validated board: geometry, snakes and ladders.
+
+    Build one with :meth:`from_mapping` (a ``[board]`` table as in DESIGN.md)
+    or :meth:`build`. Construction raises :class:`BoardError` listing every
+    problem found, each naming its key and spaces.
+    """
+
+    def __init__(
+        self,
+        grid: Grid,
+        features: Mapping[Space, Feature],
+        *,
+        layout: Layout = Layout.GRID,
+        families: Sequence[Family] = (),
+    ) -> None:
+        problems = list(grid_problems(grid))
+        if problems:
+            raise BoardError(problems)
+        self.grid = grid
+        self.layout = layout
+        self.families = tuple(families)
+        self.rows = len(grid)
+        self.columns = len(grid[0]) if grid else 0
+        cells: dict[Space, tuple[int, int]] = {}
+        for top_index, cells_in_row in enumerate(grid):
+            for col_index, space in enumerate(cells_in_row):
+                if space is not None:
+                    cells[space] = (self.rows - top_index, col_index + 1)
+        self._cells = cells
+        self.last: Space = len(cells)
+        """L, the last space (R2: 100 on the standard board)."""
+        below: dict[Space, Space] = {}
+        for space, (row, column) in cells.items():
+            if row > 1:
+                under = grid[self.rows - row + 1][column - 1]
+                if under is not None:
+                    below[space] = under
+        self._below = below
+        self._features = dict(features)
+        self._check()
+
+    # -- construction -----------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        rows: int = 10,
+        columns: int = 10,
+        layout: Layout = Layout.BOUSTROPHEDON,
+        *,
+        grid: Sequence[Sequence[Space | None]] | None = None,
+        snakes: Mapping[Space, Position] | None = None,
+        ladders: Mapping[Space, Position] | None = None,
+        families: Sequence[Family] = (),
+    ) -> Board:
+        """A board from Python values; the same checks as :meth:`from_mapping`."""
+        table: dict[str, object] = {"rows": rows, "columns": columns}
+        if grid is not None:
+            table["grid"] = [list(r) for r in grid]
+            del table["rows"], table["columns"]
+        else:
+            table["layout"] = layout.value
+        table["snakes"] = {str(k): v for k, v in (snakes or {}).items()}
+        table["ladders"] = {str(k): v for k, v in (ladders or {}).items()}
+        family_tables: list[dict[str, object]] = []
+        for fam in families:
+            entry: dict[str, object] = {"kind": fam.kind.value, "shift": fam.shift}
+            for key in SELECTORS:
+                value = getattr(fam, key)
+                if value is not None:
+                    entry[key] = sorted(value) if key == "spaces" else value
+            family_tables.append(entry)
+        table["family"] = family_tables
+        return cls.from_mapping(table)
+
+    @classmethod
+    def from_mapping(cls, data: object, where: str = "board") -> Board:
+        """Parse a ``[board]`` table (DESIGN.md, "Offline adjudication").
+
+        ``where`` prefixes every message (``board.snakes.16: ...``).
+        """
+        from snl_pbem.rules.boardspec import parse_board
+
+        return parse_board(data, where)
+
+    # -- geometry (R2, R11) -------------------------------------------------------------
+
+    def below(self, space: Space) -> Space | None:
+        """The space in the cell directly beneath ``space``, or None (R11)."""
+        return self._below.get(space)
+
+    def cell(self, space: Space) -> tuple[int, int]:
+        """``(row, column)`` of a space: row 1 is the bottom, column 1 the leftmost."""
+        return self._cells[space]
+
+    def spaces(self) -> range:
+        """Every space, 1..L."""
+        return range(1, self.last + 1)
+
+    # -- snakes and ladders (R3) ---------------------------------------------------------
+
+    def feature_at(self, space: Position) -> Feature | None:
+        """The snake head or ladder foot on ``space``, if any."""
+        return self._features.get(space)
+
+    @property
+    def features(self) -> tuple[Feature, ...]:
+        """Every snake and ladder, by space."""
+        return tuple(self._features[s] for s in sorted(self._features))
+
+    @property
+    def snakes(self) -> dict[Space, Position]:
+        """Snake heads and where they lead."""
+        return {f.space: f.destination for f in self.features if f.kind is FeatureKind.SNAKE}
+
+    @property
+    def ladders(self) -> dict[Space, Position]:
+        """Ladder feet and where they lead."""
+        return {f.space: f.destination for f in self.features if f.kind is FeatureKind.LADDER}
+
+    # -- moving (R11-R15) ----------------------------------------------------------------
+
+    def resolve(self, target: Position, trapdoors: Iterable[Space] = ()) -> Outcome:
+        """Where a move to ``target`` ends, exactly as RULES.md's loop.
+
+        A trapdoor acts before a snake or ladder on the same space (R12); after
+        a fall, a snake or ladder acts as normal (R13); a player may fall through
+        several trapdoors (R14) but through each at most once a turn (R15); a
+        trapdoor with no space beneath it does nothing. Positions past L are
+        left alone: nothing stands there.
+        """
+        active = trapdoors if isinstance(trapdoors, (set, frozenset)) else set(trapdoors)
+        position = target
+        used: set[Space] = set()
+        events: list[Event] = []
+        while position <= self.last:
+            if position in active and position not in used:
+                under = self._below.get(position)
+                if under is not None:
+                    used.add(position)  # R15: a trapdoor works once a turn
+                    events.append(Event(EventKind.TRAPDOOR, position, under))
+                    position = under
+                    continue
+            feature = self._features.get(position)
+            if feature is None:
+                break
+            kind = EventKind.SNAKE if feature.kind is FeatureKind.SNAKE else EventKind.LADDER
+            events.append(Event(kind, position, feature.destination))
+            position = feature.destination
+        return Outcome(position, tuple(events))
+
+    def outcomes(self, trapdoors: Iterable[Space] = ()) -> tuple[Outcome, ...]:
+        """The outcome of every target 0..L+6 for one round's trapdoors.
+
+        A move's outcome depends only on its target and the round's active
+        trapdoors, so a round resolves every player's move by one lookup.
+        """
+        active = frozenset(trapdoors)
+        return tuple(self.resolve(t, active) for t in range(self.last + 7))
+
+    # -- validation ----------------------------------------------------------------------
+
+    def _check(self) -> None:
+        problems = []
+        for space, feature in sorted(self._features.items()):
+            if space != feature.space or not 1 <= space <= self.last:
+                problems.append(f"{feature}: space {space} is not on the board (1..{self.last})")
+            elif feature.kind is FeatureKind.SNAKE and not feature.destination < space:
+                problems.append(f"{feature}: a snake must lead to a lower space")
+            elif feature.kind is FeatureKind.LADDER and not feature.destination > space:
+                problems.append(f"{feature}: a ladder must lead to a higher space")
+            elif feature.destination < 0:
+                problems.append(f"{feature}: a destination below 1 must be given as 0")
+        for space, below in sorted(self._below.items()):
+            if below > space:
+                problems.append(
+                    f"space {below} is beneath space {space} but has a higher number "
+                    "(down must be lower, R3)"
+                )
+        if self._cells and self._cells.get(1, (0, 0))[0] != 1:
+            problems.append("space 1 must be on the bottom row")
+        problems.extend(self._loops())
+        if problems:
+            raise BoardError(problems)
+
+    def _loops(self) -> Iterator[str]:
+        """Snake/ladder chains that never end (e.g. ladder 10→20 and snake 20→10)."""
+        state: dict[Space, int] = {}  # 1: on the current path, 2: known to end
+        for start in sorted(self._features):
+            path: list[Space] = []
+            space: Position = start
+            while space in self._features and state.get(space) is None:
+                state[space] = 1
+                path.append(space)
+                space = self._features[space].destination
+            if state.get(space) == 1:
+                cycle = [*path[path.index(space):], space]
+                yield "snakes and ladders loop: " + " -> ".join(map(str, cycle))
+            for visited in path:
+                state[visited] = 2
+
+    def __repr__(self) -> str:
+        return (
+            f"<Board {self.rows}x{self.columns} {self.layout.value} L={self.last} "
+            f"snakes={len(self.snakes)} ladders={len(self.ladders)}>"
+        )
