@@ -374,7 +374,7 @@ class Board:
                 path.append(space)
                 space = self._features[space].destination
             if state.get(space) == 1:
-                cycle = [*path[path.index(space):], space]
+                cycle = [*path[path.index(space) :], space]
                 yield "snakes and ladders loop: " + " -> ".join(map(str, cycle))
             for visited in path:
                 state[visited] = 2

@@ -298,5 +298,10 @@ def _family(
 
 
 def _kind(value: object) -> str:
-    names = {dict: "a table", list: "a list", str: "text"}
-    return names.get(type(value), type(value).__name__)
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "text"
+    return type(value).__name__
