@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -187,8 +188,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def read_json_resource(raw: bytes) -> Any:
-    import json
-
     return json.loads(raw.decode("utf-8"))
 
 

@@ -136,7 +136,9 @@ def parse_replay(data: Any, source: str = "replay") -> Replay:
     try:
         rule = TrapdoorRule(data.get("trapdoor_rule", "all"))
     except ValueError:
-        raise fail("trapdoor_rule", f"{data['trapdoor_rule']!r} is not 'all' or 'most-voted'")
+        raise fail(
+            "trapdoor_rule", f"{data['trapdoor_rule']!r} is not 'all' or 'most-voted'"
+        ) from None
     seed = whole_number(data.get("seed", 0))
     if seed is None:
         raise fail("seed", f"{data['seed']!r} is not a whole number")
