@@ -18,6 +18,7 @@ from typing import NamedTuple, TypeAlias
 
 from snl_pbem.rules.board import Board, Event, Position, Space
 from snl_pbem.rules.dice import (
+    SET_SIZE,
     DiceProblem,
     Die,
     check_dice,
@@ -30,7 +31,6 @@ from snl_pbem.rules.trapdoors import (
     Tally,
     TrapdoorRule,
     default_nomination,
-    is_space,
     tally_trapdoors,
 )
 
@@ -169,6 +169,14 @@ class GameState:
     result: GameResult | None = None
     history: tuple[RoundResult, ...] = field(default=(), repr=False)
 
+    def __post_init__(self) -> None:
+        # Every player takes every turn (an NMR still moves), so all share turn numbers.
+        lengths = set(map(len, self.played.values()))
+        if lengths - {self.turns_played} or len(self.played) != len(self.players):
+            raise GameSetupError(
+                f"every player must have played {self.turns_played} dice (found {sorted(lengths)})"
+            )
+
     @classmethod
     def start(cls, players: Sequence[PlayerId]) -> GameState:
         """Every player off the board at 0 (R4). Any number of players may play (R1)."""
@@ -202,85 +210,64 @@ def adjudicate_round(
     """Play the next round with these orders; a missing or None order is an NMR (R17)."""
     if state.result is not None:
         raise GameSetupError(f"the game is over (after round {state.rounds_played})")
-    unknown = sorted(set(orders) - set(state.players))
+    unknown = [name for name in orders if name not in state.positions]
     if unknown:
-        raise GameSetupError("orders from players not in the game: " + ", ".join(unknown))
+        raise GameSetupError("orders from players not in the game: " + ", ".join(sorted(unknown)))
     number = state.rounds_played + 1
     turns = rules.turns_in_round(number)
     last = rules.board.last
+    names = state.players
+    starts = [state.positions[name] for name in names]
+    histories = [state.played[name] for name in names]
 
-    dice_played: dict[PlayerId, tuple[Die, ...]] = {}
-    nmr: dict[PlayerId, Nmr] = {}
-    nominations: dict[PlayerId, Space | None] = {}
-    defaulted: list[PlayerId] = []
-    no_orders = Nmr(NmrCause.NO_ORDERS)
-    for name in state.players:
-        order = orders.get(name)
-        history = state.played[name]
-        nomination: int | None = None
-        if order is None:
-            nmr[name] = no_orders  # R17
-            dice = lowest_legal_dice(history, turns)
-        else:
-            nomination = order.trapdoor
-            check = check_dice(history, order.dice, turns)
-            if check.valid:
-                dice = check.dice
-            else:  # R18: as if no orders, but a valid nomination stands
-                nmr[name] = Nmr(NmrCause.INVALID_DICE, check.problems)
-                dice = lowest_legal_dice(history, turns)
-        dice_played[name] = dice
-        if nomination is None or not is_space(nomination, last):
-            # R16/R17: the target of the (first) move actually played
-            nomination = default_nomination(state.positions[name] + dice[0], last)
-            defaulted.append(name)
-        nominations[name] = nomination
-
+    set_start = state.turns_played - state.turns_played % SET_SIZE
+    dice_played, nmr, nominations, defaulted = _referee_orders(
+        names, starts, [h[set_start:] for h in histories], orders, turns, last
+    )
     tally = tally_trapdoors(
-        nominations.values(),
-        len(state.players),
+        nominations,
+        len(names),
         rules.trapdoor_rule,
         random.Random(f"snl-pbem/{rules.seed}/{number}"),
     )
-    outcomes = rules.board.outcomes(tally.active)
-    active = frozenset(tally.active)
-    positions = dict(state.positions)
-    played = dict(state.played)
+
+    # All players move simultaneously and independently (R11-R15), turn by turn.
+    table = MoveTable(rules.board, tally.active)
+    positions = starts
     turn_results: list[TurnResult] = []
     result: GameResult | None = None
     for index in range(turns):
+        rows = {start: table.row(start) for start in set(positions)}
+        moves = [rows[p][dice[index]] for p, dice in zip(positions, dice_played, strict=True)]
+        positions = [move.final for move in moves]
         turn = state.turns_played + index + 1
-        moves: dict[PlayerId, Move] = {}
-        for name in state.players:
-            die = dice_played[name][index]
-            start = positions[name]
-            target = start + die
-            final, events = (
-                outcomes[target] if target < len(outcomes) else rules.board.resolve(target, active)
-            )
-            moves[name] = Move(die, start, target, final, events)
-            positions[name] = final
-            played[name] += (die,)
-        turn_results.append(TurnResult(turn, moves))
-        result = game_result(positions, last, turn)
-        if result is not None:  # R5: the game ends after this turn
+        turn_results.append(TurnResult(turn, dict(zip(names, moves, strict=True))))
+        if max(positions) >= last:  # R5: the game ends after this turn
+            result = game_result(dict(zip(names, positions, strict=True)), last, turn)
             break
+    if len(turn_results) < turns:  # the game ended before the round's last turn
+        dice_played = [dice[: len(turn_results)] for dice in dice_played]
+    played = {
+        name: history + dice
+        for name, history, dice in zip(names, histories, dice_played, strict=True)
+    }
+    final_positions = dict(zip(names, positions, strict=True))
 
     round_result = RoundResult(
         round=number,
         turns_ordered=turns,
         orders=dict(orders),
         nmr=nmr,
-        nominations=nominations,
+        nominations=dict(zip(names, nominations, strict=True)),
         defaulted=frozenset(defaulted),
         tally=tally,
         turns=tuple(turn_results),
-        positions=dict(positions),
+        positions=final_positions,
         result=result,
     )
     next_state = GameState(
-        players=state.players,
-        positions=positions,
+        players=names,
+        positions=final_positions,
         played=played,
         rounds_played=number,
         turns_played=turn_results[-1].turn,
@@ -288,6 +275,91 @@ def adjudicate_round(
         history=(*state.history, round_result) if keep_history else (),
     )
     return round_result, next_state
+
+
+def _referee_orders(
+    names: Sequence[PlayerId],
+    starts: Sequence[Position],
+    used_in_set: Sequence[tuple[Die, ...]],
+    orders: Mapping[PlayerId, OrderSet | None],
+    turns: int,
+    last: Space,
+) -> tuple[list[tuple[Die, ...]], dict[PlayerId, Nmr], list[Space | None], list[PlayerId]]:
+    """Each player's dice actually played and nomination, after R16-R18 (in ``names`` order).
+
+    ``used_in_set`` holds each player's dice already used in the current set.
+    """
+    dice_played: list[tuple[Die, ...]] = []
+    nominations: list[Space | None] = []
+    nmr: dict[PlayerId, Nmr] = {}
+    defaulted: list[PlayerId] = []
+    no_orders = Nmr(NmrCause.NO_ORDERS)
+    # Many players share a history and an order: decide each distinct pair once.
+    verdicts: dict[tuple[tuple[Die, ...], tuple[int, ...]], tuple[tuple[Die, ...], Nmr | None]]
+    verdicts = {}
+    order_for = orders.get
+    for name, start, used in zip(names, starts, used_in_set, strict=True):
+        order = order_for(name)
+        nomination: int | None = None
+        if order is None:
+            nmr[name] = no_orders  # R17
+            dice = lowest_legal_dice(used, turns)
+        else:
+            nomination = order.trapdoor
+            key = (used, order.dice)
+            verdict = verdicts.get(key)
+            if verdict is None:
+                verdict = verdicts[key] = _dice_verdict(used, order.dice, turns)
+            dice, invalid = verdict
+            if invalid is not None:
+                nmr[name] = invalid
+        dice_played.append(dice)
+        if type(nomination) is not int or not 1 <= nomination <= last:
+            # R16/R17: the target of the (first) move actually played
+            nomination = default_nomination(start + dice[0], last)
+            defaulted.append(name)
+        nominations.append(nomination)
+    return dice_played, nmr, nominations, defaulted
+
+
+def _dice_verdict(
+    used: tuple[Die, ...], dice: tuple[int, ...], turns: int
+) -> tuple[tuple[Die, ...], Nmr | None]:
+    """The dice to play for an order and, if its dice break R6, why it counts as no orders."""
+    check = check_dice(used, dice, turns)
+    if check.valid:
+        return check.dice, None
+    # R18: as if no orders (so R17's lowest legal dice), but a valid nomination stands
+    return lowest_legal_dice(used, turns), Nmr(NmrCause.INVALID_DICE, check.problems)
+
+
+class MoveTable:
+    """One round's moves, resolved once per (start, die).
+
+    Given the round's trapdoors a move depends only on its start and die, so
+    every player starting on the same space with the same die shares one Move.
+    """
+
+    def __init__(self, board: Board, trapdoors: tuple[Space, ...]) -> None:
+        self._board = board
+        self._active = frozenset(trapdoors)
+        self._outcomes = board.outcomes(self._active)
+        self._rows: dict[Position, list[Move]] = {}
+
+    def row(self, start: Position) -> list[Move]:
+        """The moves from ``start``, indexed by die (index 0 unused)."""
+        row = self._rows.get(start)
+        if row is None:
+            row = self._rows[start] = [self._resolve(start, die) for die in range(7)]
+        return row
+
+    def _resolve(self, start: Position, die: Die) -> Move:
+        target = start + die
+        if target < len(self._outcomes):
+            final, events = self._outcomes[target]
+        else:
+            final, events = self._board.resolve(target, self._active)
+        return Move(die, start, target, final, events)
 
 
 def game_result(

@@ -249,7 +249,8 @@ def test_r15_the_same_trapdoor_only_once_a_turn() -> None:
     assert outcome.final == 45
     assert [str(e) for e in outcome.events] == ["trapdoor 45\u219236", "ladder 36\u219245"]
     # Next turn the trapdoor works again (once per turn, not once per round).
-    state = state_at({"a": 41, "b": 1, "c": 1}, {"a": (1, 2, 3, 5, 6, 4)}, rounds_played=6)
+    state = state_at({"a": 41, "b": 1, "c": 1},
+                     dict.fromkeys("abc", (1, 2, 3, 5, 6, 4)), rounds_played=6)
     result, _ = play(board, state, {"a": OrderSet((4, 6), 45), "b": OrderSet((1, 2), 45)})
     assert [t.moves["a"].final for t in result.turns] == [45, 51]
 
