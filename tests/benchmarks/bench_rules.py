@@ -18,6 +18,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 
 from snl_pbem.rules import Board, GameRules, GameState, OrderSet, adjudicate_round
 
@@ -106,8 +107,8 @@ def main() -> None:
             for o in (orders[name] for name in state.players)
         ]
         positions = [state.positions[name] for name in state.players]
-        t_engine = best_of(args.repeats, lambda: engine(rules, state, orders))
-        t_base = best_of(args.repeats, lambda: baseline(positions, dice, features))
+        t_engine = best_of(args.repeats, partial(engine, rules, state, orders))
+        t_base = best_of(args.repeats, partial(baseline, positions, dice, features))
         turns = 2 * n
         per_player.append(t_engine / n * 1e6)
         print(
