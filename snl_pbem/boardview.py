@@ -110,6 +110,7 @@ def render_svg(board: Board, title: str = "Snakes and Ladders board") -> str:
             f'stroke-width="3" stroke-opacity="0.8"{dash} marker-end="url(#arrow-{kind})">'
             f"<title>{escape(label[1:-1])}</title></line>"
         )
+        out.append(f'<circle cx="{x1}" cy="{y1}" r="5" fill="{colour}"/>')
     out.append(
         f'<text x="{MARGIN}" y="{height - 10}" font-size="12" fill="#37474f">'
         f"start (0) below · end past {board.last} above · green: ladder · red, dashed: snake"

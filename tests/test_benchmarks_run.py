@@ -1,0 +1,24 @@
+"""The benchmark scripts still run (tiny sizes) and print their figures with a baseline.
+
+No timing is asserted here: benchmarks are read by people, not by the test suite.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).parent / "benchmarks"
+
+
+def test_bench_rules_prints_engine_and_baseline() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_rules.py"), "--sizes", "50,100", "--repeats", "1"],
+        capture_output=True, text=True, check=False, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [row[0] for row in rows] == ["50", "100"]
+    assert all(row[5].endswith("x") for row in rows)
+    assert "linearity" in done.stdout
