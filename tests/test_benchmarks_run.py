@@ -14,11 +14,11 @@ BENCH = Path(__file__).parent / "benchmarks"
 
 def test_bench_rules_prints_engine_and_baseline() -> None:
     done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_rules.py"), "--sizes", "50,100", "--repeats", "1"],
+        [sys.executable, str(BENCH / "bench_rules.py"), "--sizes", "300,600", "--repeats", "1"],
         capture_output=True, text=True, check=False, timeout=120,
     )
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
-    assert [row[0] for row in rows] == ["50", "100"]
+    assert [row[0] for row in rows] == ["300", "600"]
     assert all(row[5].endswith("x") for row in rows)
     assert "linearity" in done.stdout
