@@ -1,0 +1,493 @@
+"""The referee's config file (DESIGN.md, "The referee's config file"): one TOML file.
+
+``load_config`` reads and checks everything at once — every key, every board,
+every password file — and raises :class:`ConfigError` listing each problem as
+``config.toml: games[0].players[2].email: 'bob@' is not an email address``.
+Every option is documented on its field here (the schema) and in
+``deploy/config.example.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from snl_pbem.rules import Board, BoardError, GameRules, TrapdoorRule
+from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
+
+DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
+ENV_CONFIG = "SNL_PBEM_CONFIG"
+
+_EMAIL = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$")
+_GAME_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+
+
+class ConfigError(Exception):
+    """The config cannot be used; ``problems`` holds one line per problem."""
+
+    def __init__(self, problems: Iterable[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _email(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 254 or not _EMAIL.match(value.strip()):
+        raise ValueError(f"{value!r} is not an email address")
+    local, domain = value.strip().rsplit("@", 1)
+    return f"{local}@{domain.lower()}"
+
+
+def _duration(value: object) -> timedelta:
+    return parse_duration(value)
+
+
+def _positive_duration(value: object) -> timedelta:
+    delta = parse_duration(value)
+    if delta <= timedelta(0):
+        raise ValueError(f"{value!r} must be longer than 0s")
+    return delta
+
+
+Email = Annotated[str, BeforeValidator(_email)]
+Duration = Annotated[timedelta, BeforeValidator(_duration)]
+PositiveDuration = Annotated[timedelta, BeforeValidator(_positive_duration)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Secret(_Section):
+    password: str | None = None
+    """The password itself (prefer password_file)."""
+    password_file: Path | None = None
+    """A file holding the password (its first line); relative to the config file."""
+
+    @model_validator(mode="after")
+    def _one_password(self) -> _Secret:
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give password or password_file, not both")
+        return self
+
+
+class ImapSettings(_Secret):
+    """Poll a mailbox for orders."""
+
+    host: str
+    port: Port = 993
+    tls: Literal["ssl", "starttls", "none"] = "ssl"
+    username: str
+    folder: str = "INBOX"
+    processed_folder: str = "Processed"
+    """Where handled mail is moved after it is safely stored."""
+    poll_interval: PositiveDuration = timedelta(seconds=60)
+    """How often to poll when the server has no IDLE (and as a fallback)."""
+    healthy_within: PositiveDuration = timedelta(minutes=30)
+    """A round does not close if the last good poll is older than this (circuit breaker)."""
+
+
+class LmtpSettings(_Section):
+    """Receive mail from an MTA over LMTP (or SMTP)."""
+
+    host: str = "127.0.0.1"
+    port: Port = 8024
+    protocol: Literal["lmtp", "smtp"] = "lmtp"
+
+
+class SmtpSettings(_Secret):
+    """Send mail."""
+
+    host: str
+    port: Port = 587
+    tls: Literal["ssl", "starttls", "none"] = "starttls"
+    username: str | None = None
+    connections: Annotated[int, Field(ge=1, le=32)] = 1
+    give_up_after: PositiveDuration = timedelta(days=3)
+
+
+class MailSettings(_Section):
+    address: Email
+    """The game address players write to."""
+    referee: Email
+    """Gets the full private round summary and every alert."""
+    max_message_size: Annotated[int, Field(ge=1024)] = 1024 * 1024
+    replies_per_hour: Annotated[int, Field(ge=1)] = 20
+    authserv_id: str | None = None
+    """The referee's own MTA's authserv-id, whose Authentication-Results may be recorded."""
+    imap: ImapSettings | None = None
+    lmtp: LmtpSettings | None = None
+    smtp: SmtpSettings | None = None
+
+
+class DatabaseSettings(_Section):
+    url: str = "sqlite:///snl-pbem.db"
+    """SQLAlchemy URL; a relative SQLite path is relative to the config file."""
+    backups: Annotated[int, Field(ge=0, le=1000)] = 10
+    """SQLite: online backups kept (one before each round close); 0 for none."""
+    backup_dir: Path | None = None
+    """SQLite: where backups go (default: a 'backups' folder beside the database)."""
+
+    @field_validator("url")
+    @classmethod
+    def _known_database(cls, url: str) -> str:
+        if not url.startswith(("sqlite://", "postgresql://", "postgresql+psycopg://")):
+            raise ValueError(f"{url!r}: use sqlite:///PATH or postgresql+psycopg://...")
+        return url
+
+
+class PlayerSettings(_Section):
+    name: Annotated[str, Field(min_length=1, max_length=40)]
+    email: Email
+    key: Annotated[str, Field(min_length=6, max_length=64)] | None = None
+    """The player's order key; generated and mailed at start when absent."""
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if name != name.strip() or any(not ch.isprintable() for ch in name):
+            raise ValueError(f"{name!r}: a name is printable text with no outer spaces")
+        return name
+
+    @field_validator("key")
+    @classmethod
+    def _plain_key(cls, key: str | None) -> str | None:
+        if key is not None and (any(ch.isspace() for ch in key) or not key.isprintable()):
+            raise ValueError("a key is printable text without spaces")
+        return key
+
+
+class GameSettings(_Section):
+    id: str
+    """Short name used in subjects (``[spring26]``) and orders (``GAME spring26``)."""
+    title: str = ""
+    board: str | dict[str, Any]
+    """A file holding a [board] table (relative to the config file), or an inline table."""
+    timezone: str | None = None
+    """How this game's deadlines are read and shown (default: the top-level timezone)."""
+    first_deadline: str | datetime
+    round_length: PositiveDuration | None = None
+    deadlines: list[str | datetime] | None = None
+    """Explicit deadlines for the first rounds; round_length (or the last gap) continues."""
+    double_from_round: Annotated[int, Field(ge=1)] = 7
+    trapdoor_rule: Literal["all", "most-voted"] = "all"
+    seed: int | None = None
+    """Seeds the lot for most-voted ties (default: derived from the game id)."""
+    remind_before: PositiveDuration | None = None
+    close_when_all_in: bool = False
+    settle_time: Duration = timedelta(minutes=10)
+    """With close_when_all_in: how long after the last orders arrive the round closes."""
+    reveal_after_game: bool = False
+    players: list[PlayerSettings] = Field(min_length=1)
+
+    @field_validator("id")
+    @classmethod
+    def _game_id(cls, value: str) -> str:
+        if not _GAME_ID.match(value):
+            raise ValueError(
+                f"{value!r}: a game id is 1-32 lower-case letters, digits, '-' or '_'"
+            )
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str | None) -> str | None:
+        if value is not None:
+            zone(value)
+        return value
+
+    @model_validator(mode="after")
+    def _unique_players(self) -> GameSettings:
+        problems = []
+        for attr in ("name", "email"):
+            seen: set[str] = set()
+            for player in self.players:
+                value = getattr(player, attr).lower()
+                if value in seen:
+                    problems.append(f"{attr} {getattr(player, attr)!r} is used twice")
+                seen.add(value)
+        keys = [p.key for p in self.players if p.key is not None]
+        if len(keys) != len(set(keys)):
+            problems.append("two players have the same key")
+        if problems:
+            raise ValueError("players: " + "; ".join(problems))
+        return self
+
+
+class Settings(_Section):
+    timezone: str = "UTC"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    database: DatabaseSettings = DatabaseSettings()
+    mail: MailSettings
+    games: list[GameSettings] = []
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        zone(value)
+        return value
+
+    @model_validator(mode="after")
+    def _unique_games(self) -> Settings:
+        ids = [g.id for g in self.games]
+        twice = sorted({i for i in ids if ids.count(i) > 1})
+        if twice:
+            raise ValueError("games: game ids used twice: " + ", ".join(twice))
+        return self
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A game's deadlines: explicit ones first, then every round_length on the wall clock."""
+
+    tz: ZoneInfo
+    first: datetime
+    round_length: timedelta | None
+    explicit: tuple[datetime, ...]
+
+    def deadline(self, round_number: int) -> datetime:
+        """The scheduled deadline of a round (UTC)."""
+        listed = (self.first, *self.explicit)
+        if round_number <= len(listed):
+            return listed[round_number - 1]
+        step = self.round_length
+        if step is None:  # continue at the last listed gap
+            step = listed[-1] - listed[-2] if len(listed) > 1 else timedelta(days=7)
+        return wall_clock_add(listed[-1], step * (round_number - len(listed)), self.tz)
+
+
+@dataclass(frozen=True)
+class GameConfig:
+    """A game as configured, with its board loaded and its schedule worked out."""
+
+    settings: GameSettings
+    board: Board
+    board_table: Mapping[str, Any]
+    schedule: Schedule
+
+    @property
+    def id(self) -> str:
+        return self.settings.id
+
+    @property
+    def tz(self) -> ZoneInfo:
+        return self.schedule.tz
+
+    def rules(self) -> GameRules:
+        return GameRules(
+            self.board,
+            double_from_round=self.settings.double_from_round,
+            trapdoor_rule=TrapdoorRule(self.settings.trapdoor_rule),
+            seed=self.seed,
+        )
+
+    @property
+    def seed(self) -> int:
+        if self.settings.seed is not None:
+            return self.settings.seed
+        return int.from_bytes(self.settings.id.encode()[:8].ljust(8, b"\0"), "big")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole checked config."""
+
+    path: Path
+    settings: Settings
+    games: tuple[GameConfig, ...]
+    database_url: str
+
+    def game(self, game_id: str) -> GameConfig:
+        for game in self.games:
+            if game.id == game_id:
+                return game
+        known = ", ".join(g.id for g in self.games) or "none"
+        raise KeyError(f"no game {game_id!r} in {self.path} (games: {known})")
+
+    def password(self, section: _Secret) -> str | None:
+        if section.password_file is not None:
+            path = self._relative(section.password_file)
+            return path.read_text(encoding="utf-8").splitlines()[0].strip()
+        return section.password
+
+    def _relative(self, path: Path) -> Path:
+        return path if path.is_absolute() else self.path.parent / path
+
+
+def config_path(given: str | os.PathLike[str] | None) -> Path:
+    """``--config FILE``, then ``$SNL_PBEM_CONFIG``, then /etc/snl-pbem/config.toml."""
+    if given:
+        return Path(given)
+    if os.environ.get(ENV_CONFIG):
+        return Path(os.environ[ENV_CONFIG])
+    return DEFAULT_CONFIG
+
+
+def load_config(path: Path) -> Config:
+    """Read and check a config file; :class:`ConfigError` lists every problem."""
+    name = path.name
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: not UTF-8 text"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{name}: not valid TOML: {exc}"]) from None
+    problems: list[str] = []
+    settings: Settings | None = None
+    try:
+        settings = Settings.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_describe(name, exc))
+
+    # Boards, schedules and password files are checked even when the schema is not
+    # valid, so that the referee sees every problem at once.
+    base = path.parent
+    mail: dict[str, Any] = raw["mail"] if isinstance(raw.get("mail"), dict) else {}
+    for key in ("imap", "smtp"):
+        section = mail.get(key)
+        if isinstance(section, dict) and isinstance(section.get("password_file"), str):
+            file = base / section["password_file"]
+            try:
+                if not file.read_text(encoding="utf-8").strip():
+                    problems.append(f"{name}: mail.{key}.password_file: {file} is empty")
+            except OSError as exc:
+                problems.append(
+                    f"{name}: mail.{key}.password_file: cannot read {file}: "
+                    f"{exc.strerror or exc}"
+                )
+    raw_games: list[Any] = raw["games"] if isinstance(raw.get("games"), list) else []
+    default_tz = raw.get("timezone", "UTC")
+    built: list[tuple[Board, Mapping[str, Any], Schedule] | None] = []
+    for index, game in enumerate(raw_games):
+        where = f"games[{index}]"
+        built.append(None)
+        if not isinstance(game, dict) or not isinstance(game.get("board"), (str, dict)):
+            continue
+        board: Board | None = None
+        schedule: Schedule | None = None
+        try:
+            table = _board_table(game["board"], base, f"{where}.board")
+            board = Board.from_mapping(table, f"{where}.board")
+        except (BoardError, ConfigError) as exc:
+            problems.extend(f"{name}: {p}" for p in exc.problems)
+        try:
+            schedule = _schedule(game, default_tz)
+        except ValueError as exc:
+            problems.append(f"{name}: {where}.{exc}")
+        if board is not None and schedule is not None:
+            built[-1] = (board, table, schedule)
+    if problems or settings is None:
+        raise ConfigError(problems)
+    games = []
+    for game_settings, parts in zip(settings.games, built, strict=True):
+        assert parts is not None  # the schema and the board both passed
+        games.append(GameConfig(game_settings, *parts))
+    return Config(path, settings, tuple(games), _database_url(settings.database.url, base))
+
+
+def _describe(name: str, exc: ValidationError) -> list[str]:
+    lines = []
+    for error in exc.errors(include_url=False):
+        key = _key_path(error["loc"])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "missing":
+            message = "missing (this key is required)"
+        elif error["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling; see deploy/config.example.toml)"
+        elif error["type"] not in ("value_error", "assertion_error"):
+            message = f"{message} (got {error['input']!r})"
+        lines.append(f"{name}: {key}: {message}" if key else f"{name}: {message}")
+    return lines
+
+
+def _key_path(loc: Iterable[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part in ("str", "datetime", "dict[str,any]", "list[union[str,datetime]]"):
+            continue  # a union member's tag, not a key
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _board_table(spec: str | dict[str, Any], base: Path, where: str) -> Mapping[str, Any]:
+    if isinstance(spec, dict):
+        return spec
+    file = Path(spec)
+    file = file if file.is_absolute() else base / file
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError([f"{where}: cannot read board file {file}: {exc.strerror or exc}"])
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{where}: board file {file} is not valid TOML: {exc}"]) from None
+    table = data.get("board", data)
+    if not isinstance(table, dict):
+        raise ConfigError([f"{where}: board file {file} holds no [board] table"])
+    return table
+
+
+def _schedule(game: Mapping[str, Any], default_tz: object) -> Schedule:
+    """The schedule of a raw game table; ValueError starting with the key at fault."""
+    try:
+        tz = zone(str(game.get("timezone") or default_tz))
+    except ValueError as exc:
+        raise ValueError(f"timezone: {exc}") from None
+    if "first_deadline" not in game:
+        raise ValueError("first_deadline: missing (this key is required)")
+    try:
+        first = parse_time(game["first_deadline"], tz)
+    except ValueError as exc:
+        raise ValueError(f"first_deadline: {exc}") from None
+    explicit = []
+    listed = game.get("deadlines") or []
+    for i, value in enumerate(listed if isinstance(listed, list) else []):
+        try:
+            explicit.append(parse_time(value, tz))
+        except ValueError as exc:
+            raise ValueError(f"deadlines[{i}]: {exc}") from None
+    previous = first
+    for i, moment in enumerate(explicit):
+        if moment <= previous:
+            raise ValueError(f"deadlines[{i}]: must be later than the deadline before it")
+        previous = moment
+    length = None
+    if game.get("round_length") is not None:
+        try:
+            length = _positive_duration(game["round_length"])
+        except ValueError as exc:
+            raise ValueError(f"round_length: {exc}") from None
+    elif not explicit:
+        raise ValueError("round_length: missing (give round_length, or deadlines)")
+    return Schedule(tz, first, length, tuple(explicit))
+
+
+def _database_url(url: str, base: Path) -> str:
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and url != "sqlite:///:memory:":
+        path = Path(url[len(prefix):])
+        if not path.is_absolute():
+            return prefix + str((base / path).resolve())
+    return url
