@@ -163,18 +163,28 @@ class GameState:
     players: tuple[PlayerId, ...]
     positions: Mapping[PlayerId, Position]
     played: Mapping[PlayerId, tuple[Die, ...]]
-    """Every die each player has played, in turn order."""
+    """The dice each player has played after turn ``played_from``, in turn order."""
     rounds_played: int = 0
     turns_played: int = 0
     result: GameResult | None = None
     history: tuple[RoundResult, ...] = field(default=(), repr=False)
+    played_from: int = 0
+    """Turns before ``played`` begins: a multiple of six, so that a state loaded from
+    storage need only hold the dice of the current set (R6 looks no further back)."""
 
     def __post_init__(self) -> None:
         # Every player takes every turn (an NMR still moves), so all share turn numbers.
         lengths = set(map(len, self.played.values()))
-        if lengths - {self.turns_played} or len(self.played) != len(self.players):
+        expected = self.turns_played - self.played_from
+        if (
+            lengths - {expected}
+            or len(self.played) != len(self.players)
+            or self.played_from % SET_SIZE
+            or expected < 0
+        ):
             raise GameSetupError(
-                f"every player must have played {self.turns_played} dice (found {sorted(lengths)})"
+                f"every player must have played {expected} dice since turn "
+                f"{self.played_from} (found {sorted(lengths)})"
             )
 
     @classmethod
@@ -220,7 +230,7 @@ def adjudicate_round(
     starts = [state.positions[name] for name in names]
     histories = [state.played[name] for name in names]
 
-    set_start = state.turns_played - state.turns_played % SET_SIZE
+    set_start = state.turns_played - state.turns_played % SET_SIZE - state.played_from
     dice_played, nmr, nominations, defaulted = _referee_orders(
         names, starts, [h[set_start:] for h in histories], orders, turns, last
     )
@@ -273,6 +283,7 @@ def adjudicate_round(
         turns_played=turn_results[-1].turn,
         result=result,
         history=(*state.history, round_result) if keep_history else (),
+        played_from=state.played_from,
     )
     return round_result, next_state
 
