@@ -12,6 +12,8 @@ from typing import Any
 
 from snl_pbem import __version__
 from snl_pbem.boardview import render_svg, render_text
+from snl_pbem.cli_referee import CommandError as RefereeCommandError
+from snl_pbem.cli_referee import add_commands
 from snl_pbem.replay import (
     ReplayError,
     dump_json,
@@ -69,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Adjudicate the bundled example game and show the result.",
     )
     demo.set_defaults(handler=cmd_demo)
+    add_commands(sub)
     return parser
 
 
@@ -76,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.handler(args)
-    except (CommandError, ReplayError) as exc:
+    except (CommandError, ReplayError, RefereeCommandError) as exc:
         print(f"snl-pbem {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:

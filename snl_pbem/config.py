@@ -35,8 +35,10 @@ from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
 ENV_CONFIG = "SNL_PBEM_CONFIG"
 
-_EMAIL = re.compile(r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$")
+_EMAIL = re.compile(
+    r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$"
+)
 _GAME_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
@@ -202,9 +204,7 @@ class GameSettings(_Section):
     @classmethod
     def _game_id(cls, value: str) -> str:
         if not _GAME_ID.match(value):
-            raise ValueError(
-                f"{value!r}: a game id is 1-32 lower-case letters, digits, '-' or '_'"
-            )
+            raise ValueError(f"{value!r}: a game id is 1-32 lower-case letters, digits, '-' or '_'")
         return value
 
     @field_validator("timezone")
@@ -372,8 +372,7 @@ def load_config(path: Path) -> Config:
                     problems.append(f"{name}: mail.{key}.password_file: {file} is empty")
             except OSError as exc:
                 problems.append(
-                    f"{name}: mail.{key}.password_file: cannot read {file}: "
-                    f"{exc.strerror or exc}"
+                    f"{name}: mail.{key}.password_file: cannot read {file}: {exc.strerror or exc}"
                 )
     raw_games: list[Any] = raw["games"] if isinstance(raw.get("games"), list) else []
     default_tz = raw.get("timezone", "UTC")
@@ -440,7 +439,9 @@ def _board_table(spec: str | dict[str, Any], base: Path, where: str) -> Mapping[
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ConfigError([f"{where}: cannot read board file {file}: {exc.strerror or exc}"])
+        raise ConfigError(
+            [f"{where}: cannot read board file {file}: {exc.strerror or exc}"]
+        ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{where}: board file {file} is not valid TOML: {exc}"]) from None
     table = data.get("board", data)
@@ -487,7 +488,7 @@ def _schedule(game: Mapping[str, Any], default_tz: object) -> Schedule:
 def _database_url(url: str, base: Path) -> str:
     prefix = "sqlite:///"
     if url.startswith(prefix) and url != "sqlite:///:memory:":
-        path = Path(url[len(prefix):])
+        path = Path(url[len(prefix) :])
         if not path.is_absolute():
             return prefix + str((base / path).resolve())
     return url

@@ -21,11 +21,11 @@ def parse_duration(text: object) -> timedelta:
     if isinstance(text, timedelta):
         return text
     if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"{text!r} is not a duration (write e.g. \"90s\", \"12h\", \"3d\")")
+        raise ValueError(f'{text!r} is not a duration (write e.g. "90s", "12h", "3d")')
     compact = text.strip().lower().replace(" ", "")
     parts = _DURATION.findall(compact)
     if not parts or "".join(n + u for n, u in parts) != compact:
-        raise ValueError(f"{text!r} is not a duration (write e.g. \"90s\", \"12h\", \"3d\")")
+        raise ValueError(f'{text!r} is not a duration (write e.g. "90s", "12h", "3d")')
     return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
 
 
@@ -49,7 +49,7 @@ def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{name!r} is not a time zone (use a name like \"Europe/London\")") from None
+        raise ValueError(f'{name!r} is not a time zone (use a name like "Europe/London")') from None
 
 
 def parse_time(value: object, tz: ZoneInfo) -> datetime:
@@ -61,8 +61,8 @@ def parse_time(value: object, tz: ZoneInfo) -> datetime:
             moment = datetime.fromisoformat(value.strip())
         except ValueError:
             raise ValueError(
-                f"{value!r} is not a time (write e.g. \"2026-12-05T18:00\" or "
-                "\"2026-12-05T18:00+01:00\")"
+                f'{value!r} is not a time (write e.g. "2026-12-05T18:00" or '
+                '"2026-12-05T18:00+01:00")'
             ) from None
     else:
         raise ValueError(f"{value!r} is not a time")

@@ -1,6 +1,51 @@
-"""Make tests/helpers.py importable from every test module."""
+"""Fixtures shared by the whole suite: databases (SQLite and a private PostgreSQL)."""
 
+from __future__ import annotations
+
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
+
+from pgserver import PostgresServer, PostgresUnavailable  # noqa: E402
+
+from snl_pbem.store import Database  # noqa: E402
+from snl_pbem.store.migrate import upgrade  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """The test run's own PostgreSQL; under CI=true it must start, elsewhere it may skip."""
+    try:
+        server = PostgresServer().start()
+    except PostgresUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required under CI: {exc}")
+        pytest.skip(f"PostgreSQL not available: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database of each kind."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'snl.db'}"
+        return
+    server: PostgresServer = request.getfixturevalue("postgres")
+    name = server.create_database()
+    yield server.url(name)
+    server.drop_database(name)
+
+
+@pytest.fixture
+def db(db_url: str) -> Iterator[Database]:
+    """A fresh database of each kind, migrated to the newest schema."""
+    database = Database(db_url)
+    upgrade(database)
+    yield database
+    database.dispose()

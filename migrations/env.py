@@ -1,0 +1,40 @@
+"""Alembic environment: runs on the engine of a snl_pbem Database (SQLite pragmas included)."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from snl_pbem.store.db import Database
+from snl_pbem.store.models import Base, UTCDateTime
+
+config = context.config
+target_metadata = Base.metadata
+
+
+def render_item(kind: str, obj: object, autogen_context: object) -> str | bool:
+    """Migrations spell UTCDateTime as a plain DateTime: the zone handling is Python's."""
+    if kind == "type" and isinstance(obj, UTCDateTime):
+        return "sa.DateTime()"
+    return False
+
+
+def run_migrations_online() -> None:
+    database = config.attributes.get("database")
+    if database is None:
+        database = Database(config.get_main_option("sqlalchemy.url") or "")
+    with database.engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=target_metadata,
+            render_as_batch=True,  # SQLite cannot ALTER most things: copy-and-move tables
+            compare_type=True,
+            render_item=render_item,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline (SQL script) migrations are not supported; run 'snl-pbem db upgrade'")
+run_migrations_online()

@@ -1,0 +1,276 @@
+"""The referee's and GM's commands: check-config, db upgrade, start, status, close-round,
+extend, pause, resume, rollback. Each takes ``--config FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from snl_pbem.config import Config, ConfigError, config_path, load_config
+from snl_pbem.games import LifecycleError, start_game, sync_games
+from snl_pbem.referee import GameStatus, extend, pause, resume, status
+from snl_pbem.rounds import close_with_backup, rollback_round
+from snl_pbem.store import Database, SchemaOutOfDate
+from snl_pbem.store.migrate import current_revision, head_revision, upgrade
+from snl_pbem.timeutil import format_duration, parse_duration, parse_time, show, utcnow, zone
+
+
+class CommandError(Exception):
+    """Reported in one line (or a few) on stderr, with exit status 2."""
+
+
+def add_commands(sub: Any) -> None:
+    def command(
+        name: str, handler: Callable[[argparse.Namespace], int], help: str, game: bool = False
+    ) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
+        parser.add_argument(
+            "--config",
+            metavar="FILE",
+            help="the config file (default: $SNL_PBEM_CONFIG, then /etc/snl-pbem/config.toml)",
+        )
+        if game:
+            parser.add_argument("game", help="the game's id")
+        parser.set_defaults(handler=handler)
+        return parser
+
+    command("check-config", cmd_check_config, "check the config and show each game")
+    db = command("db", cmd_db, "database schema: 'db upgrade' applies the migrations")
+    db.add_argument("action", choices=["upgrade", "current"])
+    command("start", cmd_start, "start a game: order keys, round 1, welcome mails", game=True)
+    st = command("status", cmd_status, "the referee's view of the games (private)")
+    st.add_argument("game", nargs="?")
+    st.add_argument("--json", action="store_true")
+    command("close-round", cmd_close_round, "close the open round now", game=True)
+    ext = command("extend", cmd_extend, "move the open round's deadline later", game=True)
+    ext.add_argument("--by", metavar="DURATION", help='e.g. "1d" or "12h"')
+    ext.add_argument("--until", metavar="TIME", help="a time, in the game's time zone")
+    command("pause", cmd_pause, "stop the game's clock", game=True)
+    command("resume", cmd_resume, "restart the clock; the deadline moves by the pause", game=True)
+    rb = command("rollback", cmd_rollback, "reopen the last closed round", game=True)
+    rb.add_argument(
+        "--force",
+        action="store_true",
+        help="also discard orders already sent for the round after it",
+    )
+
+
+def _config(args: argparse.Namespace) -> Config:
+    path = config_path(args.config)
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _database(config: Config, *, check: bool = True) -> Database:
+    db = Database(config.database_url)
+    if check:
+        try:
+            db.check_schema()
+        except SchemaOutOfDate as exc:
+            db.dispose()
+            raise CommandError(str(exc)) from None
+    return db
+
+
+def _run(action: Callable[[], Any]) -> Any:
+    try:
+        return action()
+    except LifecycleError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    config = _config(args)
+    settings = config.settings
+    print(f"{config.path}: OK")
+    print(f"  database: {config.database_url.split('@')[-1]}")
+    mail = settings.mail
+    intakes = [name for name in ("imap", "lmtp") if getattr(mail, name) is not None]
+    print(
+        f"  game address: {mail.address}; referee: {mail.referee}; "
+        f"mail in: {', '.join(intakes) or 'none configured'}; "
+        f"mail out: {'smtp ' + mail.smtp.host if mail.smtp else 'none configured'}"
+    )
+    for game in config.games:
+        s = game.settings
+        tz = game.tz
+        length = format_duration(s.round_length) if s.round_length else "as listed"
+        print(f"  game {game.id}: {s.title or '(no title)'}")
+        print(f"    players ({len(s.players)}): " + ", ".join(p.name for p in s.players))
+        print(
+            f"    board: {game.board.rows}x{game.board.columns}, {len(game.board.snakes)} "
+            f"snakes, {len(game.board.ladders)} ladders, last space {game.board.last}"
+        )
+        print(
+            f"    schedule ({tz.key}): round 1 {show(game.schedule.deadline(1), tz)}, "
+            f"round 2 {show(game.schedule.deadline(2), tz)}, then every {length}; "
+            f"two-turn rounds from round {s.double_from_round}"
+        )
+    return 0
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config, check=False)
+    try:
+        if args.action == "current":
+            print(f"schema revision {current_revision(db) or 'none'} (newest {head_revision()})")
+            return 0
+        before = current_revision(db)
+        upgrade(db)
+        after = current_revision(db)
+        print(
+            f"database schema: {before or 'empty'} -> {after}"
+            if before != after
+            else f"database schema already at {after}"
+        )
+        return 0
+    finally:
+        db.dispose()
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        now = utcnow()
+        for line in sync_games(db, config, now, actor="start").lines:
+            print(f"config: {line}")
+        report = _run(lambda: start_game(db, config, args.game, now))
+        tz = config.game(args.game).tz
+        print(
+            f"{args.game}: started; round 1 deadline {show(report.round_deadline, tz)}; "
+            f"{report.generated} key(s) generated; {report.welcomes} welcome mail(s) queued"
+        )
+        return 0
+    finally:
+        db.dispose()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        games = _run(lambda: status(db, args.game))
+    finally:
+        db.dispose()
+    if args.json:
+        sys.stdout.write(json.dumps([g.as_json() for g in games], indent=2, sort_keys=True) + "\n")
+    else:
+        for game in games:
+            sys.stdout.write(render_status(game))
+    return 0
+
+
+def render_status(game: GameStatus) -> str:
+    lines = [f"{game.key}: {game.title or '(no title)'} [{game.state}]"]
+    if game.round is not None:
+        kind = "one turn" if game.round_turns == 1 else "two turns"
+        valid = sum(1 for p in game.players if p.orders == "valid")
+        lines.append(
+            f"  round {game.round} ({kind}), deadline {game.deadline_shown}; "
+            f"valid orders from {valid} of {len(game.players)}"
+        )
+    if game.result:
+        lines.append(f"  result: {json.dumps(game.result, sort_keys=True)}")
+    width = max([len(p.name) for p in game.players] + [6])
+    lines.append(f"  {'player':<{width}}  position  orders")
+    for p in game.players:
+        note = f" ({'; '.join(p.problems)})" if p.problems else ""
+        gone = "  [not in the config]" if not p.active else ""
+        lines.append(f"  {p.name:<{width}}  {p.position:>8}  {p.orders}{note}{gone}")
+    lines.append(
+        f"  mail: {game.mail_pending} waiting to be sent, {game.mail_failed} failed; "
+        f"{game.inbound_set_aside} incoming message(s) set aside"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def cmd_close_round(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        dbs = config.settings.database
+        outcome = _run(
+            lambda: close_with_backup(
+                db,
+                args.game,
+                utcnow(),
+                backups=dbs.backups,
+                backup_dir=dbs.backup_dir,
+                actor="referee",
+            )
+        )
+    finally:
+        db.dispose()
+    if outcome is None:
+        raise CommandError(f"{args.game}: no round is open")
+    tz = zone(config.game(args.game).settings.timezone or config.settings.timezone)
+    positions = ", ".join(
+        f"{n} {p}" for n, p in sorted(outcome.result.positions.items(), key=lambda i: (-i[1], i[0]))
+    )
+    print(f"{args.game}: round {outcome.round} closed; positions: {positions}")
+    if outcome.next_round is not None and outcome.next_deadline is not None:
+        print(f"  round {outcome.next_round} open, deadline {show(outcome.next_deadline, tz)}")
+    else:
+        result = outcome.result.result
+        assert result is not None
+        print(
+            f"  game over: {'draw between ' if result.is_draw else 'winner '}"
+            f"{', '.join(result.winners)}"
+        )
+    return 0
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    config = _config(args)
+    tz = config.game(args.game).tz if args.game in {g.id for g in config.games} else zone("UTC")
+    try:
+        by = parse_duration(args.by) if args.by else None
+        until = parse_time(args.until, tz) if args.until else None
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    db = _database(config)
+    try:
+        new = _run(lambda: extend(db, args.game, utcnow(), by=by, until=until))
+    finally:
+        db.dispose()
+    print(f"{args.game}: deadline now {show(new, tz)}")
+    return 0
+
+
+def _simple(action: Callable[..., Any], done: str) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        config = _config(args)
+        db = _database(config)
+        try:
+            value = _run(lambda: action(db, args.game, utcnow()))
+        finally:
+            db.dispose()
+        print(f"{args.game}: {done.format(value=value)}")
+        return 0
+
+    return handler
+
+
+cmd_pause = _simple(pause, "paused (its deadline will not fire until resume)")
+cmd_resume = _simple(resume, "resumed; deadline now {value:%Y-%m-%d %H:%M} UTC")
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        number = _run(lambda: rollback_round(db, args.game, utcnow(), force=args.force))
+    finally:
+        db.dispose()
+    print(
+        f"{args.game}: round {number} reopened (results discarded, orders kept); the game "
+        "is paused: correct what you need, then close-round or resume"
+    )
+    return 0

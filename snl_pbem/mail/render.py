@@ -1,0 +1,35 @@
+"""Rendering the Jinja2 templates in ``templates/`` (installed as ``snl_pbem.templates``).
+
+Templates are plain text, named by audience and purpose
+(``player/welcome.txt.j2``). Their first line is ``Subject: ...``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+
+@lru_cache(maxsize=1)
+def environment() -> Environment:
+    folder = str(resources.files("snl_pbem.templates"))
+    return Environment(
+        loader=FileSystemLoader(folder),
+        undefined=StrictUndefined,  # a missing value is a bug, never a blank in a mail
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,  # plain text
+    )
+
+
+def render(name: str, **context: Any) -> tuple[str, str]:
+    """``(subject, body)`` of a template whose first line is ``Subject: ...``."""
+    text = environment().get_template(name).render(**context)
+    first, _, body = text.partition("\n")
+    if not first.startswith("Subject: "):
+        raise ValueError(f"template {name} must start with a 'Subject: ' line")
+    return first.removeprefix("Subject: ").strip(), body.lstrip("\n")

@@ -1,0 +1,349 @@
+"""Orders in, rounds closed: the game's state changes, each in one transaction.
+
+``close_round`` reads every player's counting orders, adjudicates with the
+rules engine, writes the results, and opens the next round (or ends the game)
+in ONE transaction. It is guarded: the round's state changes from ``open``
+with ``UPDATE ... WHERE state = 'open'`` (under a row lock on PostgreSQL,
+BEGIN IMMEDIATE on SQLite), so two processes, or a retry after a crash, can
+never close a round twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import CursorResult, delete, insert, or_, select, update
+from sqlalchemy.orm import Session
+
+from snl_pbem.games import LifecycleError, audit, scheduled_deadline
+from snl_pbem.rules import (
+    Board,
+    GameRules,
+    GameState,
+    OrderSet,
+    RoundResult,
+    TrapdoorRule,
+    adjudicate_round,
+    check_dice,
+)
+from snl_pbem.rules.dice import SET_SIZE
+from snl_pbem.store import (
+    Database,
+    Game,
+    OrderRecord,
+    Player,
+    Round,
+    RoundTally,
+    TurnRecord,
+)
+
+log = logging.getLogger("snl_pbem.rounds")
+
+
+def game_rules(game: Game) -> GameRules:
+    return GameRules(
+        Board.from_mapping(game.board),
+        double_from_round=game.double_from_round,
+        trapdoor_rule=TrapdoorRule(game.trapdoor_rule),
+        seed=game.seed,
+    )
+
+
+def load_state(session: Session, game: Game, players: Sequence[Player]) -> GameState:
+    """The game's state from its stored results: positions and the current set's dice."""
+    names = tuple(p.name for p in players)
+    turns = game.turns_played
+    set_start = turns - turns % SET_SIZE
+    positions = dict.fromkeys(names, 0)
+    played: dict[str, list[int]] = {name: [] for name in names}
+    by_id = {p.id: p.name for p in players}
+    rows = session.execute(
+        select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final)
+        .where(TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns))
+        .order_by(TurnRecord.turn)
+    )
+    for player_id, turn, die, final in rows:
+        name = by_id[player_id]
+        if turn > set_start:
+            played[name].append(die)
+        if turn == turns:
+            positions[name] = final
+    return GameState(
+        players=names,
+        positions=positions,
+        played={name: tuple(dice) for name, dice in played.items()},
+        rounds_played=game.rounds_played,
+        turns_played=turns,
+        played_from=set_start,
+    )
+
+
+def counting_orders(
+    session: Session, round_: Round, players: Sequence[Player]
+) -> dict[str, OrderSet | None]:
+    """Each player's latest order set received by the deadline (or entered by the referee)."""
+    by_id = {p.id: p.name for p in players}
+    latest: dict[str, OrderSet | None] = {}
+    rows = session.execute(
+        select(OrderRecord.player_id, OrderRecord.dice, OrderRecord.trapdoor, OrderRecord.withdrawn)
+        .where(
+            OrderRecord.round_id == round_.id,
+            or_(OrderRecord.received_at <= round_.deadline, OrderRecord.source == "referee"),
+        )
+        .order_by(OrderRecord.received_at, OrderRecord.id)
+    )
+    for player_id, dice, trapdoor, withdrawn in rows:
+        name = by_id.get(player_id)
+        if name is not None:  # later ones replace earlier ones, as a whole
+            latest[name] = None if withdrawn else OrderSet(tuple(dice), trapdoor)
+    return {name: order for name, order in latest.items() if order is not None}
+
+
+@dataclass(frozen=True)
+class OrderReceipt:
+    """What became of a submitted order set, for the acknowledgement."""
+
+    round: int
+    valid: bool
+    problems: tuple[str, ...]
+    open_values: tuple[int, ...]
+
+
+def submit_orders(
+    session: Session,
+    game: Game,
+    player: Player,
+    *,
+    dice: Sequence[int],
+    trapdoor: int | None,
+    received_at: datetime,
+    source: str = "email",
+    inbound_id: int | None = None,
+    withdraw: bool = False,
+) -> OrderReceipt:
+    """Store one order set for the open round (every one is kept; the latest counts)."""
+    round_ = session.scalar(select(Round).where(Round.game_id == game.id, Round.state == "open"))
+    if round_ is None or game.state not in ("running", "paused"):
+        raise LifecycleError(f"{game.key}: no round is open for orders")
+    players = list(
+        session.scalars(select(Player).where(Player.game_id == game.id).order_by(Player.id))
+    )
+    state = load_state(session, game, players)
+    history = state.played[player.name]
+    check = check_dice(history, dice, round_.turns)
+    problems = tuple(str(p) for p in check.problems)
+    session.add(
+        OrderRecord(
+            round_id=round_.id,
+            player_id=player.id,
+            inbound_id=inbound_id,
+            received_at=received_at,
+            source=source,
+            dice=list(dice),
+            trapdoor=trapdoor,
+            valid=check.valid and not withdraw,
+            problems=list(problems),
+            withdrawn=withdraw,
+        )
+    )
+    return OrderReceipt(round_.number, check.valid, problems, state.open_values(player.name))
+
+
+@dataclass(frozen=True)
+class CloseOutcome:
+    game: str
+    round: int
+    result: RoundResult
+    next_round: int | None
+    next_deadline: datetime | None
+
+
+def close_round(
+    db: Database,
+    game_key: str,
+    now: datetime,
+    *,
+    actor: str = "scheduler",
+    expect_round: int | None = None,
+) -> CloseOutcome | None:
+    """Close the game's open round exactly once; None if there is none (already closed).
+
+    ``expect_round`` guards a scheduled close: if the open round is another one
+    (closed and reopened meanwhile), nothing happens.
+    """
+    with db.transaction() as session:
+        game = session.scalar(select(Game).where(Game.key == game_key).with_for_update())
+        if game is None:
+            raise LifecycleError(f"{game_key}: no such game in the database")
+        round_ = session.scalar(
+            select(Round).where(Round.game_id == game.id, Round.state == "open").with_for_update()
+        )
+        if round_ is None or (expect_round is not None and round_.number != expect_round):
+            return None
+        claimed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(Round)
+            .where(Round.id == round_.id, Round.state == "open")
+            .values(state="closed", closed_at=now, closed_by=actor)
+            .execution_options(synchronize_session=False)
+        )
+        if claimed.rowcount != 1:  # someone else closed it first
+            return None
+        outcome = _adjudicate_and_store(session, game, round_, now, actor)
+    log.info("%s: round %d closed by %s", game_key, outcome.round, actor)
+    return outcome
+
+
+def _adjudicate_and_store(
+    session: Session, game: Game, round_: Round, now: datetime, actor: str
+) -> CloseOutcome:
+    players = list(
+        session.scalars(select(Player).where(Player.game_id == game.id).order_by(Player.id))
+    )
+    state = load_state(session, game, players)
+    if state.rounds_played != round_.number - 1:
+        raise LifecycleError(
+            f"{game.key}: round {round_.number} is open but {state.rounds_played} were played"
+        )
+    orders = counting_orders(session, round_, players)
+    result, after = adjudicate_round(game_rules(game), state, orders, keep_history=False)
+
+    ids = {p.name: p.id for p in players}
+    rows = [
+        {
+            "game_id": game.id,
+            "round_id": round_.id,
+            "player_id": ids[name],
+            "turn": turn.turn,
+            "die": move.die,
+            "start": move.start,
+            "target": move.target,
+            "final": move.final,
+            "events": [str(e) for e in move.events],
+        }
+        for turn in result.turns
+        for name, move in turn.moves.items()
+    ]
+    session.execute(insert(TurnRecord), rows)
+    result_json = None
+    if result.result is not None:
+        winners = list(result.result.winners)
+        result_json = {"draw": winners} if result.result.is_draw else {"winner": winners[0]}
+    session.add(
+        RoundTally(
+            round_id=round_.id,
+            nominations=dict(result.nominations),
+            defaulted=sorted(result.defaulted),
+            votes={str(space): n for space, n in result.tally.votes.items()},
+            threshold=result.tally.threshold,
+            trapdoors=list(result.trapdoors),
+            by_lot=result.tally.by_lot,
+            nmr={name: str(nmr) for name, nmr in result.nmr.items()},
+            result=result_json,
+            adjudicated_at=now,
+        )
+    )
+    game.rounds_played = after.rounds_played
+    game.turns_played = after.turns_played
+    next_round = next_deadline = None
+    if result.result is not None:
+        game.state, game.result, game.ended_at = "over", result_json, now
+    else:
+        next_round = round_.number + 1
+        next_deadline = scheduled_deadline(game, next_round, now)
+        session.add(
+            Round(
+                game_id=game.id,
+                number=next_round,
+                turns=1 if next_round < game.double_from_round else 2,
+                deadline=next_deadline,
+                opened_at=now,
+            )
+        )
+    audit(
+        session,
+        now,
+        actor,
+        "close-round",
+        game,
+        round=round_.number,
+        nmr=len(result.nmr),
+        trapdoors=len(result.trapdoors),
+        result=result_json,
+    )
+    return CloseOutcome(game.key, round_.number, result, next_round, next_deadline)
+
+
+def close_with_backup(
+    db: Database,
+    game_key: str,
+    now: datetime,
+    *,
+    backups: int,
+    backup_dir: Path | None = None,
+    actor: str = "scheduler",
+    expect_round: int | None = None,
+) -> CloseOutcome | None:
+    """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
+    db.backup(backup_dir, f"{game_key}-before-close", backups)
+    return close_round(db, game_key, now, actor=actor, expect_round=expect_round)
+
+
+def rollback_round(
+    db: Database, game_key: str, now: datetime, *, actor: str = "referee", force: bool = False
+) -> int:
+    """Reopen the last closed round: its results are discarded, its orders kept.
+
+    The game is left paused so that the scheduler does not close it again at
+    once; correct what needs correcting, then ``close-round`` or ``resume``.
+    The next round is removed; if it already has orders, only with ``force``
+    (the messages they came in stay stored and can be ingested again).
+    """
+    with db.transaction() as session:
+        game = session.scalar(select(Game).where(Game.key == game_key).with_for_update())
+        if game is None:
+            raise LifecycleError(f"{game_key}: no such game in the database")
+        last = session.scalar(
+            select(Round)
+            .where(Round.game_id == game.id, Round.state == "closed")
+            .order_by(Round.number.desc())
+            .limit(1)
+            .with_for_update()
+        )
+        if last is None:
+            raise LifecycleError(f"{game_key}: no round has been closed yet")
+        following = session.scalar(
+            select(Round).where(Round.game_id == game.id, Round.number == last.number + 1)
+        )
+        if following is not None:
+            count = len(
+                session.scalars(
+                    select(OrderRecord.id).where(OrderRecord.round_id == following.id)
+                ).all()
+            )
+            if count and not force:
+                raise LifecycleError(
+                    f"{game_key}: round {following.number} already has {count} order set(s); "
+                    "rollback --force discards them (their emails stay stored)"
+                )
+            session.delete(following)
+            session.flush()
+        first_turn = session.scalar(
+            select(TurnRecord.turn)
+            .where(TurnRecord.round_id == last.id)
+            .order_by(TurnRecord.turn)
+            .limit(1)
+        )
+        session.execute(delete(TurnRecord).where(TurnRecord.round_id == last.id))
+        session.execute(delete(RoundTally).where(RoundTally.round_id == last.id))
+        last.state, last.closed_at, last.closed_by = "open", None, None
+        game.rounds_played = last.number - 1
+        game.turns_played = (first_turn or 1) - 1
+        game.result, game.ended_at = None, None
+        game.state, game.paused_at = "paused", now
+        audit(session, now, actor, "rollback", game, round=last.number, force=force)
+        return last.number

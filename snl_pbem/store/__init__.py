@@ -1,0 +1,34 @@
+"""Storage: SQLAlchemy 2.x models, the database handle and its one transaction helper.
+
+Nothing here knows the rules or mail beyond the shapes it stores; the service
+layer moves data between them inside :meth:`Database.transaction`.
+"""
+
+from snl_pbem.store.db import Database, SchemaOutOfDate
+from snl_pbem.store.models import (
+    AuditEntry,
+    Base,
+    Game,
+    InboundMessage,
+    OrderRecord,
+    OutboxMessage,
+    Player,
+    Round,
+    RoundTally,
+    TurnRecord,
+)
+
+__all__ = [
+    "AuditEntry",
+    "Base",
+    "Database",
+    "Game",
+    "InboundMessage",
+    "OrderRecord",
+    "OutboxMessage",
+    "Player",
+    "Round",
+    "RoundTally",
+    "SchemaOutOfDate",
+    "TurnRecord",
+]

@@ -1,0 +1,117 @@
+"""The database handle: engines tuned per backend and the one transaction helper.
+
+SQLite (the embedded default) runs in WAL mode with a busy timeout, and every
+transaction begins IMMEDIATE, so concurrent writers wait for each other
+instead of failing half-way. PostgreSQL is used as it comes, with row locks
+where a state change must happen once (closing a round).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+log = logging.getLogger("snl_pbem.store")
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class SchemaOutOfDate(RuntimeError):
+    """The database is not at the newest migration: run ``snl-pbem db upgrade``."""
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url``: SQLite gets WAL, a busy timeout, foreign keys, BEGIN IMMEDIATE."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True, **kwargs)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves, below
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=FULL")  # a committed order survives power loss
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class Database:
+    """One database: its engine and sessions. Only the edges call :meth:`transaction`."""
+
+    def __init__(self, url: str, **engine_kwargs: Any) -> None:
+        self.url = url
+        self.engine = make_engine(url, **engine_kwargs)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on any error."""
+        with self._sessions() as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def check_schema(self) -> None:
+        """Raise :class:`SchemaOutOfDate` unless the database is at the newest migration."""
+        from snl_pbem.store.migrate import current_revision, head_revision
+
+        current = current_revision(self)
+        head = head_revision()
+        if current != head:
+            where = make_url(self.url).render_as_string(hide_password=True)
+            raise SchemaOutOfDate(
+                f"the database {where} is at schema revision {current or 'none (empty)'}, "
+                f"this version needs {head}: run 'snl-pbem db upgrade' first"
+            )
+
+    def backup(self, directory: Path | None, label: str, keep: int) -> Path | None:
+        """SQLite: an online backup into ``directory`` (default: backups/ beside the file).
+
+        Keeps the newest ``keep`` backups; returns the new file, or None when there is
+        nothing to do (PostgreSQL, an in-memory database, or keep == 0).
+        """
+        database = make_url(self.url).database
+        if not self.is_sqlite or keep <= 0 or not database or database == ":memory:":
+            return None
+        source = Path(database)
+        folder = directory or source.parent / "backups"
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now().strftime("%Y%m%dT%H%M%S%f")
+        target = folder / f"{source.stem}-{stamp}-{label}.sqlite"
+        raw = self.engine.raw_connection()
+        try:
+            with sqlite3.connect(target) as copy:
+                raw.driver_connection.backup(copy)  # type: ignore[union-attr]
+            copy.close()
+        finally:
+            raw.close()
+        backups = sorted(folder.glob(f"{source.stem}-*.sqlite"))
+        for old in backups[: max(0, len(backups) - keep)]:
+            old.unlink(missing_ok=True)
+        log.info("backup written: %s", target)
+        return target

@@ -1,0 +1,277 @@
+"""The tables. Constraints make duplicates impossible, not merely unlikely.
+
+- one inbound row per raw message (SHA-256) and per (source, UIDVALIDITY, UID);
+- one result per (round, player, turn); one tally per round;
+- one round per (game, number) and at most one *open* round per game.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every database (SQLite keeps no zone, so store naive UTC)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: give times in UTC with a zone")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+    }
+
+
+class Game(Base):
+    """A game and its settings, as last synced from the config."""
+
+    __tablename__ = "games"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    key: Mapped[str] = mapped_column(String(32), unique=True)
+    """The config's game id (``spring26``)."""
+    title: Mapped[str] = mapped_column(String(200), default="")
+    state: Mapped[str] = mapped_column(String(16), default="new")
+    """new (not started), running, paused, over."""
+    timezone: Mapped[str] = mapped_column(String(64))
+    board: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """The [board] table; fixed when the game starts."""
+    schedule: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """first, explicit deadlines and round_length, as synced from the config."""
+    schedule_shift_s: Mapped[int] = mapped_column(Integer, default=0)
+    """Seconds every later scheduled deadline moves (pauses)."""
+    double_from_round: Mapped[int] = mapped_column(Integer, default=7)
+    trapdoor_rule: Mapped[str] = mapped_column(String(16), default="all")
+    seed: Mapped[int] = mapped_column(BigInteger, default=0)
+    remind_before_s: Mapped[int | None] = mapped_column(Integer)
+    close_when_all_in: Mapped[bool] = mapped_column(Boolean, default=False)
+    settle_s: Mapped[int] = mapped_column(Integer, default=600)
+    reveal_after_game: Mapped[bool] = mapped_column(Boolean, default=False)
+    key_salt: Mapped[str] = mapped_column(String(64))
+    """Salt of the players' key tags (hex)."""
+    rounds_played: Mapped[int] = mapped_column(Integer, default=0)
+    turns_played: Mapped[int] = mapped_column(Integer, default=0)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    paused_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    ended_at: Mapped[datetime | None]
+
+    players: Mapped[list[Player]] = relationship(back_populates="game", order_by="Player.id")
+    rounds: Mapped[list[Round]] = relationship(back_populates="game", order_by="Round.number")
+
+
+class Player(Base):
+    __tablename__ = "players"
+    __table_args__ = (
+        UniqueConstraint("game_id", "name"),
+        Index("ix_players_game_id_key_tag", "game_id", "key_tag"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(40))
+    email: Mapped[str] = mapped_column(String(254))
+    key_hash: Mapped[str | None] = mapped_column(String(200))
+    """scrypt$n$r$p$salt$hash of the order key; never the key itself."""
+    key_tag: Mapped[str | None] = mapped_column(String(16))
+    """A short salted tag that finds the player whose hash to check."""
+    key_source: Mapped[str] = mapped_column(String(16), default="generated")
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    """False once removed from the config: kept with its history, never deleted."""
+    joined_at: Mapped[datetime]
+
+    game: Mapped[Game] = relationship(back_populates="players")
+
+
+class Round(Base):
+    __tablename__ = "rounds"
+    __table_args__ = (
+        UniqueConstraint("game_id", "number"),
+        # At most one open round per game, enforced by the database itself.
+        Index(
+            "uq_rounds_one_open_per_game",
+            "game_id",
+            unique=True,
+            sqlite_where=text("state = 'open'"),
+            postgresql_where=text("state = 'open'"),
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    turns: Mapped[int] = mapped_column(Integer)
+    deadline: Mapped[datetime]
+    deadline_source: Mapped[str] = mapped_column(String(16), default="schedule")
+    """schedule (follows the config) or referee (set by extend/pause)."""
+    state: Mapped[str] = mapped_column(String(16), default="open")
+    """open, closed."""
+    opened_at: Mapped[datetime]
+    closed_at: Mapped[datetime | None]
+    closed_by: Mapped[str | None] = mapped_column(String(64))
+
+    game: Mapped[Game] = relationship(back_populates="rounds")
+
+
+class OrderRecord(Base):
+    """Every order set received, valid or not; the latest before the deadline counts."""
+
+    __tablename__ = "order_sets"
+    __table_args__ = (Index("ix_order_sets_round_player", "round_id", "player_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id", ondelete="CASCADE"))
+    player_id: Mapped[int] = mapped_column(ForeignKey("players.id", ondelete="CASCADE"))
+    inbound_id: Mapped[int | None] = mapped_column(
+        ForeignKey("inbound_messages.id", ondelete="SET NULL")
+    )
+    received_at: Mapped[datetime]
+    source: Mapped[str] = mapped_column(String(16), default="email")
+    dice: Mapped[list[Any]] = mapped_column(JSON)
+    trapdoor: Mapped[int | None] = mapped_column(Integer)
+    valid: Mapped[bool] = mapped_column(Boolean)
+    problems: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    withdrawn: Mapped[bool] = mapped_column(Boolean, default=False)
+    """CLEAR: the player withdrew this round's orders (counts as none)."""
+
+
+class RoundTally(Base):
+    """The private record of a closed round: nominations, votes, trapdoors, NMRs."""
+
+    __tablename__ = "round_tallies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id", ondelete="CASCADE"), unique=True)
+    nominations: Mapped[dict[str, Any]] = mapped_column(JSON)
+    defaulted: Mapped[list[Any]] = mapped_column(JSON)
+    votes: Mapped[dict[str, Any]] = mapped_column(JSON)
+    threshold: Mapped[int] = mapped_column(Integer)
+    trapdoors: Mapped[list[Any]] = mapped_column(JSON)
+    by_lot: Mapped[bool] = mapped_column(Boolean, default=False)
+    nmr: Mapped[dict[str, Any]] = mapped_column(JSON)
+    """player name -> why the referee moved for them (R17/R18)."""
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    adjudicated_at: Mapped[datetime]
+
+
+class TurnRecord(Base):
+    """One player's move in one turn (private)."""
+
+    __tablename__ = "turn_results"
+    __table_args__ = (
+        UniqueConstraint("round_id", "player_id", "turn"),
+        Index("ix_turn_results_game_turn", "game_id", "turn"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
+    round_id: Mapped[int] = mapped_column(ForeignKey("rounds.id", ondelete="CASCADE"))
+    player_id: Mapped[int] = mapped_column(ForeignKey("players.id", ondelete="CASCADE"))
+    turn: Mapped[int] = mapped_column(Integer)
+    die: Mapped[int] = mapped_column(Integer)
+    start: Mapped[int] = mapped_column(Integer)
+    target: Mapped[int] = mapped_column(Integer)
+    final: Mapped[int] = mapped_column(Integer)
+    events: Mapped[list[Any]] = mapped_column(JSON)
+
+
+class InboundMessage(Base):
+    """Every message that reached the server, stored before it is acted on."""
+
+    __tablename__ = "inbound_messages"
+    __table_args__ = (UniqueConstraint("source", "uidvalidity", "uid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    message_id: Mapped[str | None] = mapped_column(String(998), index=True)
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    source: Mapped[str] = mapped_column(String(200))
+    uidvalidity: Mapped[int | None] = mapped_column(BigInteger)
+    uid: Mapped[int | None] = mapped_column(BigInteger)
+    received_at: Mapped[datetime]
+    raw: Mapped[bytes] = mapped_column(LargeBinary)
+    status: Mapped[str] = mapped_column(String(16), default="new")
+    """new, processed, rejected, ignored, failed (set aside for the referee)."""
+    error: Mapped[str | None] = mapped_column(Text)
+    game_id: Mapped[int | None] = mapped_column(ForeignKey("games.id", ondelete="SET NULL"))
+    player_id: Mapped[int | None] = mapped_column(ForeignKey("players.id", ondelete="SET NULL"))
+
+
+class OutboxMessage(Base):
+    """A message to send; marked sent only after the server's 250."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (Index("ix_outbox_status_next_attempt", "status", "next_attempt_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int | None] = mapped_column(ForeignKey("games.id", ondelete="SET NULL"))
+    kind: Mapped[str] = mapped_column(String(32))
+    recipient: Mapped[str] = mapped_column(String(254))
+    message_id: Mapped[str] = mapped_column(String(250), unique=True)
+    message: Mapped[bytes] = mapped_column(LargeBinary)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    """pending, sent, failed (permanent, shown to the referee)."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime]
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    sent_at: Mapped[datetime | None]
+    secret: Mapped[bool] = mapped_column(Boolean, default=False)
+    """Holds an order key: the body is scrubbed once sent."""
+
+
+class AuditEntry(Base):
+    """Every referee/GM action and every automatic state change of a game."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(32))
+    game_id: Mapped[int | None] = mapped_column(ForeignKey("games.id", ondelete="SET NULL"))
+    detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
