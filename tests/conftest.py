@@ -11,10 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from pgserver import PostgresServer, PostgresUnavailable  # noqa: E402
+from pgserver import PostgresServer, PostgresUnavailable
 
-from snl_pbem.store import Database  # noqa: E402
-from snl_pbem.store.migrate import upgrade  # noqa: E402
+from snl_pbem.store import Database
+from snl_pbem.store.migrate import upgrade
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,9 @@ class PostgresUnavailable(RuntimeError):
 
 
 def _bin_dir() -> Path:
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4]))
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(p.split("/")[4])
+    )
     if found:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
@@ -61,18 +63,43 @@ class PostgresServer:
             raise PostgresUnavailable(f"{' '.join(args[:2])} failed: {done.stderr}{extra}")
 
     def start(self) -> PostgresServer:
-        self._run(str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
-                  "--no-sync", "-E", "UTF8")
-        options = (f"-k {self.root} -p {self.port} -c listen_addresses='127.0.0.1' "
-                   "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
-                   "-c max_connections=200")
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"),
-                  "-o", options, "-w", "-t", "60", "start")
+        self._run(
+            str(self.bin / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "--no-sync",
+            "-E",
+            "UTF8",
+        )
+        options = (
+            f"-k {self.root} -p {self.port} -c listen_addresses='127.0.0.1' "
+            "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
+            "-c max_connections=200"
+        )
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         return self
 
     def stop(self) -> None:
         try:
-            self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+            self._run(
+                str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"
+            )
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -82,8 +109,9 @@ class PostgresServer:
     def _admin(self, sql: str) -> None:
         import psycopg
 
-        with psycopg.connect(host="127.0.0.1", port=self.port, user="postgres",
-                             dbname="postgres", autocommit=True) as conn:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", dbname="postgres", autocommit=True
+        ) as conn:
             conn.execute(sql)
 
     def create_database(self) -> str:

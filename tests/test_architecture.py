@@ -41,3 +41,22 @@ def test_rules_engine_never_prints() -> None:
         calls = [n for n in ast.walk(ast.parse(path.read_text()))
                  if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("print", "open")]
         assert not calls, f"{path.name} calls print/open"
+
+
+def test_every_package_is_listed_in_pyproject() -> None:
+    import tomllib
+
+    root = RULES.parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+                 ["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "snl_pbem").rglob(
+        "__init__.py")}
+    assert found <= listed, f"add to pyproject.toml [tool.setuptools] packages: {found - listed}"
+
+
+def test_store_and_mail_stay_apart() -> None:
+    """STYLE.md: mail and store never import each other's internals."""
+    root = RULES.parent
+    for package, other in (("mail", "snl_pbem.store"), ("store", "snl_pbem.mail")):
+        for path in (root / package).glob("*.py"):
+            assert not any(n.startswith(other) for n in imports_of(path)), path.name

@@ -113,12 +113,15 @@ def test_most_voted_in_a_game_depends_on_the_seed_only() -> None:
 def test_a_state_holding_only_the_current_set_plays_the_same() -> None:
     """Storage loads only the current set's dice (played_from): R6 needs no more."""
     rules = GameRules(plain_board(ladders={30: 60}), double_from_round=1)
-    full = state_at({"a": 20, "b": 25}, {"a": (1, 2, 3, 4, 5, 6, 2, 5), "b": (6, 5, 4, 3, 2, 1, 1, 3)},
-                    rounds_played=4)
+    full = state_at(
+        {"a": 20, "b": 25},
+        {"a": (1, 2, 3, 4, 5, 6, 2, 5), "b": (6, 5, 4, 3, 2, 1, 1, 3)},
+        rounds_played=4,
+    )
     short = type(full)(full.players, full.positions, {"a": (2, 5), "b": (1, 3)},
                        rounds_played=4, turns_played=8, played_from=6)
     orders = {"a": OrderSet((4, 1)), "b": OrderSet((1, 4))}  # b repeats 1: R18
-    long_result, long_next = adjudicate_round(rules, full, orders)
+    long_result, _ = adjudicate_round(rules, full, orders)
     short_result, short_next = adjudicate_round(rules, short, orders)
     assert long_result.positions == short_result.positions
     assert str(long_result.nmr["b"]) == str(short_result.nmr["b"])

@@ -42,12 +42,17 @@ def make_config(tmp_path: Path, db_url: str) -> Callable[..., Config]:
             names = game.get("players", ["ann", "bob", "cy"])
             players = "\n".join(
                 f'  {{ name = "{n}", email = "{n}@example.org"'
-                + (f', key = "{n}-key-123"' if game.get("keys") else "") + " },"
+                + (f', key = "{n}-key-123"' if game.get("keys") else "")
+                + " },"
                 for n in names  # type: ignore[union-attr]
             )
-            text += GAME.format(id=game.get("id", "g1"), first=game.get("first", "2030-01-04T18:00"),
-                                length=game.get("length", "3d"), double=game.get("double", 7),
-                                players=players)
+            text += GAME.format(
+                id=game.get("id", "g1"),
+                first=game.get("first", "2030-01-04T18:00"),
+                length=game.get("length", "3d"),
+                double=game.get("double", 7),
+                players=players,
+            )
         path = tmp_path / "config.toml"
         path.write_text(dedent(text) + extra)
         return load_config(path)

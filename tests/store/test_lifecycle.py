@@ -10,9 +10,15 @@ from sqlalchemy import func, select
 
 from snl_pbem.games import LifecycleError, start_game, sync_games
 from snl_pbem.keys import verify_key
-from snl_pbem.replay import Replay, outcome_json, run_replay
-from snl_pbem.rounds import close_round, close_with_backup, game_rules, rollback_round, submit_orders
 from snl_pbem.referee import extend, pause, resume, status
+from snl_pbem.replay import Replay, outcome_json, run_replay
+from snl_pbem.rounds import (
+    close_round,
+    close_with_backup,
+    game_rules,
+    rollback_round,
+    submit_orders,
+)
 from snl_pbem.rules import OrderSet
 from snl_pbem.store import AuditEntry, Database, Game, OutboxMessage, Player, Round, TurnRecord
 
@@ -74,7 +80,8 @@ def test_start_makes_keys_round_one_and_welcome_mail(db: Database, make_config) 
     assert "Round 1 deadline: Fri 4 Jan 2030 18:00 GMT" in body
     assert "Auto-Submitted: auto-generated" in body and "List-Id:" in body
     assert [(r.number, r.turns, r.state, r.deadline) for r in rounds] == [
-        (1, 1, "open", datetime(2030, 1, 4, 18, 0, tzinfo=UTC))]
+        (1, 1, "open", datetime(2030, 1, 4, 18, 0, tzinfo=UTC))
+    ]
     with pytest.raises(LifecycleError, match="already started"):
         start_game(db, config, "g1", T0)
 
@@ -111,3 +118,170 @@ def test_close_round_adjudicates_and_opens_the_next(db: Database, make_config) -
         assert [(r.number, r.state) for r in rounds] == [(1, "closed"), (2, "open")]
         assert s.scalar(select(AuditEntry.action).order_by(AuditEntry.id.desc())) == "close-round"
     assert close_round(db, "g1", T0, expect_round=1) is None  # round 1 is already closed
+
+
+@pytest.mark.parametrize("workers", [4])
+def test_concurrent_closes_close_once(db: Database, make_config, workers: int) -> None:
+    """Two (or more) closers at once — threads with their own connections — close once."""
+    config = make_config()
+    started(db, config)
+    barrier = threading.Barrier(workers)
+    outcomes = []
+
+    def closer() -> None:
+        mine = Database(db.url)
+        try:
+            barrier.wait()
+            outcomes.append(close_round(mine, "g1", T0, actor="racer", expect_round=1))
+        finally:
+            mine.dispose()
+
+    threads = [threading.Thread(target=closer) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(o is not None for o in outcomes) == 1
+    with db.transaction() as s:
+        assert s.scalar(select(func.count()).select_from(TurnRecord)) == 3
+        assert s.scalar(select(func.count()).select_from(Round)) == 2
+
+
+def test_a_whole_game_matches_offline_adjudication(db: Database, make_config) -> None:
+    """Closing rounds through the database gives exactly what `adjudicate` gives."""
+    import random
+
+    config = make_config([{"players": ["ann", "bob", "cy", "dee"], "double": 3}])
+    started(db, config)
+    rng = random.Random(5)
+    rounds: list[dict[str, OrderSet | None]] = []
+    now = T0
+    for number in range(1, 40):
+        with db.transaction() as s:
+            game = s.scalar(select(Game))
+            if game.state == "over":
+                break
+        turns = 1 if number < 3 else 2
+        orders: dict[str, OrderSet | None] = {}
+        for name in ("ann", "bob", "cy", "dee"):
+            if rng.random() < 0.2:
+                continue
+            dice = [rng.randint(1, 6) for _ in range(turns)]
+            trap = rng.choice([None, rng.randint(1, 100)])
+            receipt = order(db, "g1", name, dice, trapdoor=trap, at=now)
+            assert receipt.round == number
+            orders[name] = OrderSet(tuple(dice), trap)
+        rounds.append(orders)
+        now += timedelta(days=3)
+        assert close_round(db, "g1", now) is not None
+    rules = game_rules(_game(db))
+    offline = outcome_json(run_replay(Replay(rules, ("ann", "bob", "cy", "dee"), tuple(rounds))))
+    with db.transaction() as s:
+        game = s.scalar(select(Game))
+        assert game.state == "over" and game.result == offline["result"]
+        finals = dict(
+            s.execute(
+                select(Player.name, TurnRecord.final)
+                .join(TurnRecord, TurnRecord.player_id == Player.id)
+                .where(TurnRecord.turn == game.turns_played)
+            ).all()
+        )
+    assert finals == offline["rounds"][-1]["positions"]
+
+
+def _game(db: Database) -> Game:
+    with db.transaction() as s:
+        return s.scalar(select(Game))
+
+
+def test_orders_after_the_deadline_do_not_count(db: Database, make_config) -> None:
+    config = make_config()
+    started(db, config)
+    deadline = datetime(2030, 1, 4, 18, 0, tzinfo=UTC)
+    order(db, "g1", "ann", [6], at=deadline - timedelta(minutes=1))
+    order(db, "g1", "ann", [5], at=deadline + timedelta(seconds=1))  # late: ignored
+    outcome = close_round(db, "g1", deadline + timedelta(minutes=5))
+    assert outcome is not None and outcome.result.turns[0].moves["ann"].die == 6
+
+
+def test_rollback_reopens_and_reclosing_gives_the_same_result(db: Database, make_config) -> None:
+    config = make_config()
+    started(db, config)
+    order(db, "g1", "ann", [5])
+    first = close_round(db, "g1", T0 + timedelta(days=40))
+    assert first is not None
+    order(db, "g1", "bob", [2], at=T0 + timedelta(days=40, hours=1))  # an order for round 2
+    with pytest.raises(LifecycleError, match="round 2 already has 1 order set"):
+        rollback_round(db, "g1", T0)
+    assert rollback_round(db, "g1", T0, force=True) == 1
+    with db.transaction() as s:
+        game = s.scalar(select(Game))
+        assert (game.state, game.rounds_played, game.turns_played) == ("paused", 0, 0)
+        assert s.scalar(select(func.count()).select_from(TurnRecord)) == 0
+    again = close_round(db, "g1", T0 + timedelta(days=41), actor="referee")
+    assert again is not None and again.result.positions == first.result.positions
+
+
+def test_extend_pause_resume(db: Database, make_config) -> None:
+    config = make_config()
+    started(db, config)
+    deadline = datetime(2030, 1, 4, 18, 0, tzinfo=UTC)
+    assert extend(db, "g1", T0, by=timedelta(days=1)) == deadline + timedelta(days=1)
+    with pytest.raises(LifecycleError, match="either --by"):
+        extend(db, "g1", T0)
+    pause(db, "g1", T0)
+    with pytest.raises(LifecycleError, match="only a running game"):
+        pause(db, "g1", T0)
+    assert resume(db, "g1", T0 + timedelta(hours=5)) == deadline + timedelta(days=1, hours=5)
+    with db.transaction() as s:
+        game = s.scalar(select(Game))
+        assert game.schedule_shift_s == 5 * 3600
+        actions = s.scalars(select(AuditEntry.action).order_by(AuditEntry.id)).all()
+    assert actions[-3:] == ["extend", "pause", "resume"]
+    # a schedule change in the config no longer moves a deadline the referee set
+    assert not any(
+        "deadline moved" in x
+        for x in sync_games(db, make_config([{"first": "2030-01-05T18:00"}]), T0).lines
+    )
+
+
+def test_config_schedule_change_moves_a_scheduled_deadline(db: Database, make_config) -> None:
+    started(db, make_config())
+    lines = sync_games(db, make_config([{"first": "2030-01-06T09:30"}]), T0).lines
+    assert (
+        "g1: round 1 deadline moved from Fri 4 Jan 2030 18:00 GMT to Sun 6 Jan 2030 09:30 GMT"
+        in lines
+    )
+
+
+def test_status_is_the_referees_private_view(db: Database, make_config) -> None:
+    started(db, make_config())
+    order(db, "g1", "ann", [3])
+    order(db, "g1", "bob", [3, 4])
+    [game] = status(db, "g1")
+    by_name = {p.name: p for p in game.players}
+    assert (game.round, game.round_turns, game.state) == (1, 1, "running")
+    assert by_name["ann"].orders == "valid" and by_name["cy"].orders == "none"
+    assert by_name["bob"].orders == "invalid"
+    assert "this round needs 1 die" in by_name["bob"].problems[0]
+    assert game.mail_pending == 3
+    with pytest.raises(LifecycleError, match="no game 'nope'"):
+        status(db, "nope")
+
+
+def test_backups_before_close_keep_the_newest(db: Database, make_config, tmp_path) -> None:
+    config = make_config(extra="")
+    started(db, config)
+    for day in range(3):
+        close_with_backup(
+            db, "g1", T0 + timedelta(days=40 + 5 * day), backups=2, backup_dir=tmp_path / "bk"
+        )
+    files = sorted((tmp_path / "bk").glob("*.sqlite")) if (tmp_path / "bk").exists() else []
+    if db.is_sqlite:
+        assert len(files) == 2
+        import sqlite3
+
+        with sqlite3.connect(files[-1]) as copy:
+            assert copy.execute("select count(*) from rounds").fetchone() == (3,)
+    else:
+        assert files == []  # PostgreSQL: pg_dump is the GM's tool, see the guide

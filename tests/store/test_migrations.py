@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect
 
-import pytest
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import (
     alembic_config,
@@ -28,7 +28,9 @@ def test_every_revision_down_and_up(db_url: str) -> None:
             database.check_schema()
         upgrade(database)
         database.check_schema()
-        revisions = [s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()]
+        revisions = [
+            s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()
+        ]
         for revision in revisions:  # newest first: step down one at a time
             downgrade(database, "-1")
             assert current_revision(database) != revision
@@ -47,5 +49,7 @@ def test_models_agree_with_the_newest_migration(db: Database) -> None:
 
 
 def test_migration_files_are_named_rev_slug() -> None:
-    files = sorted(p.name for p in (migrations_dir() / "versions").glob("*.py") if p.name != "__init__.py")
+    files = sorted(
+        p.name for p in (migrations_dir() / "versions").glob("*.py") if p.name != "__init__.py"
+    )
     assert files and all(name[:4].isdigit() and name[4] == "_" for name in files)
