@@ -202,7 +202,7 @@ def upgrade() -> None:
         sa.Column("start", sa.Integer(), nullable=False),
         sa.Column("target", sa.Integer(), nullable=False),
         sa.Column("final", sa.Integer(), nullable=False),
-        sa.Column("events", sa.JSON(), nullable=False),
+        sa.Column("events", sa.Text(), nullable=False),
         sa.ForeignKeyConstraint(
             ["game_id"],
             ["games.id"],
@@ -237,7 +237,7 @@ def upgrade() -> None:
         sa.Column("inbound_id", sa.Integer(), nullable=True),
         sa.Column("received_at", sa.DateTime(), nullable=False),
         sa.Column("source", sa.String(length=16), nullable=False),
-        sa.Column("dice", sa.JSON(), nullable=False),
+        sa.Column("dice", sa.String(length=64), nullable=False),
         sa.Column("trapdoor", sa.Integer(), nullable=True),
         sa.Column("valid", sa.Boolean(), nullable=False),
         sa.Column("problems", sa.JSON(), nullable=False),

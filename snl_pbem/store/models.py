@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -172,12 +173,23 @@ class OrderRecord(Base):
     )
     received_at: Mapped[datetime]
     source: Mapped[str] = mapped_column(String(16), default="email")
-    dice: Mapped[list[Any]] = mapped_column(JSON)
+    dice: Mapped[str] = mapped_column(String(64))
+    """The dice as sent, space-separated (``4 2``); see :func:`dice_text`."""
     trapdoor: Mapped[int | None] = mapped_column(Integer)
     valid: Mapped[bool] = mapped_column(Boolean)
     problems: Mapped[list[Any]] = mapped_column(JSON, default=list)
     withdrawn: Mapped[bool] = mapped_column(Boolean, default=False)
     """CLEAR: the player withdrew this round's orders (counts as none)."""
+
+
+def dice_text(dice: Sequence[int]) -> str:
+    """Dice as stored in order_sets.dice: ``4 2``."""
+    return " ".join(str(int(d)) for d in dice)
+
+
+def dice_values(text: str) -> tuple[int, ...]:
+    """The dice of an order_sets.dice value."""
+    return tuple(int(d) for d in text.split())
 
 
 class RoundTally(Base):
@@ -217,7 +229,8 @@ class TurnRecord(Base):
     start: Mapped[int] = mapped_column(Integer)
     target: Mapped[int] = mapped_column(Integer)
     final: Mapped[int] = mapped_column(Integer)
-    events: Mapped[list[Any]] = mapped_column(JSON)
+    events: Mapped[str] = mapped_column(Text, default="")
+    """What happened after the die, e.g. ``ladder 4→14; trapdoor 45→36`` ("" for nothing)."""
 
 
 class InboundMessage(Base):
