@@ -346,6 +346,32 @@ def close_with_backup(
     return close_round(db, game_key, now, actor=actor, expect_round=expect_round)
 
 
+def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
+    """Open rounds of running games whose deadline has passed, oldest deadline first."""
+    with db.transaction() as session:
+        rows = session.execute(
+            select(Game.key, Round.number, Round.deadline)
+            .join(Round, Round.game_id == Game.id)
+            .where(Game.state == "running", Round.state == "open", Round.deadline <= now)
+            .order_by(Round.deadline, Game.key)
+        )
+        return [(key, number, deadline) for key, number, deadline in rows]
+
+
+def close_due_rounds(
+    db: Database, now: datetime, *, backups: int = 0, backup_dir: Path | None = None
+) -> list[CloseOutcome]:
+    """Close every round whose deadline passed (e.g. while the server was down), each once,
+    in deadline order. A round opened by one of these closes gets a fresh deadline."""
+    closed = []
+    for key, number, _deadline in due_rounds(db, now):
+        outcome = close_with_backup(db, key, now, backups=backups, backup_dir=backup_dir,
+                                    actor="catch-up", expect_round=number)
+        if outcome is not None:
+            closed.append(outcome)
+    return closed
+
+
 def rollback_round(
     db: Database, game_key: str, now: datetime, *, actor: str = "referee", force: bool = False
 ) -> int:

@@ -133,3 +133,18 @@ def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert "games[0].players[0].email: 'ann' is not an email address" in err
     assert "Traceback" not in err
+
+
+def test_the_example_config_is_valid(tmp_path: Path) -> None:
+    deploy = Path(__file__).parents[2] / "deploy"
+    text = (deploy / "config.example.toml").read_text()
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "standard.toml").write_text((deploy / "boards" / "standard.toml")
+                                                       .read_text())
+    for secret in ("imap.secret", "smtp.secret"):
+        (tmp_path / secret).write_text("pw\n")
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    config = load_config(path)
+    assert config.game("spring26").board.ladders[80] == 100
+    assert config.settings.mail.imap is not None and config.settings.mail.imap.port == 993

@@ -285,3 +285,43 @@ def test_backups_before_close_keep_the_newest(db: Database, make_config, tmp_pat
             assert copy.execute("select count(*) from rounds").fetchone() == (3,)
     else:
         assert files == []  # PostgreSQL: pg_dump is the GM's tool, see the guide
+
+
+def test_missed_deadlines_are_closed_once_in_deadline_order(db: Database, make_config) -> None:
+    from snl_pbem.rounds import close_due_rounds, due_rounds
+
+    config = make_config([{"id": "late"}, {"id": "early", "first": "2030-01-02T09:00"},
+                          {"id": "future", "first": "2031-01-01T09:00"}])
+    sync_games(db, config, T0)
+    for key in ("late", "early", "future"):
+        start_game(db, config, key, T0)
+    pause(db, "future", T0)
+    after = datetime(2030, 2, 1, tzinfo=UTC)
+    assert [key for key, _, _ in due_rounds(db, after)] == ["early", "late"]
+    closed = close_due_rounds(db, after)
+    assert [(o.game, o.round) for o in closed] == [("early", 1), ("late", 1)]
+    assert all(o.next_deadline is not None and o.next_deadline > after for o in closed)
+    assert close_due_rounds(db, after) == []  # nothing twice
+
+
+def test_duplicates_are_impossible(db: Database, make_config) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    from snl_pbem.store import InboundMessage
+
+    started(db, make_config())
+    inbound = dict(sha256="a" * 64, source="imap:x", uidvalidity=7, uid=1, received_at=T0,
+                   raw=b"x", status="new")
+    with db.transaction() as s:
+        s.add(InboundMessage(**inbound))
+    for change in ({"uid": 2}, {"sha256": "b" * 64}):  # same bytes / same mailbox UID
+        with pytest.raises(IntegrityError), db.transaction() as s:
+            s.add(InboundMessage(**{**inbound, **change}))
+    with pytest.raises(IntegrityError), db.transaction() as s:
+        game = s.scalar(select(Game))
+        s.add(Round(game_id=game.id, number=2, turns=1, deadline=T0, opened_at=T0))  # 2nd open
+    close_round(db, "g1", T0)
+    with pytest.raises(IntegrityError), db.transaction() as s:
+        row = s.scalar(select(TurnRecord))
+        s.add(TurnRecord(game_id=row.game_id, round_id=row.round_id, player_id=row.player_id,
+                         turn=row.turn, die=1, start=0, target=1, final=1, events=""))
