@@ -261,19 +261,21 @@ def _adjudicate_and_store(
     result, after = adjudicate_round(game_rules(game), state, orders, keep_history=False)
 
     ids = {p.name: p.id for p in players}
+    game_id, round_id = game.id, round_.id
     described: dict[int, str] = {}  # moves share their events tuples: describe each once
     rows = []
     for turn in result.turns:
+        number = turn.turn
         for name, move in turn.moves.items():
             events = described.get(id(move.events))
             if events is None:
                 events = described[id(move.events)] = "; ".join(map(str, move.events))
             rows.append(
                 (
-                    game.id,
-                    round_.id,
+                    game_id,
+                    round_id,
                     ids[name],
-                    turn.turn,
+                    number,
                     move.die,
                     move.start,
                     move.target,
@@ -365,8 +367,15 @@ def close_due_rounds(
     in deadline order. A round opened by one of these closes gets a fresh deadline."""
     closed = []
     for key, number, _deadline in due_rounds(db, now):
-        outcome = close_with_backup(db, key, now, backups=backups, backup_dir=backup_dir,
-                                    actor="catch-up", expect_round=number)
+        outcome = close_with_backup(
+            db,
+            key,
+            now,
+            backups=backups,
+            backup_dir=backup_dir,
+            actor="catch-up",
+            expect_round=number,
+        )
         if outcome is not None:
             closed.append(outcome)
     return closed
