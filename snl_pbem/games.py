@@ -18,7 +18,7 @@ from sqlalchemy import exists, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config, GameConfig, Schedule
-from snl_pbem.keys import generate_key, hash_key, key_tag, new_salt
+from snl_pbem.keys import generate_key, hash_key, new_salt
 from snl_pbem.outbox import enqueue_mail
 from snl_pbem.store import AuditEntry, Database, Game, OrderRecord, Player, Round, TurnRecord
 from snl_pbem.timeutil import show, wall_clock_add, zone
@@ -190,10 +190,7 @@ def _sync_players(
                 key_source="config" if spec.key else "generated",
             )
             if spec.key:
-                player.key_hash, player.key_tag = (
-                    hash_key(spec.key),
-                    key_tag(spec.key, game.key_salt),
-                )
+                player.key_hash = hash_key(spec.key, game.key_salt)
             session.add(player)
             report.add(f"{game.key}: player {name} added")
             audit(session, now, actor, "player-added", game, player=name)
@@ -205,8 +202,8 @@ def _sync_players(
             report.add(f"{game.key}: player {name}'s address changed")
             audit(session, now, actor, "player-email", game, player=name)
             player.email = spec.email
-        if spec.key and key_tag(spec.key, game.key_salt) != player.key_tag:
-            player.key_hash, player.key_tag = hash_key(spec.key), key_tag(spec.key, game.key_salt)
+        if spec.key and hash_key(spec.key, game.key_salt) != player.key_hash:
+            player.key_hash = hash_key(spec.key, game.key_salt)
             player.key_source = "config"
             report.add(f"{game.key}: player {name}'s key changed in the config")
             audit(session, now, actor, "player-key", game, player=name)
@@ -289,7 +286,7 @@ def start_game(
             key = specs[player.name].key if player.name in specs else None
             if key is None:
                 key = generate_key()
-                player.key_hash, player.key_tag = hash_key(key), key_tag(key, game.key_salt)
+                player.key_hash = hash_key(key, game.key_salt)
                 player.key_source = "generated"
                 generated += 1
             enqueue_mail(

@@ -91,8 +91,7 @@ def upgrade() -> None:
         sa.Column("game_id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=40), nullable=False),
         sa.Column("email", sa.String(length=254), nullable=False),
-        sa.Column("key_hash", sa.String(length=200), nullable=True),
-        sa.Column("key_tag", sa.String(length=16), nullable=True),
+        sa.Column("key_hash", sa.String(length=80), nullable=True),
         sa.Column("key_source", sa.String(length=16), nullable=False),
         sa.Column("active", sa.Boolean(), nullable=False),
         sa.Column("joined_at", sa.DateTime(), nullable=False),
@@ -100,11 +99,9 @@ def upgrade() -> None:
             ["game_id"], ["games.id"], name=op.f("fk_players_game_id_games"), ondelete="CASCADE"
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_players")),
+        sa.UniqueConstraint("game_id", "key_hash", name=op.f("uq_players_game_id_key_hash")),
         sa.UniqueConstraint("game_id", "name", name=op.f("uq_players_game_id_name")),
     )
-    with op.batch_alter_table("players", schema=None) as batch_op:
-        batch_op.create_index("ix_players_game_id_key_tag", ["game_id", "key_tag"], unique=False)
-
     op.create_table(
         "rounds",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -293,9 +290,6 @@ def downgrade() -> None:
         )
 
     op.drop_table("rounds")
-    with op.batch_alter_table("players", schema=None) as batch_op:
-        batch_op.drop_index("ix_players_game_id_key_tag")
-
     op.drop_table("players")
     with op.batch_alter_table("outbox", schema=None) as batch_op:
         batch_op.drop_index("ix_outbox_status_next_attempt")

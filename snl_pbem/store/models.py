@@ -93,7 +93,7 @@ class Game(Base):
     settle_s: Mapped[int] = mapped_column(Integer, default=600)
     reveal_after_game: Mapped[bool] = mapped_column(Boolean, default=False)
     key_salt: Mapped[str] = mapped_column(String(64))
-    """Salt of the players' key tags (hex)."""
+    """Salt of the players' key hashes (hex)."""
     rounds_played: Mapped[int] = mapped_column(Integer, default=0)
     turns_played: Mapped[int] = mapped_column(Integer, default=0)
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -110,17 +110,16 @@ class Player(Base):
     __tablename__ = "players"
     __table_args__ = (
         UniqueConstraint("game_id", "name"),
-        Index("ix_players_game_id_key_tag", "game_id", "key_tag"),
+        # a key finds its player: no two players of a game may share one
+        UniqueConstraint("game_id", "key_hash"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(40))
     email: Mapped[str] = mapped_column(String(254))
-    key_hash: Mapped[str | None] = mapped_column(String(200))
-    """scrypt$n$r$p$salt$hash of the order key; never the key itself."""
-    key_tag: Mapped[str | None] = mapped_column(String(16))
-    """A short salted tag that finds the player whose hash to check."""
+    key_hash: Mapped[str | None] = mapped_column(String(80))
+    """The order key's salted hash (see snl_pbem.keys); never the key itself."""
     key_source: Mapped[str] = mapped_column(String(16), default="generated")
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     """False once removed from the config: kept with its history, never deleted."""

@@ -84,8 +84,7 @@ def populate(db: Database, n: int, seed: int = 1) -> None:
                     "game_id": game.id,
                     "name": f"p{i:06d}",
                     "email": f"p{i}@example.org",
-                    "key_hash": "scrypt$x",
-                    "key_tag": "00000000",
+                    "key_hash": f"h1${i:064x}",
                     "joined_at": T0,
                 }
                 for i in range(n)

@@ -68,14 +68,16 @@ def test_start_makes_keys_round_one_and_welcome_mail(db: Database, make_config) 
     started(db, config)
     with db.transaction() as s:
         players = s.scalars(select(Player).order_by(Player.id)).all()
-        assert all(p.key_hash and p.key_hash.startswith("scrypt$") for p in players)
+        salt = s.scalar(select(Game.key_salt))
+        assert all(p.key_hash and p.key_hash.startswith("h1$") for p in players)
         mails = s.scalars(select(OutboxMessage).order_by(OutboxMessage.id)).all()
         rounds = s.scalars(select(Round)).all()
     assert [m.recipient for m in mails] == ["ann@example.org", "bob@example.org", "cy@example.org"]
     assert all(m.kind == "welcome" and m.secret and m.status == "pending" for m in mails)
     body = mails[0].message.decode()
     key = next(line.strip() for line in body.splitlines() if line.startswith("    "))
-    assert verify_key(key, players[0].key_hash) and not verify_key(key, players[1].key_hash)
+    assert verify_key(key, players[0].key_hash, salt)
+    assert not verify_key(key, players[1].key_hash, salt)
     assert key not in (players[0].key_hash or "")
     assert "Round 1 deadline: Fri 4 Jan 2030 18:00 GMT" in body
     assert "Auto-Submitted: auto-generated" in body and "List-Id:" in body
@@ -92,7 +94,8 @@ def test_config_keys_are_hashed_not_stored(db: Database, make_config) -> None:
     with db.transaction() as s:
         ann = s.scalar(select(Player).where(Player.name == "ann"))
         mail = s.scalar(select(OutboxMessage).where(OutboxMessage.recipient == "ann@example.org"))
-    assert ann.key_source == "config" and verify_key("ANN-key-123", ann.key_hash)
+    assert ann.key_source == "config"
+    assert verify_key("ANN-key-123", ann.key_hash, _game(db).key_salt)
     assert "ann-key-123" in mail.message.decode()
 
 
