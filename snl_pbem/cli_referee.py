@@ -11,6 +11,7 @@ from typing import Any
 
 from snl_pbem.config import Config, ConfigError, config_path, load_config
 from snl_pbem.games import LifecycleError, start_game, sync_games
+from snl_pbem.keys import WEAK_BELOW
 from snl_pbem.referee import GameStatus, extend, pause, resume, status
 from snl_pbem.rounds import close_with_backup, rollback_round
 from snl_pbem.store import Database, SchemaOutOfDate
@@ -111,6 +112,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"round 2 {show(game.schedule.deadline(2), tz)}, then every {length}; "
             f"two-turn rounds from round {s.double_from_round}"
         )
+        for player in s.players:
+            if player.key is not None and len(player.key) < WEAK_BELOW:
+                print(
+                    f"    warning: {player.name}'s key is shorter than {WEAK_BELOW} "
+                    "characters; a generated key (leave key out) is much harder to guess"
+                )
     return 0
 
 

@@ -128,6 +128,7 @@ def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out = capsys.readouterr().out
     assert "game spring26: Spring 2026" in out and "players (2): ann, bob" in out
     assert "round 1 Sat 28 Mar 2026 18:00 GMT, round 2 Tue 31 Mar 2026 18:00 BST" in out
+    assert "warning: bob's key is shorter than 10 characters" in out
     path.write_text(GOOD.replace('"ann@example.org"', '"ann"'))
     assert main(["check-config", "--config", str(path)]) == 2
     err = capsys.readouterr().err
