@@ -49,6 +49,8 @@ def add_commands(sub: Any) -> None:
     ext = command("extend", cmd_extend, "move the open round's deadline later", game=True)
     ext.add_argument("--by", metavar="DURATION", help='e.g. "1d" or "12h"')
     ext.add_argument("--until", metavar="TIME", help="a time, in the game's time zone")
+    ing = command("ingest", cmd_ingest, "feed saved .eml files through the mail intake")
+    ing.add_argument("files", nargs="+", metavar="FILE")
     command("pause", cmd_pause, "stop the game's clock", game=True)
     command("resume", cmd_resume, "restart the clock; the deadline moves by the pause", game=True)
     rb = command("rollback", cmd_rollback, "reopen the last closed round", game=True)
@@ -232,6 +234,31 @@ def cmd_close_round(args: argparse.Namespace) -> int:
             f"{', '.join(result.winners)}"
         )
     return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from snl_pbem.intake import ingest
+
+    config = _config(args)
+    db = _database(config)
+    failed = 0
+    try:
+        for name in args.files:
+            path = Path(name)
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+                failed += 1
+                continue
+            result = ingest(db, config, raw, utcnow(), f"file:{path.name}")
+            print(f"{path}: {result.status}" + (f" ({result.detail})" if result.detail else ""))
+            failed += result.status == "failed"
+    finally:
+        db.dispose()
+    return 1 if failed else 0
 
 
 def cmd_extend(args: argparse.Namespace) -> int:

@@ -141,6 +141,9 @@ def upgrade() -> None:
         sa.Column("raw", sa.LargeBinary(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("attempts", sa.Integer(), nullable=False),
+        sa.Column("sender", sa.String(length=254), nullable=True),
+        sa.Column("auth_results", sa.Text(), nullable=True),
         sa.Column("game_id", sa.Integer(), nullable=True),
         sa.Column("player_id", sa.Integer(), nullable=True),
         sa.ForeignKeyConstraint(

@@ -247,8 +247,13 @@ class InboundMessage(Base):
     received_at: Mapped[datetime]
     raw: Mapped[bytes] = mapped_column(LargeBinary)
     status: Mapped[str] = mapped_column(String(16), default="new")
-    """new, processed, rejected, ignored, failed (set aside for the referee)."""
+    """new, processed, rejected, ignored, duplicate, failed (set aside for the referee)."""
     error: Mapped[str | None] = mapped_column(Text)
+    """Why it was rejected or ignored, or the traceback of a processing failure."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    sender: Mapped[str | None] = mapped_column(String(254))
+    auth_results: Mapped[str | None] = mapped_column(Text)
+    """Authentication-Results added by the referee's own MTA (others are not trusted)."""
     game_id: Mapped[int | None] = mapped_column(ForeignKey("games.id", ondelete="SET NULL"))
     player_id: Mapped[int | None] = mapped_column(ForeignKey("players.id", ondelete="SET NULL"))
 
