@@ -311,11 +311,18 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
             0,
             "no DICE line: this message replaces your earlier orders as a whole, so it has no dice",
         )
+    first = "first " if round_.turns == 2 else ""
     trapdoor_text = (
         f"space {commands.trapdoor}"
         if commands.trapdoor is not None
-        else "none: the space your move lands on counts as your nomination (R16)"
+        else f"none given: the space your {first}move lands on counts as your nomination (rule 16)"
     )
+    if receipt.valid:
+        open_label = "Still open in your set of six after these dice"
+        open_after = receipt.open_after
+    else:
+        open_label = "Open in your current set of six"
+        open_after = receipt.open_values
     first_turn = game.turns_played + 1
     _reply(
         ctx,
@@ -333,7 +340,8 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         line_problems=_redacted(commands.problems, commands.key),
         ignored=[_redact(x, commands.key) for x in commands.ignored][:20],
         dropped=commands.dropped_lines,
-        open_values=", ".join(map(str, receipt.open_values)) or "none",
+        open_label=open_label,
+        open_values=", ".join(map(str, open_after)),
         deadline=show(round_.deadline, zone(game.timezone)),
         other_sender=other,
     )

@@ -32,6 +32,7 @@ from snl_pbem.rules import (
     TrapdoorRule,
     adjudicate_round,
     check_dice,
+    open_values,
 )
 from snl_pbem.rules.dice import SET_SIZE
 from snl_pbem.store import (
@@ -161,6 +162,9 @@ class OrderReceipt:
     valid: bool
     problems: tuple[str, ...]
     open_values: tuple[int, ...]
+    """Values open in the player's current set before these dice."""
+    open_after: tuple[int, ...]
+    """Values open after these dice (when valid), ready for the next turn."""
 
 
 def submit_orders(
@@ -200,7 +204,9 @@ def submit_orders(
             withdrawn=withdraw,
         )
     )
-    return OrderReceipt(round_.number, check.valid, problems, state.open_values(player.name))
+    before = state.open_values(player.name)
+    after = open_values((*history, *dice)) if check.valid else before
+    return OrderReceipt(round_.number, check.valid, problems, before, after)
 
 
 @dataclass(frozen=True)

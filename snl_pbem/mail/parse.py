@@ -108,7 +108,7 @@ def sender_address(msg: Message) -> str | None:
         if address.count("@") == 1 and " " not in address and len(address) <= 254:
             local, domain = address.split("@")
             if local and "." in domain:
-                return f"{local}@{domain.lower()}"
+                return f"{local}@{domain}".lower()
     return None
 
 

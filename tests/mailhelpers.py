@@ -1,0 +1,65 @@
+"""Helpers for intake tests: a game g1 whose players ann, bob and cy have known keys,
+and reading back what the intake did."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import select
+
+from snl_pbem.config import Config, load_config
+from snl_pbem.store import Database, OrderRecord, OutboxMessage, Player
+
+T0 = datetime(2029, 12, 1, 12, 0, tzinfo=UTC)
+CORPUS = Path(__file__).parent / "data" / "mail"
+
+CONFIG = """
+timezone = "Europe/London"
+[database]
+url = "{url}"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+replies_per_hour = {replies}
+[[games]]
+id = "g1"
+title = "Test game"
+board = {{ snakes = {{ "47" = 26 }}, ladders = {{ "4" = 14 }} }}
+first_deadline = "2030-01-04T18:00"
+round_length = "3d"
+players = [
+  {{ name = "ann", email = "ann@example.org", key = "ann-key-123" }},
+  {{ name = "bob", email = "bob@example.org", key = "bob-key-123" }},
+  {{ name = "cy", email = "cy@example.org", key = "cy-key-123" }},
+]
+"""
+
+
+def game_config(path: Path, url: str, replies: int = 20) -> Config:
+    path.write_text(CONFIG.format(url=url, replies=replies))
+    return load_config(path)
+
+
+@dataclass
+class Order:
+    player: str
+    dice: str
+    trapdoor: int | None
+    valid: bool
+
+
+def orders_of(db: Database) -> list[Order]:
+    with db.transaction() as s:
+        rows = s.execute(select(Player.name, OrderRecord.dice, OrderRecord.trapdoor,
+                                OrderRecord.valid)
+                         .join(Player, Player.id == OrderRecord.player_id)
+                         .order_by(OrderRecord.id)).all()
+    return [Order(*row) for row in rows]
+
+
+def replies_since(db: Database, since: datetime) -> list[OutboxMessage]:
+    with db.transaction() as s:
+        return list(s.scalars(select(OutboxMessage).where(OutboxMessage.kind != "welcome")
+                              .order_by(OutboxMessage.id)))
