@@ -315,7 +315,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     trapdoor_text = (
         f"space {commands.trapdoor}"
         if commands.trapdoor is not None
-        else f"none given: the space your {first}move lands on counts as your nomination (rule 16)"
+        else f"none (the space your {first}move lands on counts, rule 16)"
     )
     if receipt.valid:
         open_label = "Still open in your set of six after these dice"
