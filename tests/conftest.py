@@ -49,3 +49,18 @@ def db(db_url: str) -> Iterator[Database]:
     upgrade(database)
     yield database
     database.dispose()
+
+
+@pytest.fixture(scope="session")
+def dovecot():
+    """The test run's own Dovecot; under CI=true it must start, elsewhere it may skip."""
+    from dovecotserver import DovecotServer, DovecotUnavailable
+
+    try:
+        server = DovecotServer().start()
+    except DovecotUnavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Dovecot is required under CI: {exc}")
+        pytest.skip(f"Dovecot not available: {exc}")
+    yield server
+    server.remove()

@@ -47,6 +47,17 @@ def upgrade() -> None:
         sa.UniqueConstraint("key", name=op.f("uq_games_key")),
     )
     op.create_table(
+        "mailbox_state",
+        sa.Column("source", sa.String(length=200), nullable=False),
+        sa.Column("uidvalidity", sa.BigInteger(), nullable=True),
+        sa.Column("last_ok_at", sa.DateTime(), nullable=True),
+        sa.Column("last_error", sa.Text(), nullable=True),
+        sa.Column("last_error_at", sa.DateTime(), nullable=True),
+        sa.Column("owner", sa.String(length=100), nullable=True),
+        sa.Column("lease_until", sa.DateTime(), nullable=True),
+        sa.PrimaryKeyConstraint("source", name=op.f("pk_mailbox_state")),
+    )
+    op.create_table(
         "audit_log",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("at", sa.DateTime(), nullable=False),
@@ -299,5 +310,6 @@ def downgrade() -> None:
 
     op.drop_table("outbox")
     op.drop_table("audit_log")
+    op.drop_table("mailbox_state")
     op.drop_table("games")
     # ### end Alembic commands ###

@@ -29,7 +29,7 @@ class SchemaOutOfDate(RuntimeError):
     """The database is not at the newest migration: run ``snl-pbem db upgrade``."""
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
+def make_engine(url: str, *, sqlite_busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, **kwargs: Any) -> Engine:
     """An engine for ``url``: SQLite gets WAL, a busy timeout, foreign keys, BEGIN IMMEDIATE."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":

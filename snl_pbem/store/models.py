@@ -258,6 +258,21 @@ class InboundMessage(Base):
     player_id: Mapped[int | None] = mapped_column(ForeignKey("players.id", ondelete="SET NULL"))
 
 
+class MailboxState(Base):
+    """One mail intake's health and its lease (only one process polls a mailbox)."""
+
+    __tablename__ = "mailbox_state"
+
+    source: Mapped[str] = mapped_column(String(200), primary_key=True)
+    uidvalidity: Mapped[int | None] = mapped_column(BigInteger)
+    last_ok_at: Mapped[datetime | None]
+    """The last complete, successful poll: the round closer's health signal."""
+    last_error: Mapped[str | None] = mapped_column(Text)
+    last_error_at: Mapped[datetime | None]
+    owner: Mapped[str | None] = mapped_column(String(100))
+    lease_until: Mapped[datetime | None]
+
+
 class OutboxMessage(Base):
     """A message to send; marked sent only after the server's 250."""
 

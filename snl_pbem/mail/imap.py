@@ -1,0 +1,220 @@
+"""The IMAP poller (imapclient): fetch new mail, have it stored, then move it away.
+
+A message is fetched with ``BODY.PEEK[]`` (never marked read before it is
+stored), handed to ``deliver`` (the service layer's ``ingest``), and only
+after that returns — the message committed — moved to the processed folder
+(``MOVE`` when the server has it, else copy, flag deleted and expunge). A
+crash between the commit and the move costs nothing: the message is fetched
+again and recognised as already stored. IDLE is used when the server has it
+(re-issued at least every 10 minutes), with polling as the fallback; every
+socket has a timeout; a failed connection is retried with exponential backoff
+and jitter. The callbacks record health and hold the mailbox's lease, so two
+server processes never poll the same mailbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import ssl
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from imapclient import IMAPClient
+from imapclient.exceptions import IMAPClientError
+
+log = logging.getLogger("snl_pbem.imap")
+
+IDLE_RENEW_SECONDS = 9 * 60  # RFC 2177: re-issue IDLE at least every 29 minutes; we do 9
+BATCH = 100
+
+
+@dataclass(frozen=True)
+class MailboxConfig:
+    host: str
+    port: int
+    tls: str  # ssl, starttls, none
+    username: str
+    password: str
+    folder: str = "INBOX"
+    processed_folder: str = "Processed"
+    poll_interval: float = 60.0
+    timeout: float = 30.0
+    ssl_context: ssl.SSLContext | None = None
+
+    @property
+    def source(self) -> str:
+        return f"imap:{self.username}@{self.host}:{self.port}/{self.folder}"
+
+
+class MailboxHooks(Protocol):
+    """What the poller needs from the rest of the server."""
+
+    def deliver(self, raw: bytes, source: str, uidvalidity: int, uid: int) -> bool:
+        """Store one message; True once it is committed (then it may be moved)."""
+
+    def acquire(self, source: str) -> bool:
+        """Take or renew this mailbox's lease; False if another process holds it."""
+
+    def healthy(self, source: str, uidvalidity: int) -> None:
+        """A poll completed."""
+
+    def failed(self, source: str, error: str) -> None:
+        """A poll failed."""
+
+    def uidvalidity_changed(self, source: str, old: int | None, new: int) -> None:
+        """The mailbox was recreated; old UIDs mean nothing now."""
+
+
+class ImapPoller:
+    def __init__(
+        self,
+        config: MailboxConfig,
+        hooks: MailboxHooks,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.config = config
+        self.hooks = hooks
+        self.client: IMAPClient | None = None
+        self.uidvalidity: int | None = None
+        self.last_uid = 0
+        self._sleep = sleep
+        self._has_move = False
+
+    # -- connection -------------------------------------------------------------------
+
+    def connect(self) -> IMAPClient:
+        cfg = self.config
+        context = cfg.ssl_context or ssl.create_default_context()
+        client = IMAPClient(
+            cfg.host,
+            port=cfg.port,
+            ssl=cfg.tls == "ssl",
+            ssl_context=context if cfg.tls == "ssl" else None,
+            timeout=cfg.timeout,
+            use_uid=True,
+        )
+        try:
+            if cfg.tls == "starttls":
+                client.starttls(context)
+            client.login(cfg.username, cfg.password)
+            if not client.folder_exists(cfg.processed_folder):
+                client.create_folder(cfg.processed_folder)
+            selected = client.select_folder(cfg.folder)
+            capabilities = client.capabilities()
+        except Exception:
+            _close(client)
+            raise
+        uidvalidity = int(selected[b"UIDVALIDITY"])
+        if self.uidvalidity is not None and uidvalidity != self.uidvalidity:
+            log.warning(
+                "%s: UIDVALIDITY changed %s -> %s; old messages are recognised by their content",
+                cfg.source,
+                self.uidvalidity,
+                uidvalidity,
+            )
+            self.hooks.uidvalidity_changed(cfg.source, self.uidvalidity, uidvalidity)
+            self.last_uid = 0
+        self.uidvalidity = uidvalidity
+        self._has_move = b"MOVE" in capabilities
+        self.client = client
+        return client
+
+    def close(self) -> None:
+        if self.client is not None:
+            _close(self.client)
+            self.client = None
+
+    # -- one poll ---------------------------------------------------------------------
+
+    def poll_once(self) -> int:
+        """Fetch, store and move every new message; returns how many were stored."""
+        if not self.hooks.acquire(self.config.source):
+            log.info("%s: another process holds this mailbox", self.config.source)
+            return 0
+        client = self.client or self.connect()
+        assert self.uidvalidity is not None
+        uids = [
+            u for u in client.search(["UID", f"{self.last_uid + 1}:*"]) if u > self.last_uid
+        ]  # "n:*" also returns the last UID when none is newer
+        stored_total = 0
+        for start in range(0, len(uids), BATCH):
+            batch = sorted(uids[start : start + BATCH])
+            fetched = client.fetch(batch, ["BODY.PEEK[]"])
+            stored: list[int] = []
+            for uid in batch:
+                item = fetched.get(uid)
+                raw = item.get(b"BODY[]") if item else None
+                if raw is None:
+                    continue  # expunged meanwhile
+                if self.hooks.deliver(bytes(raw), self.config.source, self.uidvalidity, uid):
+                    stored.append(uid)
+            self._move(client, stored)
+            stored_total += len(stored)
+            if stored:
+                self.last_uid = max(self.last_uid, *stored)
+        self.hooks.healthy(self.config.source, self.uidvalidity)
+        return stored_total
+
+    def _move(self, client: IMAPClient, uids: Sequence[int]) -> None:
+        if not uids:
+            return
+        target = self.config.processed_folder
+        if self._has_move:
+            client.move(uids, target)
+        else:
+            client.copy(uids, target)
+            client.add_flags(uids, [b"\\Deleted"])
+            if client.has_capability("UIDPLUS"):
+                client.uid_expunge(uids)
+            else:
+                client.expunge()
+
+    # -- running ----------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until ``stop`` is set: IDLE when possible, reconnecting with backoff."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                self.poll_once()
+                failures = 0
+                self._wait_for_mail(stop)
+            except (OSError, IMAPClientError, ssl.SSLError) as exc:
+                failures += 1
+                self.close()
+                message = f"{type(exc).__name__}: {exc}"
+                self.hooks.failed(self.config.source, message)
+                delay = min(300.0, 2.0 ** min(failures, 8)) * random.uniform(0.5, 1.0)
+                log.warning("%s: %s; reconnecting in %.0fs", self.config.source, message, delay)
+                stop.wait(delay)
+        self.close()
+
+    def _wait_for_mail(self, stop: threading.Event) -> None:
+        client = self.client
+        interval = self.config.poll_interval
+        if client is None or not client.has_capability("IDLE"):
+            stop.wait(interval)
+            return
+        client.idle()
+        try:
+            started = time.monotonic()
+            while not stop.is_set() and time.monotonic() - started < IDLE_RENEW_SECONDS:
+                if client.idle_check(timeout=min(interval, 5.0)):
+                    break  # something arrived
+                if time.monotonic() - started >= interval:
+                    break  # poll anyway now and then (and renew the lease)
+        finally:
+            client.idle_done()
+
+
+def _close(client: IMAPClient) -> None:
+    for action in (client.logout, client.shutdown):
+        try:
+            action()
+            return
+        except Exception:  # closing a broken connection: nothing more to do
+            continue

@@ -1,0 +1,161 @@
+"""Wiring the mail intakes to the database: leases, health, and ``ingest``.
+
+The IMAP poller and the LMTP receiver (``snl_pbem.mail``) know nothing of
+the database; this module gives them what they call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import IntegrityError
+
+from snl_pbem.config import Config
+from snl_pbem.intake import IngestResult, ingest
+from snl_pbem.mail.imap import ImapPoller, MailboxConfig
+from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
+from snl_pbem.store import Database, MailboxState
+from snl_pbem.timeutil import utcnow
+
+log = logging.getLogger("snl_pbem.mailboxes")
+
+LEASE = timedelta(minutes=5)
+
+
+def process_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class DatabaseHooks:
+    """The IMAP poller's hooks, backed by the mailbox_state table and ``ingest``."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        clock: Callable[[], datetime] = utcnow,
+        owner: str | None = None,
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.clock = clock
+        self.owner = owner or process_identity()
+        self.results: list[IngestResult] = []
+
+    def deliver(self, raw: bytes, source: str, uidvalidity: int, uid: int) -> bool:
+        result = ingest(
+            self.db, self.config, raw, self.clock(), source, uidvalidity=uidvalidity, uid=uid
+        )
+        self.results.append(result)
+        return result.stored
+
+    def _state(self, source: str) -> None:
+        with self.db.transaction() as session:
+            if session.get(MailboxState, source) is not None:
+                return
+        try:
+            with self.db.transaction() as session:
+                session.add(MailboxState(source=source))
+        except IntegrityError:
+            pass  # another process created it first
+
+    def acquire(self, source: str) -> bool:
+        self._state(source)
+        now = self.clock()
+        with self.db.transaction() as session:
+            taken = session.execute(
+                update(MailboxState)
+                .where(
+                    MailboxState.source == source,
+                    or_(
+                        MailboxState.owner.is_(None),
+                        MailboxState.owner == self.owner,
+                        MailboxState.lease_until < now,
+                    ),
+                )
+                .values(owner=self.owner, lease_until=now + LEASE)
+                .execution_options(synchronize_session=False)
+            )
+            return bool(taken.rowcount)  # type: ignore[attr-defined]
+
+    def release(self, source: str) -> None:
+        with self.db.transaction() as session:
+            session.execute(
+                update(MailboxState)
+                .where(MailboxState.source == source, MailboxState.owner == self.owner)
+                .values(owner=None, lease_until=None)
+                .execution_options(synchronize_session=False)
+            )
+
+    def healthy(self, source: str, uidvalidity: int) -> None:
+        with self.db.transaction() as session:
+            state = session.get(MailboxState, source)
+            if state is not None:
+                state.last_ok_at, state.uidvalidity = self.clock(), uidvalidity
+
+    def failed(self, source: str, error: str) -> None:
+        with self.db.transaction() as session:
+            state = session.get(MailboxState, source)
+            if state is not None:
+                state.last_error, state.last_error_at = error[:2000], self.clock()
+
+    def uidvalidity_changed(self, source: str, old: int | None, new: int) -> None:
+        log.warning("%s: UIDVALIDITY %s -> %s", source, old, new)
+
+
+def last_good_poll(db: Database, source: str) -> datetime | None:
+    with db.transaction() as session:
+        return session.scalar(select(MailboxState.last_ok_at).where(MailboxState.source == source))
+
+
+def imap_poller(
+    db: Database, config: Config, hooks: DatabaseHooks | None = None, timeout: float = 30.0
+) -> ImapPoller | None:
+    """The poller for the configured mailbox, or None when none is configured."""
+    imap = config.settings.mail.imap
+    if imap is None:
+        return None
+    password = config.password(imap) or ""
+    settings = MailboxConfig(
+        host=imap.host,
+        port=imap.port,
+        tls=imap.tls,
+        username=imap.username,
+        password=password,
+        folder=imap.folder,
+        processed_folder=imap.processed_folder,
+        poll_interval=imap.poll_interval.total_seconds(),
+        timeout=timeout,
+    )
+    return ImapPoller(settings, hooks or DatabaseHooks(db, config))
+
+
+def lmtp_receiver(
+    db: Database, config: Config, clock: Callable[[], datetime] = utcnow
+) -> ReceiverController | None:
+    """The LMTP/SMTP receiver for the configured listener, or None when none is configured."""
+    lmtp = config.settings.mail.lmtp
+    if lmtp is None:
+        return None
+
+    def deliver(raw: bytes, source: str) -> IngestResult:
+        result = ingest(db, config, raw, clock(), source)
+        if not result.stored:
+            raise RuntimeError("message not stored")
+        return result
+
+    handler = GameAddressHandler(
+        config.settings.mail.address, deliver, lmtp=lmtp.protocol == "lmtp"
+    )
+    return ReceiverController(
+        handler,
+        lmtp.host,
+        lmtp.port,
+        max_size=config.settings.mail.max_message_size,
+        lmtp=lmtp.protocol == "lmtp",
+    )

@@ -1,0 +1,147 @@
+"""A private Dovecot IMAP server for the test run (Debian's dovecot-imapd).
+
+Configured as DESIGN.md describes: its own folder, plaintext login on a free
+loopback port, Maildir storage. Each test asks for a fresh mailbox user.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+CONF = """base_dir = {d}/run
+state_dir = {d}/run/state
+log_path = {d}/dovecot.log
+protocols = imap
+listen = 127.0.0.1
+ssl = no
+disable_plaintext_auth = no
+auth_mechanisms = plain login
+default_login_user = dovenull
+default_internal_user = dovecot
+default_internal_group = dovecot
+service imap-login {{
+  inet_listener imap {{
+    port = {port}
+  }}
+  chroot =
+}}
+service anvil {{
+  chroot =
+}}
+passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN username_format=%u {d}/users
+}}
+userdb {{
+  driver = static
+  args = uid=dovecot gid=dovecot home={d}/mail/%u
+}}
+mail_location = maildir:~/Maildir
+first_valid_uid = 1
+"""
+
+
+class DovecotUnavailable(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class DovecotServer:
+    def __init__(self) -> None:
+        self.binary = shutil.which("dovecot") or "/usr/sbin/dovecot"
+        if not os.path.exists(self.binary):
+            raise DovecotUnavailable("dovecot is not installed (Debian: dovecot-imapd)")
+        if os.geteuid() != 0:
+            raise DovecotUnavailable("the private Dovecot needs root (it drops to dovecot)")
+        self.dir = Path(tempfile.mkdtemp(prefix="snl-dovecot-"))
+        os.chmod(self.dir, 0o755)
+        self.port = _free_port()
+        self.host = "127.0.0.1"
+
+    def start(self) -> DovecotServer:
+        d = self.dir
+        (d / "run").mkdir()
+        (d / "mail").mkdir()
+        user = pwd.getpwnam("dovecot")
+        os.chown(d / "mail", user.pw_uid, user.pw_gid)
+        (d / "users").write_text("")
+        (d / "dovecot.conf").write_text(CONF.format(d=d, port=self.port))
+        self._launch()
+        return self
+
+    def _launch(self) -> None:
+        # dovecot daemonizes: its output goes to a file, never to a pipe we would wait on
+        with open(self.dir / "startup.log", "ab") as out:
+            code = subprocess.call([self.binary, "-c", str(self.dir / "dovecot.conf")],
+                                   stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                                   timeout=30)
+        if code != 0:
+            startup = (self.dir / "startup.log").read_text()
+            raise DovecotUnavailable(f"dovecot did not start: {startup}{self.log()}")
+        self.wait_ready()
+
+    def wait_ready(self, seconds: float = 15) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1) as sock:
+                    if sock.recv(100).startswith(b"* OK"):
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise DovecotUnavailable(f"dovecot is not answering on {self.port}: {self.log()}")
+
+    def log(self) -> str:
+        path = self.dir / "dovecot.log"
+        return path.read_text()[-3000:] if path.exists() else ""
+
+    def pid(self) -> int | None:
+        path = self.dir / "run" / "master.pid"
+        return int(path.read_text()) if path.exists() else None
+
+    def stop(self) -> None:
+        pid = self.pid()
+        if pid:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            for _ in range(100):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.05)
+
+    def restart(self) -> None:
+        self.stop()
+        self._launch()
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def new_user(self, password: str = "secret") -> str:
+        """A fresh mailbox: a new user (the passwd-file is re-read when it changes)."""
+        name = "u" + uuid.uuid4().hex[:10]
+        with open(self.dir / "users", "a") as users:
+            users.write(f"{name}:{{PLAIN}}{password}\n")
+        return name
+
+    def delete_mailbox(self, user: str) -> None:
+        """Remove a user's whole Maildir (the next login recreates it: a new UIDVALIDITY)."""
+        shutil.rmtree(self.dir / "mail" / user, ignore_errors=True)
