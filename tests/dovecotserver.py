@@ -6,6 +6,7 @@ loopback port, Maildir storage. Each test asks for a fresh mailbox user.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -50,6 +51,9 @@ first_valid_uid = 1
 """
 
 
+USERS = 300
+
+
 class DovecotUnavailable(RuntimeError):
     pass
 
@@ -78,7 +82,9 @@ class DovecotServer:
         (d / "mail").mkdir()
         user = pwd.getpwnam("dovecot")
         os.chown(d / "mail", user.pw_uid, user.pw_gid)
-        (d / "users").write_text("")
+        # Dovecot re-reads its passwd-file by mtime (1 s resolution): make every user now.
+        self._users = [f"u{uuid.uuid4().hex[:10]}" for _ in range(USERS)]
+        (d / "users").write_text("".join(f"{u}:{{PLAIN}}secret\n" for u in self._users))
         (d / "dovecot.conf").write_text(CONF.format(d=d, port=self.port))
         self._launch()
         return self
@@ -86,9 +92,13 @@ class DovecotServer:
     def _launch(self) -> None:
         # dovecot daemonizes: its output goes to a file, never to a pipe we would wait on
         with open(self.dir / "startup.log", "ab") as out:
-            code = subprocess.call([self.binary, "-c", str(self.dir / "dovecot.conf")],
-                                   stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                                   timeout=30)
+            code = subprocess.call(
+                [self.binary, "-c", str(self.dir / "dovecot.conf")],
+                stdout=out,
+                stderr=out,
+                stdin=subprocess.DEVNULL,
+                timeout=30,
+            )
         if code != 0:
             startup = (self.dir / "startup.log").read_text()
             raise DovecotUnavailable(f"dovecot did not start: {startup}{self.log()}")
@@ -116,10 +126,8 @@ class DovecotServer:
     def stop(self) -> None:
         pid = self.pid()
         if pid:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
             for _ in range(100):
                 try:
                     os.kill(pid, 0)
@@ -131,16 +139,30 @@ class DovecotServer:
         self.stop()
         self._launch()
 
+    def drop_connections(self) -> None:
+        """Kill every IMAP session of this server (as a network failure would)."""
+        master = self.pid()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if cmdline.startswith(b"dovecot/imap") and parent == master:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry.name), signal.SIGKILL)
+
     def remove(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def new_user(self, password: str = "secret") -> str:
-        """A fresh mailbox: a new user (the passwd-file is re-read when it changes)."""
-        name = "u" + uuid.uuid4().hex[:10]
-        with open(self.dir / "users", "a") as users:
-            users.write(f"{name}:{{PLAIN}}{password}\n")
-        return name
+    def new_user(self) -> str:
+        """A fresh, empty mailbox (password "secret")."""
+        if not self._users:
+            raise DovecotUnavailable(f"all {USERS} test mailboxes are used")
+        return self._users.pop()
 
     def delete_mailbox(self, user: str) -> None:
         """Remove a user's whole Maildir (the next login recreates it: a new UIDVALIDITY)."""

@@ -52,14 +52,20 @@ class Order:
 
 def orders_of(db: Database) -> list[Order]:
     with db.transaction() as s:
-        rows = s.execute(select(Player.name, OrderRecord.dice, OrderRecord.trapdoor,
-                                OrderRecord.valid)
-                         .join(Player, Player.id == OrderRecord.player_id)
-                         .order_by(OrderRecord.id)).all()
+        rows = s.execute(
+            select(Player.name, OrderRecord.dice, OrderRecord.trapdoor, OrderRecord.valid)
+            .join(Player, Player.id == OrderRecord.player_id)
+            .order_by(OrderRecord.id)
+        ).all()
     return [Order(*row) for row in rows]
 
 
 def replies_since(db: Database, since: datetime) -> list[OutboxMessage]:
     with db.transaction() as s:
-        return list(s.scalars(select(OutboxMessage).where(OutboxMessage.kind != "welcome")
-                              .order_by(OutboxMessage.id)))
+        return list(
+            s.scalars(
+                select(OutboxMessage)
+                .where(OutboxMessage.kind != "welcome")
+                .order_by(OutboxMessage.id)
+            )
+        )

@@ -47,7 +47,8 @@ def test_corpus_message(sqlite_intake, name: str) -> None:
         assert orders == []
     else:
         assert [(o.player, o.dice, o.trapdoor, o.valid) for o in orders] == [
-            (player, dice, trapdoor, valid)]
+            (player, dice, trapdoor, valid)
+        ]
     replies = replies_since(db, T0)
     assert [r.recipient for r in replies] == recipients
     for reply in replies:

@@ -1,0 +1,201 @@
+"""Answering every order: the cases a player meets, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mailhelpers import T0, orders_of, replies_since
+from sqlalchemy import select
+
+from snl_pbem import intake as intake_module
+from snl_pbem.intake import ingest, process_pending
+from snl_pbem.referee import pause
+from snl_pbem.rounds import close_round
+from snl_pbem.store import InboundMessage
+
+
+def mail(
+    body: str, sender: str = "ann@example.org", subject: str = "[g1] orders", tag: str = "x"
+) -> bytes:
+    return (
+        f"From: {sender}\r\nTo: snl@example.org\r\nSubject: {subject}\r\n"
+        f"Message-ID: <{tag}@example.org>\r\n\r\n{body}\r\n"
+    ).encode()
+
+
+def last_reply(db) -> str:
+    replies = replies_since(db, T0)
+    return replies[-1].message.decode() if replies else ""
+
+
+def test_wrong_round_paused_and_late_change_nothing(intake) -> None:
+    db, config = intake
+    r = ingest(db, config, mail("KEY ann-key-123\nROUND 3\nDICE 4", tag="a"), T0, "t")
+    assert r.status == "rejected" and "round open now is round 1" in last_reply(db)
+    late = T0.replace(year=2030, month=2)
+    r = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="b"), late, "t")
+    assert r.status == "rejected" and "after round 1's deadline" in last_reply(db)
+    pause(db, "g1", T0)
+    r = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="c"), T0, "t")
+    assert r.status == "rejected" and "The game is paused" in last_reply(db)
+    assert orders_of(db) == []
+
+
+def test_status_help_and_clear(intake) -> None:
+    db, config = intake
+    ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="a"), T0, "t")
+    assert (
+        ingest(db, config, mail("KEY ann-key-123\nSTATUS", tag="b"), T0, "t").status == "processed"
+    )
+    status = last_reply(db)
+    assert "Your position: 0" in status and "Your orders for it: dice 4, valid" in status
+    ingest(db, config, mail("KEY ann-key-123\nHELP", tag="c"), T0, "t")
+    assert "How to send orders for Test game" in last_reply(db)
+    ingest(db, config, mail("KEY ann-key-123\nCLEAR", tag="d"), T0, "t")
+    assert "Your orders for round 1 are withdrawn" in last_reply(db)
+    outcome = close_round(db, "g1", T0.replace(year=2030, month=2))
+    assert outcome is not None and outcome.result.nmr["ann"].cause.value == "no-orders"
+
+
+def test_trapdoor_only_replaces_the_whole_order(intake) -> None:
+    db, config = intake
+    ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="a"), T0, "t")
+    ingest(db, config, mail("KEY ann-key-123\nTRAPDOOR 30", tag="b"), T0, "t")
+    reply = last_reply(db)
+    assert "no DICE line" in reply and "Dice: NOT VALID" in reply and "space 30" in reply
+
+
+def test_unknown_game_replies_only_to_registered_senders(intake) -> None:
+    db, config = intake
+    assert (
+        ingest(db, config, mail("GAME nope\nKEY x\nDICE 1", tag="a"), T0, "t").status == "rejected"
+    )
+    assert "no game called 'nope'" in last_reply(db)
+    before = len(replies_since(db, T0))
+    ingest(db, config, mail("GAME nope\nDICE 1", sender="stranger@else.example", tag="b"), T0, "t")
+    assert len(replies_since(db, T0)) == before  # no backscatter
+
+
+def test_replies_are_rate_limited_but_orders_applied(intake) -> None:
+    db, config = intake
+    limit = config.settings.mail.replies_per_hour
+    for i in range(limit + 5):
+        ingest(
+            db,
+            config,
+            mail(f"KEY ann-key-123\nDICE {1 + i % 6}", tag=f"f{i}"),
+            T0 + timedelta(seconds=i),
+            "t",
+        )
+    assert len(orders_of(db)) == limit + 5
+    assert len(replies_since(db, T0)) == limit
+
+
+def test_a_crash_in_processing_is_kept_for_the_referee(intake, monkeypatch) -> None:
+    db, config = intake
+
+    def broken(text: str, subject: str = ""):
+        raise RuntimeError("a bug in the parser")
+
+    monkeypatch.setattr(intake_module, "parse_commands", broken)
+    result = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="crash"), T0, "t")
+    assert result.status == "failed" and result.stored
+    with db.transaction() as s:
+        row = s.scalar(select(InboundMessage).where(InboundMessage.id == result.inbound_id))
+        assert row.status == "failed" and "RuntimeError: a bug in the parser" in row.error
+        assert b"DICE 4" in row.raw  # nothing lost: the message itself is kept
+    monkeypatch.undo()
+    # the server carries on with the next message
+    assert (
+        ingest(
+            db, config, mail("KEY bob-key-123\nDICE 2", "bob@example.org", tag="n"), T0, "t"
+        ).status
+        == "processed"
+    )
+
+
+def test_stored_but_unprocessed_messages_are_processed_at_start(intake) -> None:
+    db, config = intake
+    with db.transaction() as s:  # the server died right after the first commit
+        s.add(
+            InboundMessage(
+                sha256="f" * 64,
+                source="t",
+                received_at=T0,
+                status="new",
+                raw=mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="p"),
+            )
+        )
+    [result] = process_pending(db, config)
+    assert result.status == "processed"
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "6")]
+
+
+def test_a_key_is_never_echoed(intake) -> None:
+    db, config = intake
+    body = "KEY ann-key-123\nDICEE 4 ann-key-123\nmy key is ann-key-123, ok?\nDICE 4"
+    ingest(db, config, mail(body, tag="echo"), T0, "t")
+    reply = last_reply(db)
+    assert "ann-key-123" not in reply.lower() and "****" in reply
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> bytes:
+    header_names = st.sampled_from(
+        [
+            "From",
+            "To",
+            "Subject",
+            "Content-Type",
+            "Message-ID",
+            "Auto-Submitted",
+            "Content-Transfer-Encoding",
+            "X-Junk",
+        ]
+    )
+    text = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=80)
+    headers = draw(st.lists(st.tuples(header_names, text), max_size=8))
+    body_lines = draw(
+        st.lists(
+            st.one_of(
+                text,
+                st.sampled_from(
+                    [
+                        "KEY ann-key-123",
+                        "DICE 4",
+                        "GAME g1",
+                        "TRAPDOOR 12",
+                        "-- ",
+                        "> DICE 6",
+                        "STATUS",
+                        "HELP",
+                        "CLEAR",
+                    ]
+                ),
+            ),
+            max_size=12,
+        )
+    )
+    raw = "".join(f"{k}: {v}\r\n" for k, v in headers) + "\r\n" + "\r\n".join(body_lines)
+    data = raw.encode("utf-8", "surrogatepass")
+    if draw(st.booleans()):
+        data += draw(st.binary(max_size=200))
+    return data
+
+
+@given(raw=messages())
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_ingest_never_raises_and_always_stores(sqlite_intake, raw: bytes) -> None:
+    db, config = sqlite_intake
+    result = ingest(db, config, raw, T0, "fuzz")
+    assert result.stored
+    assert result.status in ("processed", "rejected", "ignored", "duplicate")
+    with db.transaction() as s:
+        row = s.get(InboundMessage, result.inbound_id)
+        assert row is not None and row.status != "new"
