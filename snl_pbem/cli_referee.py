@@ -237,13 +237,14 @@ def cmd_close_round(args: argparse.Namespace) -> int:
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
+    """Exit 0 when every file was stored and processed, 1 if one failed, 2 if one is unreadable."""
     from pathlib import Path
 
     from snl_pbem.intake import ingest
 
     config = _config(args)
     db = _database(config)
-    failed = 0
+    unreadable = failed = 0
     try:
         for name in args.files:
             path = Path(name)
@@ -251,14 +252,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 raw = path.read_bytes()
             except OSError as exc:
                 print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
-                failed += 1
+                unreadable += 1
                 continue
             result = ingest(db, config, raw, utcnow(), f"file:{path.name}")
             print(f"{path}: {result.status}" + (f" ({result.detail})" if result.detail else ""))
             failed += result.status == "failed"
     finally:
         db.dispose()
-    return 1 if failed else 0
+    return 2 if unreadable else 1 if failed else 0
 
 
 def cmd_extend(args: argparse.Namespace) -> int:

@@ -65,12 +65,11 @@ def ingest(
 ) -> IngestResult:
     """Store, then process, one message. Raises only if it could not be stored."""
     digest = hashlib.sha256(raw).hexdigest()
-    with db.transaction() as session:
-        known = _known(session, digest, source, uidvalidity, uid)
-        if known is not None:
-            return IngestResult(known.id, "duplicate", "already stored")
     try:
         with db.transaction() as session:
+            known = _known(session, digest, source, uidvalidity, uid)
+            if known is not None:
+                return IngestResult(known.id, "duplicate", "already stored")
             row = InboundMessage(
                 message_id=message_id_of(raw),
                 sha256=digest,
@@ -80,7 +79,7 @@ def ingest(
                 received_at=received_at,
                 raw=raw[:MAX_STORED_BYTES],
                 status="new",
-                attempts=0,
+                attempts=1,
             )
             session.add(row)
             session.flush()
@@ -89,7 +88,7 @@ def ingest(
         with db.transaction() as session:
             known = _known(session, digest, source, uidvalidity, uid)
             return IngestResult(known.id if known else None, "duplicate", "already stored")
-    return process_stored(db, config, inbound_id)
+    return _process_row(db, config, inbound_id)
 
 
 def _known(
@@ -119,17 +118,22 @@ def process_pending(db: Database, config: Config) -> list[IngestResult]:
 
 
 def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResult:
-    """Process one stored message; any failure is recorded on it, never raised."""
+    """Process a stored message again (after a stop); gives up after a few attempts."""
     with db.transaction() as session:
         row = session.get(InboundMessage, inbound_id)
         assert row is not None
         if row.status != "new":
             return IngestResult(inbound_id, row.status, row.error or "")
         row.attempts += 1
-        if row.attempts > MAX_ATTEMPTS:
+        if row.attempts > MAX_ATTEMPTS:  # it stopped the server every time: set it aside
             row.status, row.error = "failed", "processing was interrupted several times"
             log.error("inbound %d set aside: %s", inbound_id, row.error)
             return IngestResult(inbound_id, "failed", row.error)
+    return _process_row(db, config, inbound_id)
+
+
+def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
+    """Process one stored message; any failure is recorded on it, never raised."""
     try:
         with db.transaction() as session:
             row = session.get(InboundMessage, inbound_id)

@@ -133,6 +133,22 @@ def load_state(session: Session, game: Game, players: Sequence[PlayerRef | Playe
     )
 
 
+def dice_in_current_set(session: Session, game: Game, player_id: int) -> tuple[int, ...]:
+    """One player's dice used so far in the current set of six (R6), in turn order."""
+    set_start = game.turns_played - game.turns_played % SET_SIZE
+    return tuple(
+        session.scalars(
+            select(TurnRecord.die)
+            .where(
+                TurnRecord.game_id == game.id,
+                TurnRecord.player_id == player_id,
+                TurnRecord.turn > set_start,
+            )
+            .order_by(TurnRecord.turn)
+        )
+    )
+
+
 def counting_orders(
     session: Session, round_: Round, players: Sequence[PlayerRef | Player]
 ) -> dict[str, OrderSet | None]:
@@ -183,12 +199,8 @@ def submit_orders(
     round_ = session.scalar(select(Round).where(Round.game_id == game.id, Round.state == "open"))
     if round_ is None or game.state not in ("running", "paused"):
         raise LifecycleError(f"{game.key}: no round is open for orders")
-    players = list(
-        session.scalars(select(Player).where(Player.game_id == game.id).order_by(Player.id))
-    )
-    state = load_state(session, game, players)
-    history = state.played[player.name]
-    check = check_dice(history, dice, round_.turns)
+    used = dice_in_current_set(session, game, player.id)
+    check = check_dice(used, dice, round_.turns)
     problems = tuple(str(p) for p in check.problems)
     session.add(
         OrderRecord(
@@ -204,8 +216,8 @@ def submit_orders(
             withdrawn=withdraw,
         )
     )
-    before = state.open_values(player.name)
-    after = open_values((*history, *dice)) if check.valid else before
+    before = open_values(used)
+    after = open_values((*used, *dice)) if check.valid else before
     return OrderReceipt(round_.number, check.valid, problems, before, after)
 
 

@@ -239,6 +239,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("turn_results", schema=None) as batch_op:
         batch_op.create_index("ix_turn_results_game_turn", ["game_id", "turn"], unique=False)
+        batch_op.create_index("ix_turn_results_player_turn", ["player_id", "turn"], unique=False)
 
     op.create_table(
         "order_sets",
@@ -288,6 +289,7 @@ def downgrade() -> None:
 
     op.drop_table("order_sets")
     with op.batch_alter_table("turn_results", schema=None) as batch_op:
+        batch_op.drop_index("ix_turn_results_player_turn")
         batch_op.drop_index("ix_turn_results_game_turn")
 
     op.drop_table("turn_results")

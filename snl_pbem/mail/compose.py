@@ -9,12 +9,12 @@ the length is capped.
 
 from __future__ import annotations
 
+import binascii
 import re
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
-from email.message import EmailMessage
-from email.policy import SMTP
+from email.header import Header
 from email.utils import format_datetime, formataddr
 
 MAX_HEADER_TEXT = 200
@@ -46,22 +46,52 @@ def compose(
     in_reply_to: str | None = None,
     references: Sequence[str] = (),
 ) -> bytes:
-    """A plain-text message as bytes, ready for SMTP."""
+    """A plain-text message as bytes, ready for SMTP (CRLF lines, UTF-8, quoted-printable).
+
+    Built directly rather than through ``EmailMessage``, which costs more than
+    everything else a reply needs; every header value here is ours or cleaned.
+    """
     domain = sender.rpartition("@")[2]
-    msg = EmailMessage(policy=SMTP)
-    msg["From"] = formataddr((header_text(sender_name), sender))
-    msg["To"] = to
-    msg["Reply-To"] = sender
-    msg["Subject"] = header_text(subject)
-    msg["Date"] = format_datetime(now)
-    msg["Message-ID"] = message_id
-    msg["Auto-Submitted"] = auto_submitted  # RFC 3834: robots must not answer
-    msg["Precedence"] = "bulk" if auto_submitted == "auto-generated" else "auto_reply"
+    fields = [
+        ("From", formataddr((header_text(sender_name), sender))),
+        ("To", header_text(to, 254)),
+        ("Reply-To", sender),
+        ("Subject", _encoded(header_text(subject))),
+        ("Date", format_datetime(now)),
+        ("Message-ID", message_id),
+        ("Auto-Submitted", auto_submitted),  # RFC 3834: robots must not answer
+        ("Precedence", "bulk" if auto_submitted == "auto-generated" else "auto_reply"),
+    ]
     if game_key is not None:
-        msg["List-Id"] = f"Snakes and Ladders game {game_key} <{game_key}.{domain}>"
+        fields.append(("List-Id", f"Snakes and Ladders game {game_key} <{game_key}.{domain}>"))
     if in_reply_to is not None:
-        msg["In-Reply-To"] = header_text(in_reply_to, 998)
-        chain = [header_text(r, 998) for r in references][-10:]
-        msg["References"] = " ".join([*chain, header_text(in_reply_to, 998)])
-    msg.set_content(body, charset="utf-8")
-    return msg.as_bytes()
+        parent = _message_id(in_reply_to)
+        if parent is not None:
+            chain = [i for i in (_message_id(r) for r in references) if i is not None][-10:]
+            fields.append(("In-Reply-To", parent))
+            fields.append(("References", "\r\n ".join([*chain, parent])))
+    fields += [
+        ("MIME-Version", "1.0"),
+        ("Content-Type", 'text/plain; charset="utf-8"'),
+        ("Content-Transfer-Encoding", "quoted-printable"),
+    ]
+    head = "".join(f"{name}: {value}\r\n" for name, value in fields).encode("ascii")
+    text = body.replace("\r\n", "\n").replace("\r", "\n")
+    encoded = binascii.b2a_qp(text.encode("utf-8"), istext=True).replace(b"\n", b"\r\n")
+    return head + b"\r\n" + encoded
+
+
+def _encoded(text: str) -> str:
+    """A header value, RFC 2047-encoded (and folded) only when it is not plain ASCII."""
+    if text.isascii():
+        return text
+    return Header(text, "utf-8", header_name="Subject").encode(linesep="\r\n")
+
+
+_MSGID = re.compile(r"<[^<>\s]{1,250}@[^<>\s]{1,250}>")
+
+
+def _message_id(value: str) -> str | None:
+    """A message id as it may be put in a header; None for anything else."""
+    match = _MSGID.search(value)
+    return match.group(0) if match else None

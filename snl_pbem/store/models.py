@@ -217,6 +217,7 @@ class TurnRecord(Base):
     __table_args__ = (
         UniqueConstraint("round_id", "player_id", "turn"),
         Index("ix_turn_results_game_turn", "game_id", "turn"),
+        Index("ix_turn_results_player_turn", "player_id", "turn"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -199,3 +199,66 @@ def test_ingest_never_raises_and_always_stores(sqlite_intake, raw: bytes) -> Non
     with db.transaction() as s:
         row = s.get(InboundMessage, result.inbound_id)
         assert row is not None and row.status != "new"
+
+
+def test_deep_nesting_and_many_parts_are_cut_off(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    inner = b"Content-Type: text/plain\r\n\r\nKEY ann-key-123\r\nDICE 2\r\n"
+    for depth in range(200):
+        boundary = f"b{depth}".encode()
+        inner = (b"Content-Type: multipart/mixed; boundary=" + boundary + b"\r\n\r\n--" +
+                 boundary + b"\r\n" + inner + b"\r\n--" + boundary + b"--\r\n")
+    raw = b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <deep@x.org>\r\n" + inner
+    result = ingest(db, config, raw, T0, "t")
+    assert result.stored and result.status == "rejected"  # no text part within reach
+    assert orders_of(db) == []
+
+
+def test_oversized_mail_is_stored_but_not_obeyed(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    raw = mail("KEY ann-key-123\nDICE 2\n" + "padding\n" * 200_000, tag="big")
+    result = ingest(db, config, raw, T0, "imap:x", uidvalidity=1, uid=5)
+    assert result.status == "rejected" and "too large" in result.detail
+    assert orders_of(db) == []
+
+
+def test_parsing_has_a_time_limit() -> None:
+    import time
+
+    import pytest
+
+    from snl_pbem.mail.parse import ParseTimeout, time_limit
+
+    with pytest.raises(ParseTimeout), time_limit(0.2):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            pass
+
+
+def test_only_our_own_authentication_results_are_recorded(tmp_path) -> None:
+    from mailhelpers import game_config
+
+    from snl_pbem.games import start_game, sync_games
+    from snl_pbem.store import Database
+    from snl_pbem.store.migrate import upgrade
+
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    path = tmp_path / "c.toml"
+    config = game_config(path, db.url)
+    path.write_text(path.read_text().replace('referee = "ref@example.org"',
+                                             'referee = "ref@example.org"\n'
+                                             'authserv_id = "mx.example.org"'))
+    from snl_pbem.config import load_config
+
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    raw = (b"Authentication-Results: evil.example; dkim=pass header.d=example.org\r\n"
+           b"Authentication-Results: mx.example.org; spf=pass smtp.mailfrom=example.org\r\n"
+           ) + mail("KEY ann-key-123\nDICE 2", tag="ar")
+    result = ingest(db, config, raw, T0, "t")
+    with db.transaction() as s:
+        row = s.get(InboundMessage, result.inbound_id)
+        assert row.auth_results == "mx.example.org; spf=pass smtp.mailfrom=example.org"
+    db.dispose()

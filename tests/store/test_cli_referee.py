@@ -50,3 +50,20 @@ def test_referee_commands(make_config, capsys: pytest.CaptureFixture[str]) -> No
     assert code == 0 and "round 1 reopened" in out and "paused" in out
     code, out, err = run(capsys, "close-round", "nope", *cfg)
     assert code == 2 and "nope: no such game in the database" in err
+
+
+def test_ingest_command_replays_saved_mail(make_config, capsys, tmp_path) -> None:
+    from pathlib import Path
+
+    config = make_config([{"keys": True}])
+    cfg = ("--config", str(config.path))
+    assert run(capsys, "db", "upgrade", *cfg)[0] == 0
+    assert run(capsys, "start", "g1", *cfg)[0] == 0
+    eml = tmp_path / "ann.eml"
+    eml.write_bytes(b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <c1@x.org>\r\n\r\n"
+                    b"KEY ann-key-123\r\nDICE 5\r\n")
+    code, out, err = run(capsys, "ingest", str(eml), str(eml), str(Path("missing.eml")), *cfg)
+    assert code == 2 and "missing.eml: cannot read" in err
+    assert f"{eml}: processed (orders for round 1 (valid))" in out
+    assert f"{eml}: duplicate (already stored)" in out
+    assert "valid orders from 1 of 3" in run(capsys, "status", "g1", *cfg)[1]

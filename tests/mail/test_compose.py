@@ -1,0 +1,56 @@
+"""Outgoing messages: well-formed, threaded, loop-proof, and safe from injected headers."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+from datetime import UTC, datetime
+
+from snl_pbem.mail.compose import compose, header_text, new_message_id
+
+
+def build(**overrides: object) -> bytes:
+    args = dict(sender="snl@example.org", sender_name="Snakes and Ladders referee",
+                to="ann@example.org", subject="Re: [g1] orders", body="Hello ann,\n\nDice: 4\n",
+                now=datetime(2026, 11, 30, 9, 0, tzinfo=UTC), message_id="<snl.1@example.org>",
+                game_key="g1", auto_submitted="auto-replied", in_reply_to="<a@x.org>",
+                references=("<root@x.org>",))
+    args.update(overrides)
+    return compose(**args)  # type: ignore[arg-type]
+
+
+def parsed(raw: bytes) -> email.message.EmailMessage:
+    return email.message_from_bytes(raw, policy=email.policy.default)  # type: ignore[return-value]
+
+
+def test_a_reply_is_well_formed_and_threaded() -> None:
+    raw = build()
+    msg = parsed(raw)
+    assert msg["From"] == "Snakes and Ladders referee <snl@example.org>"
+    assert msg["Reply-To"] == "snl@example.org" and msg["Auto-Submitted"] == "auto-replied"
+    assert msg["In-Reply-To"] == "<a@x.org>" and msg["References"] == "<root@x.org> <a@x.org>"
+    assert msg["List-Id"] == "Snakes and Ladders game g1 <g1.example.org>"
+    assert msg.get_content().replace("\r\n", "\n") == "Hello ann,\n\nDice: 4\n"
+    assert all(line.endswith(b"\r") or not line for line in raw.split(b"\n")[:-1])
+    assert max(len(line) for line in raw.split(b"\r\n")) <= 78
+    assert not msg.defects
+
+
+def test_unicode_and_long_lines_survive() -> None:
+    body = "Caf\u00e9 \u2014 \U0001F3B2 " + "x" * 300 + "\nend\n"
+    msg = parsed(build(subject="Re: d\u00e9s \u00e0 jouer \U0001F3B2", body=body))
+    assert msg["Subject"] == "Re: d\u00e9s \u00e0 jouer \U0001F3B2"
+    assert msg.get_content().replace("\r\n", "\n") == body
+
+
+def test_player_text_cannot_inject_headers() -> None:
+    evil = "orders\r\nBcc: everyone@example.org\r\n\r\nfake body"
+    msg = parsed(build(subject=evil, in_reply_to="<a@x.org>\r\nBcc: x@y.org"))
+    assert msg["Bcc"] is None and "\n" not in msg["Subject"]
+    assert len(header_text("y" * 5000)) == 200
+    assert parsed(build(in_reply_to="not an id"))["In-Reply-To"] is None
+
+
+def test_message_ids_are_unique() -> None:
+    ids = {new_message_id("example.org") for _ in range(10000)}
+    assert len(ids) == 10000 and all(i.endswith("@example.org>") for i in ids)
