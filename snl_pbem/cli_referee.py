@@ -213,6 +213,7 @@ def cmd_close_round(args: argparse.Namespace) -> int:
                 backups=dbs.backups,
                 backup_dir=dbs.backup_dir,
                 actor="referee",
+                config=config,
             )
         )
     finally:

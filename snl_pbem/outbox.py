@@ -32,6 +32,7 @@ def enqueue_mail(
     auto_submitted: str = "auto-generated",
     in_reply_to: str | None = None,
     references: tuple[str, ...] = (),
+    attachments: tuple[tuple[str, str, bytes], ...] = (),
     **context: Any,
 ) -> OutboxMessage:
     """Render ``template`` and store the message for sending; returns the outbox row."""
@@ -50,6 +51,7 @@ def enqueue_mail(
         auto_submitted=auto_submitted,
         in_reply_to=in_reply_to,
         references=references,
+        attachments=attachments,
     )
     row = OutboxMessage(
         game_id=game.id if game else None,

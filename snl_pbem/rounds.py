@@ -22,7 +22,9 @@ from typing import Any
 from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from snl_pbem.config import Config
 from snl_pbem.games import LifecycleError, audit, scheduled_deadline
+from snl_pbem.reports import enqueue_round_mail
 from snl_pbem.rules import (
     Board,
     GameRules,
@@ -237,8 +239,12 @@ def close_round(
     *,
     actor: str = "scheduler",
     expect_round: int | None = None,
+    config: Config | None = None,
 ) -> CloseOutcome | None:
     """Close the game's open round exactly once; None if there is none (already closed).
+
+    With ``config``, the round's mail (reports, referee summary) is enqueued in the
+    same transaction.
 
     ``expect_round`` guards a scheduled close: if the open round is another one
     (closed and reopened meanwhile), nothing happens.
@@ -261,13 +267,18 @@ def close_round(
         if claimed.rowcount != 1:  # someone else closed it first
             return None
         with gc_paused():
-            outcome = _adjudicate_and_store(session, game, round_, now, actor)
+            outcome = _adjudicate_and_store(session, game, round_, now, actor, config)
     log.info("%s: round %d closed by %s", game_key, outcome.round, actor)
     return outcome
 
 
 def _adjudicate_and_store(
-    session: Session, game: Game, round_: Round, now: datetime, actor: str
+    session: Session,
+    game: Game,
+    round_: Round,
+    now: datetime,
+    actor: str,
+    config: Config | None = None,
 ) -> CloseOutcome:
     players = game_players(session, game)
     state = load_state(session, game, players)
@@ -337,6 +348,23 @@ def _adjudicate_and_store(
                 opened_at=now,
             )
         )
+    if config is not None:
+        next_turns = None
+        if next_round is not None:
+            next_turns = 1 if next_round < game.double_from_round else 2
+        enqueue_round_mail(
+            session,
+            config,
+            game,
+            round_,
+            result,
+            played=dict(after.played),
+            next_round=next_round,
+            next_turns=next_turns,
+            next_deadline=next_deadline,
+            actor=actor,
+            now=now,
+        )
     audit(
         session,
         now,
@@ -360,10 +388,11 @@ def close_with_backup(
     backup_dir: Path | None = None,
     actor: str = "scheduler",
     expect_round: int | None = None,
+    config: Config | None = None,
 ) -> CloseOutcome | None:
     """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
     db.backup(backup_dir, f"{game_key}-before-close", backups)
-    return close_round(db, game_key, now, actor=actor, expect_round=expect_round)
+    return close_round(db, game_key, now, actor=actor, expect_round=expect_round, config=config)
 
 
 def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
@@ -379,7 +408,12 @@ def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
 
 
 def close_due_rounds(
-    db: Database, now: datetime, *, backups: int = 0, backup_dir: Path | None = None
+    db: Database,
+    now: datetime,
+    *,
+    backups: int = 0,
+    backup_dir: Path | None = None,
+    config: Config | None = None,
 ) -> list[CloseOutcome]:
     """Close every round whose deadline passed (e.g. while the server was down), each once,
     in deadline order. A round opened by one of these closes gets a fresh deadline."""
@@ -393,6 +427,7 @@ def close_due_rounds(
             backup_dir=backup_dir,
             actor="catch-up",
             expect_round=number,
+            config=config,
         )
         if outcome is not None:
             closed.append(outcome)

@@ -26,7 +26,8 @@ replies_per_hour = {replies}
 [[games]]
 id = "g1"
 title = "Test game"
-board = {{ snakes = {{ "47" = 26 }}, ladders = {{ "4" = 14 }} }}
+board = {board}
+reveal_after_game = {reveal}
 first_deadline = "2030-01-04T18:00"
 round_length = "3d"
 players = [
@@ -37,8 +38,13 @@ players = [
 """
 
 
-def game_config(path: Path, url: str, replies: int = 20) -> Config:
-    path.write_text(CONFIG.format(url=url, replies=replies))
+BOARD = '{ snakes = { "47" = 26 }, ladders = { "4" = 14 } }'
+
+
+def game_config(path: Path, url: str, replies: int = 20, board: str = BOARD,
+                reveal: bool = False) -> Config:
+    path.write_text(CONFIG.format(url=url, replies=replies, board=board,
+                                  reveal=str(reveal).lower()))
     return load_config(path)
 
 

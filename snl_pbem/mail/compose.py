@@ -9,6 +9,7 @@ the length is capped.
 
 from __future__ import annotations
 
+import base64
 import binascii
 import re
 import secrets
@@ -45,8 +46,11 @@ def compose(
     auto_submitted: str = "auto-generated",
     in_reply_to: str | None = None,
     references: Sequence[str] = (),
+    attachments: Sequence[tuple[str, str, bytes]] = (),
 ) -> bytes:
     """A plain-text message as bytes, ready for SMTP (CRLF lines, UTF-8, quoted-printable).
+
+    ``attachments`` are ``(filename, content type, bytes)``, sent base64 after the text.
 
     Built directly rather than through ``EmailMessage``, which costs more than
     everything else a reply needs; every header value here is ours or cleaned.
@@ -70,15 +74,39 @@ def compose(
             chain = [i for i in (_message_id(r) for r in references) if i is not None][-10:]
             fields.append(("In-Reply-To", parent))
             fields.append(("References", "\r\n ".join([*chain, parent])))
-    fields += [
-        ("MIME-Version", "1.0"),
+    text = body.replace("\r\n", "\n").replace("\r", "\n")
+    encoded = binascii.b2a_qp(text.encode("utf-8"), istext=True).replace(b"\n", b"\r\n")
+    text_headers = [
         ("Content-Type", 'text/plain; charset="utf-8"'),
         ("Content-Transfer-Encoding", "quoted-printable"),
     ]
-    head = "".join(f"{name}: {value}\r\n" for name, value in fields).encode("ascii")
-    text = body.replace("\r\n", "\n").replace("\r", "\n")
-    encoded = binascii.b2a_qp(text.encode("utf-8"), istext=True).replace(b"\n", b"\r\n")
-    return head + b"\r\n" + encoded
+    if not attachments:
+        fields += [("MIME-Version", "1.0"), *text_headers]
+        return _headers(fields) + b"\r\n" + encoded
+    boundary = f"snl-{secrets.token_hex(12)}"
+    fields += [("MIME-Version", "1.0"), ("Content-Type", f'multipart/mixed; boundary="{boundary}"')]
+    parts = [_headers(text_headers) + b"\r\n" + encoded]
+    for filename, content_type, data in attachments:
+        name = header_text(filename, 100).replace('"', "")
+        b64 = base64.encodebytes(data).replace(b"\n", b"\r\n")
+        parts.append(
+            _headers(
+                [
+                    ("Content-Type", f'{content_type}; name="{name}"'),
+                    ("Content-Disposition", f'attachment; filename="{name}"'),
+                    ("Content-Transfer-Encoding", "base64"),
+                ]
+            )
+            + b"\r\n"
+            + b64
+        )
+    mark = f"--{boundary}".encode()
+    body_bytes = b"".join(mark + b"\r\n" + part + b"\r\n" for part in parts) + mark + b"--\r\n"
+    return _headers(fields) + b"\r\n" + body_bytes
+
+
+def _headers(fields: Sequence[tuple[str, str]]) -> bytes:
+    return "".join(f"{name}: {value}\r\n" for name, value in fields).encode("ascii")
 
 
 def _encoded(text: str) -> str:
