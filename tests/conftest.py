@@ -64,3 +64,13 @@ def dovecot():
         pytest.skip(f"Dovecot not available: {exc}")
     yield server
     server.remove()
+
+
+@pytest.fixture
+def smtp_sink():
+    """A capturing SMTP server on a free loopback port."""
+    from smtpsink import SmtpSink
+
+    sink = SmtpSink().start()
+    yield sink
+    sink.stop()

@@ -85,6 +85,8 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(), nullable=False),
         sa.Column("sent_at", sa.DateTime(), nullable=True),
         sa.Column("secret", sa.Boolean(), nullable=False),
+        sa.Column("claimed_by", sa.String(length=100), nullable=True),
+        sa.Column("claim_until", sa.DateTime(), nullable=True),
         sa.ForeignKeyConstraint(
             ["game_id"], ["games.id"], name=op.f("fk_outbox_game_id_games"), ondelete="SET NULL"
         ),
@@ -92,6 +94,9 @@ def upgrade() -> None:
         sa.UniqueConstraint("message_id", name=op.f("uq_outbox_message_id")),
     )
     with op.batch_alter_table("outbox", schema=None) as batch_op:
+        batch_op.create_index(
+            "ix_outbox_recipient_status_id", ["recipient", "status", "id"], unique=False
+        )
         batch_op.create_index(
             "ix_outbox_status_next_attempt", ["status", "next_attempt_at"], unique=False
         )
@@ -309,6 +314,7 @@ def downgrade() -> None:
     op.drop_table("players")
     with op.batch_alter_table("outbox", schema=None) as batch_op:
         batch_op.drop_index("ix_outbox_status_next_attempt")
+        batch_op.drop_index("ix_outbox_recipient_status_id")
 
     op.drop_table("outbox")
     op.drop_table("audit_log")

@@ -278,7 +278,10 @@ class OutboxMessage(Base):
     """A message to send; marked sent only after the server's 250."""
 
     __tablename__ = "outbox"
-    __table_args__ = (Index("ix_outbox_status_next_attempt", "status", "next_attempt_at"),)
+    __table_args__ = (
+        Index("ix_outbox_status_next_attempt", "status", "next_attempt_at"),
+        Index("ix_outbox_recipient_status_id", "recipient", "status", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     game_id: Mapped[int | None] = mapped_column(ForeignKey("games.id", ondelete="SET NULL"))
@@ -295,6 +298,9 @@ class OutboxMessage(Base):
     sent_at: Mapped[datetime | None]
     secret: Mapped[bool] = mapped_column(Boolean, default=False)
     """Holds an order key: the body is scrubbed once sent."""
+    claimed_by: Mapped[str | None] = mapped_column(String(100))
+    claim_until: Mapped[datetime | None]
+    """A sender working on this message; another may take it over once this passes."""
 
 
 class AuditEntry(Base):

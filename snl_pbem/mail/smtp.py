@@ -1,0 +1,106 @@
+"""Sending one message over SMTP, and saying whether a failure is worth retrying.
+
+One persistent connection per sender (TLS, STARTTLS or plain, AUTH when a
+username is configured); a dropped connection is reopened and the message
+retried once. Replies are classified: 2xx sent, 4xx (and connection
+trouble) temporary, 5xx permanent.
+"""
+
+from __future__ import annotations
+
+import logging
+import smtplib
+import ssl
+from dataclasses import dataclass
+
+log = logging.getLogger("snl_pbem.smtp")
+
+
+@dataclass(frozen=True)
+class SmtpConfig:
+    host: str
+    port: int
+    tls: str  # ssl, starttls, none
+    username: str | None = None
+    password: str | None = None
+    timeout: float = 60.0
+    ssl_context: ssl.SSLContext | None = None
+
+
+class SendError(Exception):
+    """A message not accepted; ``permanent`` for a 5xx answer."""
+
+    def __init__(self, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class SmtpSender:
+    def __init__(self, config: SmtpConfig, envelope_from: str) -> None:
+        self.config = config
+        self.envelope_from = envelope_from
+        self._client: smtplib.SMTP | None = None
+
+    def _connect(self) -> smtplib.SMTP:
+        cfg = self.config
+        context = cfg.ssl_context or ssl.create_default_context()
+        client: smtplib.SMTP
+        if cfg.tls == "ssl":
+            client = smtplib.SMTP_SSL(cfg.host, cfg.port, timeout=cfg.timeout, context=context)
+        else:
+            client = smtplib.SMTP(cfg.host, cfg.port, timeout=cfg.timeout)
+        try:
+            client.ehlo_or_helo_if_needed()
+            if cfg.tls == "starttls":
+                client.starttls(context=context)
+                client.ehlo()
+            if cfg.username:
+                client.login(cfg.username, cfg.password or "")
+        except Exception:
+            _quietly_close(client)
+            raise
+        return client
+
+    def send(self, recipient: str, message: bytes) -> None:
+        """Send, or raise :class:`SendError`; reconnects and retries once when dropped."""
+        for attempt in (1, 2):
+            try:
+                if self._client is None:
+                    self._client = self._connect()
+                refused = self._client.sendmail(self.envelope_from, [recipient], message)
+            except smtplib.SMTPRecipientsRefused as exc:
+                code, text = next(iter(exc.recipients.values()))
+                raise self._answer(code, text) from None
+            except smtplib.SMTPResponseException as exc:
+                if exc.smtp_code == 421:
+                    self.close()
+                raise self._answer(exc.smtp_code, exc.smtp_error) from None
+            except (smtplib.SMTPServerDisconnected, OSError) as exc:
+                self.close()
+                if attempt == 1:
+                    log.info("SMTP connection lost (%s); reconnecting once", exc)
+                    continue
+                raise SendError(f"connection failed: {exc}", permanent=False) from None
+            if refused:
+                code, text = next(iter(refused.values()))
+                raise self._answer(code, text)
+            return
+
+    def _answer(self, code: int, text: bytes | str) -> SendError:
+        detail = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+        return SendError(f"{code} {detail}".strip(), permanent=500 <= code < 600)
+
+    def close(self) -> None:
+        if self._client is not None:
+            _quietly_close(self._client)
+            self._client = None
+
+
+def _quietly_close(client: smtplib.SMTP) -> None:
+    try:
+        client.quit()
+    except Exception:
+        try:
+            client.close()
+        except Exception:  # already gone
+            return

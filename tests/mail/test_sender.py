@@ -1,0 +1,142 @@
+"""The outbox sender against a real SMTP peer (aiosmtpd): 250 marks sent; 4xx waits; 5xx fails."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from mailhelpers import T0
+from sqlalchemy import select
+
+from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
+from snl_pbem.outbox import drain_outbox, enqueue_mail
+from snl_pbem.store import Database, Game, OutboxMessage
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, **kwargs: float) -> None:
+        self.now += timedelta(**kwargs)
+
+
+def sender_for(sink) -> SmtpSender:
+    return SmtpSender(SmtpConfig(sink.host, sink.port, "none", timeout=10), "snl@example.org")
+
+
+def queue(db: Database, config, to: str, n: int = 1, secret: bool = False) -> None:
+    with db.transaction() as s:
+        game = s.scalar(select(Game))
+        for i in range(n):
+            enqueue_mail(s, config, game=game, kind="notice", to=to, now=T0,
+                         template="player/notice.txt.j2", subject=f"note {i}",
+                         player=None, message=f"message number {i}", line_problems=(),
+                         secret=secret)
+
+
+def rows(db: Database) -> list[OutboxMessage]:
+    with db.transaction() as s:
+        return list(s.scalars(select(OutboxMessage).order_by(OutboxMessage.id)))
+
+
+def test_everything_pending_is_sent_once_and_secrets_scrubbed(intake, smtp_sink) -> None:
+    db, config = intake  # the three welcome mails (with keys) are pending
+    sender = sender_for(smtp_sink)
+    report = drain_outbox(db, config, sender, Clock(), worker="w1")
+    assert report.sent == 3 and report.deferred == report.failed == 0
+    assert drain_outbox(db, config, sender, Clock(), worker="w1").handled == 0
+    sender.close()
+    sent = rows(db)
+    assert {d.message_id for d in smtp_sink.delivered} == {r.message_id for r in sent}
+    assert all(r.status == "sent" and r.attempts == 1 for r in sent)
+    assert b"ann-key-123" in smtp_sink.delivered[0].raw  # the player got the key...
+    assert all(b"-key-123" not in r.message for r in sent)  # ...and the database forgot it
+
+
+def test_temporary_failures_wait_and_permanent_ones_are_reported(intake, smtp_sink) -> None:
+    db, config = intake
+    drain_outbox(db, config, sender_for(smtp_sink), Clock(), worker="w")  # the welcomes
+    smtp_sink.handler.script = {"slow@example.org": ["451", "421"],
+                                "gone@example.org": ["550"]}
+    queue(db, config, "slow@example.org", 2)
+    queue(db, config, "gone@example.org")
+    clock = Clock()
+    sender = sender_for(smtp_sink)
+    first = drain_outbox(db, config, sender, clock, worker="w")
+    assert (first.sent, first.deferred, first.failed) == (1, 1, 1)  # the 1 sent: the alert
+    by_to = {}
+    for r in rows(db):
+        by_to.setdefault(r.recipient, []).append(r)
+    assert by_to["gone@example.org"][0].status == "failed"
+    assert "550" in by_to["gone@example.org"][0].last_error
+    alert = by_to["ref@example.org"][0]
+    assert alert.kind == "delivery-failure" and alert.status == "sent"
+    slow = by_to["slow@example.org"]
+    assert slow[0].status == "pending" and slow[0].next_attempt_at == T0 + timedelta(minutes=1)
+    assert slow[1].attempts == 0  # waits behind the older message to the same player
+    clock.advance(minutes=1)
+    assert drain_outbox(db, config, sender, clock, worker="w").deferred == 1  # 421
+    clock.advance(minutes=2)
+    assert drain_outbox(db, config, sender, clock, worker="w").sent == 2
+    delivered = [d for d in smtp_sink.delivered if d.recipient == "slow@example.org"]
+    assert [d.message_id for d in delivered] == [r.message_id for r in slow]  # in order
+    sender.close()
+
+
+def test_smtp_down_then_back(intake, smtp_sink) -> None:
+    db, config = intake
+    smtp_sink.stop()
+    clock = Clock()
+    sender = sender_for(smtp_sink)
+    assert drain_outbox(db, config, sender, clock, worker="w").deferred == 3
+    smtp_sink.start()
+    clock.advance(minutes=1)
+    assert drain_outbox(db, config, sender, clock, worker="w").sent == 3
+    assert len(smtp_sink.delivered) == 3 and all(r.status == "sent" for r in rows(db))
+    sender.close()
+
+
+def test_give_up_after_the_configured_time(intake, smtp_sink) -> None:
+    db, config = intake
+    drain_outbox(db, config, sender_for(smtp_sink), Clock(), worker="w")
+    smtp_sink.handler.script = {"far@example.org": ["451"] * 100}
+    queue(db, config, "far@example.org")
+    clock = Clock()
+    sender = sender_for(smtp_sink)
+    for _ in range(40):
+        drain_outbox(db, config, sender, clock, worker="w", give_up_after=timedelta(days=3))
+        clock.advance(hours=6)
+    far = [r for r in rows(db) if r.recipient == "far@example.org"][0]
+    assert far.status == "failed" and far.attempts >= 10
+    sender.close()
+
+
+def test_two_senders_send_each_message_once(intake, smtp_sink) -> None:
+    db, config = intake
+    for i in range(40):
+        queue(db, config, f"p{i}@example.org", 3)
+    clock = Clock()
+    reports = []
+
+    def work(name: str) -> None:
+        mine = Database(db.url)
+        sender = sender_for(smtp_sink)
+        try:
+            reports.append(drain_outbox(mine, config, sender, clock, worker=name, batch=7))
+        finally:
+            sender.close()
+            mine.dispose()
+
+    threads = [threading.Thread(target=work, args=(f"w{i}",)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [d.message_id for d in smtp_sink.delivered]
+    assert len(ids) == len(set(ids)) == 123  # 3 welcomes + 120
+    assert all(r.status == "sent" for r in rows(db))
+    assert sum(r.sent for r in reports) == 123
