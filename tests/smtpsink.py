@@ -39,7 +39,7 @@ class SinkHandler:
     script: dict[str, list[str]] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):  # noqa: ANN001
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
         with self.lock:
             plan = self.script.get(address.lower())
             code = plan.pop(0) if plan else "250"
@@ -48,7 +48,7 @@ class SinkHandler:
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: ANN001
+    async def handle_DATA(self, server, session, envelope):
         with self.lock:
             for rcpt in envelope.rcpt_tos:
                 self.delivered.append(Delivered(rcpt.lower(), envelope.original_content))

@@ -110,7 +110,7 @@ def test_give_up_after_the_configured_time(intake, smtp_sink) -> None:
     for _ in range(40):
         drain_outbox(db, config, sender, clock, worker="w", give_up_after=timedelta(days=3))
         clock.advance(hours=6)
-    far = [r for r in rows(db) if r.recipient == "far@example.org"][0]
+    far = next(r for r in rows(db) if r.recipient == "far@example.org")
     assert far.status == "failed" and far.attempts >= 10
     sender.close()
 
