@@ -96,16 +96,27 @@ class DatabaseHooks:
         with self.db.transaction() as session:
             state = session.get(MailboxState, source)
             if state is not None:
-                state.last_ok_at, state.uidvalidity = self.clock(), uidvalidity
+                now = self.clock()
+                state.last_ok_at, state.uidvalidity = now, uidvalidity
+                if state.healthy_since is None:
+                    state.healthy_since = now
 
     def failed(self, source: str, error: str) -> None:
         with self.db.transaction() as session:
             state = session.get(MailboxState, source)
             if state is not None:
                 state.last_error, state.last_error_at = error[:2000], self.clock()
+                state.healthy_since = None
 
     def uidvalidity_changed(self, source: str, old: int | None, new: int) -> None:
         log.warning("%s: UIDVALIDITY %s -> %s", source, old, new)
+
+
+def intake_health(db: Database, source: str) -> tuple[datetime | None, datetime | None]:
+    """``(last good poll, healthy since)`` of one mailbox."""
+    with db.transaction() as session:
+        state = session.get(MailboxState, source)
+        return (state.last_ok_at, state.healthy_since) if state else (None, None)
 
 
 def last_good_poll(db: Database, source: str) -> datetime | None:

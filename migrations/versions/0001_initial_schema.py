@@ -51,6 +51,7 @@ def upgrade() -> None:
         sa.Column("source", sa.String(length=200), nullable=False),
         sa.Column("uidvalidity", sa.BigInteger(), nullable=True),
         sa.Column("last_ok_at", sa.DateTime(), nullable=True),
+        sa.Column("healthy_since", sa.DateTime(), nullable=True),
         sa.Column("last_error", sa.Text(), nullable=True),
         sa.Column("last_error_at", sa.DateTime(), nullable=True),
         sa.Column("owner", sa.String(length=100), nullable=True),
@@ -130,6 +131,8 @@ def upgrade() -> None:
         sa.Column("opened_at", sa.DateTime(), nullable=False),
         sa.Column("closed_at", sa.DateTime(), nullable=True),
         sa.Column("closed_by", sa.String(length=64), nullable=True),
+        sa.Column("held_at", sa.DateTime(), nullable=True),
+        sa.Column("reminded_at", sa.DateTime(), nullable=True),
         sa.ForeignKeyConstraint(
             ["game_id"], ["games.id"], name=op.f("fk_rounds_game_id_games"), ondelete="CASCADE"
         ),

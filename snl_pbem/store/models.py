@@ -154,6 +154,9 @@ class Round(Base):
     opened_at: Mapped[datetime]
     closed_at: Mapped[datetime | None]
     closed_by: Mapped[str | None] = mapped_column(String(64))
+    held_at: Mapped[datetime | None]
+    """Set when the deadline passed while mail intake was unhealthy (the circuit breaker)."""
+    reminded_at: Mapped[datetime | None]
 
     game: Mapped[Game] = relationship(back_populates="rounds")
 
@@ -268,6 +271,8 @@ class MailboxState(Base):
     uidvalidity: Mapped[int | None] = mapped_column(BigInteger)
     last_ok_at: Mapped[datetime | None]
     """The last complete, successful poll: the round closer's health signal."""
+    healthy_since: Mapped[datetime | None]
+    """The first good poll after the last failure (None while failing)."""
     last_error: Mapped[str | None] = mapped_column(Text)
     last_error_at: Mapped[datetime | None]
     owner: Mapped[str | None] = mapped_column(String(100))

@@ -1,0 +1,374 @@
+"""Deadlines without a person: APScheduler wakes the server; the database is the truth.
+
+Jobs are rebuilt from the rounds table (at start, after every close, on a
+config reload): one per open round's deadline, one per reminder, with
+explicit ids, ``replace_existing`` and ``misfire_grace_time=None`` (a job
+that is late still runs). A deadline missed while the server was down is
+closed at start, each exactly once (the guarded close). Every job calls a
+plain method that takes the time from the injected clock, so tests drive
+them directly instead of sleeping.
+
+The circuit breaker: when an IMAP mailbox is configured and its last good
+poll is older than ``healthy_within`` at a deadline, the round is *held*
+(the referee is mailed once) and closes only once intake has been healthy
+again for that long, or when the referee runs ``close-round``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import BaseScheduler
+from sqlalchemy import select
+
+from snl_pbem.config import Config
+from snl_pbem.mailboxes import intake_health
+from snl_pbem.outbox import enqueue_mail
+from snl_pbem.rounds import CloseOutcome, close_due_rounds, close_with_backup, dice_in_current_set
+from snl_pbem.rules.dice import lowest_legal_dice, open_values
+from snl_pbem.store import Database, Game, OrderRecord, Player, Round
+from snl_pbem.store.models import MailboxState
+from snl_pbem.timeutil import format_duration, show, utcnow, zone
+
+log = logging.getLogger("snl_pbem.scheduler")
+
+HELD_CHECK_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Planned:
+    job_id: str
+    run_at: datetime
+
+
+def make_scheduler() -> BackgroundScheduler:
+    """One worker thread: closes never run in parallel within a process."""
+    return BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(1)},
+        timezone="UTC",
+        job_defaults={"coalesce": True, "misfire_grace_time": None},
+    )
+
+
+class RoundScheduler:
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        scheduler: BaseScheduler | None = None,
+        after_close: Callable[[CloseOutcome], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.clock = clock
+        self.scheduler = scheduler
+        self.after_close = after_close
+
+    # -- planning ---------------------------------------------------------------------
+
+    def plan(self) -> list[Planned]:
+        """The jobs the database calls for now: deadlines, reminders, held rounds' checks."""
+        planned: list[Planned] = []
+        now = self.clock()
+        with self.db.transaction() as session:
+            rows = session.execute(
+                select(Game, Round)
+                .join(Round, Round.game_id == Game.id)
+                .where(Game.state == "running", Round.state == "open")
+            ).all()
+            for game, round_ in rows:
+                planned.append(Planned(f"close:{game.key}:{round_.number}", round_.deadline))
+                if game.remind_before_s and round_.reminded_at is None:
+                    at = round_.deadline - timedelta(seconds=game.remind_before_s)
+                    if at > round_.opened_at:
+                        planned.append(Planned(f"remind:{game.key}:{round_.number}", max(at, now)))
+        return planned
+
+    def rebuild(self) -> list[Planned]:
+        """Replace the scheduler's jobs with the plan (stale ones are removed)."""
+        planned = self.plan()
+        if self.scheduler is None:
+            return planned
+        wanted = {p.job_id for p in planned}
+        for job in self.scheduler.get_jobs():
+            if job.id.startswith(("close:", "remind:")) and job.id not in wanted:
+                job.remove()
+        for item in planned:
+            kind, key, number = item.job_id.split(":")
+            target = self.on_deadline if kind == "close" else self.on_reminder
+            self.scheduler.add_job(
+                target,
+                "date",
+                run_date=item.run_at,
+                id=item.job_id,
+                args=(key, int(number)),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+        if self.scheduler.get_job("held-check") is None:
+            self.scheduler.add_job(
+                self.check_held,
+                "interval",
+                seconds=HELD_CHECK_SECONDS,
+                id="held-check",
+                replace_existing=True,
+            )
+        return planned
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def catch_up(self) -> list[CloseOutcome]:
+        """At start: close every round whose deadline passed while nothing ran."""
+        if self.intake_unhealthy() is not None:
+            for key, number, _ in self._due():
+                self.on_deadline(key, number)
+            return []
+        outcomes = close_due_rounds(self.db, self.clock(), config=self.config, **self._backup())
+        for outcome in outcomes:
+            self._closed(outcome)
+        self.rebuild()
+        return outcomes
+
+    def on_deadline(self, game_key: str, number: int) -> CloseOutcome | None:
+        """A round's deadline: close it, unless mail intake is unhealthy (then hold it).
+
+        A paused game's deadline does nothing (the referee may still close-round it).
+        """
+        if not self._running(game_key):
+            return None
+        problem = self.intake_unhealthy()
+        if problem is not None:
+            self._hold(game_key, number, problem)
+            return None
+        return self._close(game_key, number, actor="scheduler")
+
+    def check_held(self) -> list[CloseOutcome]:
+        """Release held rounds once intake has been healthy for the limit again."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return []
+        limit = imap.healthy_within
+        _, since = self._health()
+        if since is None or self.clock() - since < limit:
+            return []
+        closed = []
+        with self.db.transaction() as session:
+            held = session.execute(
+                select(Game.key, Round.number)
+                .join(Round, Round.game_id == Game.id)
+                .where(Round.state == "open", Round.held_at.is_not(None), Game.state == "running")
+            ).all()
+        for key, number in held:
+            outcome = self._close(key, number, actor="scheduler (released)")
+            if outcome is not None:
+                closed.append(outcome)
+        return closed
+
+    def on_reminder(self, game_key: str, number: int) -> int:
+        """Remind each player without valid orders (and only them); returns how many."""
+        now = self.clock()
+        sent = 0
+        with self.db.transaction() as session:
+            game = session.scalar(select(Game).where(Game.key == game_key))
+            round_ = session.scalar(
+                select(Round)
+                .where(
+                    Round.game_id == (game.id if game else -1),
+                    Round.number == number,
+                    Round.state == "open",
+                )
+                .with_for_update()
+            )
+            if game is None or round_ is None or round_.reminded_at is not None:
+                return 0
+            round_.reminded_at = now
+            latest: dict[int, OrderRecord] = {}
+            for record in session.scalars(
+                select(OrderRecord)
+                .where(OrderRecord.round_id == round_.id)
+                .order_by(OrderRecord.received_at, OrderRecord.id)
+            ):
+                latest[record.player_id] = record
+            tz = zone(game.timezone)
+            for player in session.scalars(
+                select(Player).where(Player.game_id == game.id, Player.active)
+            ):
+                mine = latest.get(player.id)
+                if mine is not None and mine.valid and not mine.withdrawn:
+                    continue
+                used = dice_in_current_set(session, game, player.id)
+                enqueue_mail(
+                    session,
+                    self.config,
+                    game=game,
+                    kind="reminder",
+                    to=player.email,
+                    now=now,
+                    template="player/reminder.txt.j2",
+                    player=player,
+                    round=round_,
+                    deadline=show(round_.deadline, tz),
+                    problems=list(mine.problems) if mine is not None else [],
+                    open_values=", ".join(map(str, open_values(used))),
+                    example_dice=" ".join(map(str, lowest_legal_dice(used, round_.turns))),
+                )
+                sent += 1
+        log.info("%s: round %d reminders sent to %d player(s)", game_key, number, sent)
+        return sent
+
+    def check_all_in(self, game_key: str) -> datetime | None:
+        """close_when_all_in: once every player has valid orders, close after the settle time.
+
+        Called after orders arrive; returns when the early close is planned (or None).
+        """
+        now = self.clock()
+        with self.db.transaction() as session:
+            game = session.scalar(select(Game).where(Game.key == game_key))
+            if game is None or not game.close_when_all_in or game.state != "running":
+                return None
+            round_ = session.scalar(
+                select(Round).where(Round.game_id == game.id, Round.state == "open")
+            )
+            if round_ is None or not self._all_in(session, game, round_):
+                return None
+            at = min(now + timedelta(seconds=game.settle_s), round_.deadline)
+            number = round_.number
+        if self.scheduler is not None:
+            self.scheduler.add_job(
+                self.on_all_in,
+                "date",
+                run_date=at,
+                id=f"allin:{game_key}:{number}",
+                args=(game_key, number),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+        return at
+
+    def on_all_in(self, game_key: str, number: int) -> CloseOutcome | None:
+        """The settle time after everyone's orders: close if all are still valid."""
+        with self.db.transaction() as session:
+            game = session.scalar(select(Game).where(Game.key == game_key))
+            round_ = session.scalar(
+                select(Round).where(
+                    Round.game_id == (game.id if game else -1),
+                    Round.number == number,
+                    Round.state == "open",
+                )
+            )
+            if game is None or round_ is None or not self._all_in(session, game, round_):
+                return None
+        return self.on_deadline(game_key, number)
+
+    @staticmethod
+    def _all_in(session: Any, game: Game, round_: Round) -> bool:
+        latest: dict[int, OrderRecord] = {}
+        for record in session.scalars(
+            select(OrderRecord)
+            .where(OrderRecord.round_id == round_.id)
+            .order_by(OrderRecord.received_at, OrderRecord.id)
+        ):
+            latest[record.player_id] = record
+        players = session.scalars(select(Player.id).where(Player.game_id == game.id)).all()
+        return all(
+            (r := latest.get(pid)) is not None and r.valid and not r.withdrawn for pid in players
+        )
+
+    def _running(self, game_key: str) -> bool:
+        with self.db.transaction() as session:
+            return session.scalar(select(Game.state).where(Game.key == game_key)) == "running"
+
+    # -- the circuit breaker ---------------------------------------------------------------
+
+    def intake_unhealthy(self) -> str | None:
+        """Why intake cannot be trusted now, or None (also None with no IMAP configured)."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return None
+        last_ok, _ = self._health()
+        now = self.clock()
+        if last_ok is None or now - last_ok > imap.healthy_within:
+            when = "never" if last_ok is None else f"{format_duration(now - last_ok)} ago"
+            return f"the mailbox was last read successfully {when}"
+        return None
+
+    def _health(self) -> tuple[datetime | None, datetime | None]:
+        from snl_pbem.mailboxes import imap_poller
+
+        poller = imap_poller(self.db, self.config)
+        return intake_health(self.db, poller.config.source) if poller else (None, None)
+
+    def _hold(self, game_key: str, number: int, problem: str) -> None:
+        now = self.clock()
+        with self.db.transaction() as session:
+            game = session.scalar(select(Game).where(Game.key == game_key))
+            round_ = session.scalar(
+                select(Round)
+                .where(
+                    Round.game_id == (game.id if game else -1),
+                    Round.number == number,
+                    Round.state == "open",
+                )
+                .with_for_update()
+            )
+            if game is None or round_ is None or round_.held_at is not None:
+                return
+            round_.held_at = now
+            state = session.scalars(select(MailboxState)).first()
+            imap = self.config.settings.mail.imap
+            assert imap is not None
+            enqueue_mail(
+                session,
+                self.config,
+                game=game,
+                kind="round-held",
+                to=self.config.settings.mail.referee,
+                now=now,
+                template="referee/round_held.txt.j2",
+                round=round_,
+                deadline=show(round_.deadline, zone(game.timezone)),
+                last_ok=show(state.last_ok_at, zone(game.timezone))
+                if state and state.last_ok_at
+                else "never",
+                limit=format_duration(imap.healthy_within),
+                error=(state.last_error if state and state.last_error else problem),
+            )
+        log.error("%s: round %d held: %s", game_key, number, problem)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _close(self, game_key: str, number: int, actor: str) -> CloseOutcome | None:
+        outcome = close_with_backup(
+            self.db,
+            game_key,
+            self.clock(),
+            actor=actor,
+            expect_round=number,
+            config=self.config,
+            **self._backup(),
+        )
+        if outcome is not None:
+            self._closed(outcome)
+            self.rebuild()
+        return outcome
+
+    def _closed(self, outcome: CloseOutcome) -> None:
+        if self.after_close is not None:
+            self.after_close(outcome)
+
+    def _due(self) -> list[tuple[str, int, datetime]]:
+        from snl_pbem.rounds import due_rounds
+
+        return due_rounds(self.db, self.clock())
+
+    def _backup(self) -> dict[str, Any]:
+        database = self.config.settings.database
+        return {"backups": database.backups, "backup_dir": database.backup_dir}
