@@ -10,6 +10,7 @@ permanent ones for the referee (who is mailed about each).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -101,7 +102,14 @@ class DrainReport:
         return self.sent + self.deferred + self.failed
 
 
-def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[int]:
+@dataclass(frozen=True)
+class Claimed:
+    id: int
+    recipient: str
+    message: bytes
+
+
+def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Claimed]:
     """Claim due messages, at most one per recipient: the oldest waiting for each.
 
     Only a recipient's oldest waiting message is ever taken, so mail reaches
@@ -129,14 +137,20 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[int]
         if not db.is_sqlite:
             query = query.with_for_update(skip_locked=True, of=OutboxMessage)
         ids = list(session.scalars(query))
-        if ids:
-            session.execute(
-                update(OutboxMessage)
-                .where(OutboxMessage.id.in_(ids))
-                .values(claimed_by=worker, claim_until=now + CLAIM)
-                .execution_options(synchronize_session=False)
-            )
-    return ids
+        if not ids:
+            return []
+        session.execute(
+            update(OutboxMessage)
+            .where(OutboxMessage.id.in_(ids))
+            .values(claimed_by=worker, claim_until=now + CLAIM)
+            .execution_options(synchronize_session=False)
+        )
+        rows = session.execute(
+            select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
+            .where(OutboxMessage.id.in_(ids))
+            .order_by(OutboxMessage.id)
+        )
+        return [Claimed(row_id, recipient, raw) for row_id, recipient, raw in rows]
 
 
 def drain_outbox(
@@ -149,71 +163,145 @@ def drain_outbox(
     batch: int = 200,
     give_up_after: timedelta = timedelta(days=3),
 ) -> DrainReport:
-    """Send everything due, batch by batch, until nothing is left to claim now."""
+    """Send everything due, batch by batch, until nothing is left to claim now.
+
+    Each batch's results are written in one transaction after its messages went
+    out; a sender killed in between sends those again later (same Message-IDs),
+    never fewer.
+    """
     report = DrainReport()
     while True:
-        ids = claim_due(db, clock(), worker, batch)
-        if not ids:
+        claimed = claim_due(db, clock(), worker, batch)
+        if not claimed:
             return report
-        for message_id in ids:
-            _send_one(db, config, sender, clock, message_id, worker, give_up_after, report)
+        results: list[tuple[Claimed, SendError | None]] = []
+        for item in claimed:
+            try:
+                sender.send(item.recipient, item.message)
+                results.append((item, None))
+            except SendError as exc:
+                results.append((item, exc))
+        _record(db, config, results, clock(), worker, give_up_after, report)
 
 
-def _send_one(
+def _record(
     db: Database,
     config: Config,
-    sender: SmtpSender,
-    clock: Callable[[], datetime],
-    row_id: int,
+    results: list[tuple[Claimed, SendError | None]],
+    now: datetime,
     worker: str,
     give_up_after: timedelta,
     report: DrainReport,
 ) -> None:
+    sent = [item.id for item, error in results if error is None]
     with db.transaction() as session:
-        row = session.get(OutboxMessage, row_id)
-        if row is None or row.status != "pending" or row.claimed_by != worker:
-            return
-        recipient, raw = row.recipient, row.message
-    error: SendError | None = None
-    try:
-        sender.send(recipient, raw)
-    except SendError as exc:
-        error = exc
-    now = clock()
-    with db.transaction() as session:
-        row = session.get(OutboxMessage, row_id)
-        assert row is not None
-        row.attempts += 1
-        row.claimed_by = row.claim_until = None
-        if error is None:  # marked sent only after the server's 250
-            row.status, row.sent_at, row.last_error = "sent", now, None
-            if row.secret:
-                row.message = raw.split(b"\r\n\r\n", 1)[0] + b"\r\n" + SCRUBBED
-            report.sent += 1
-            return
-        row.last_error = str(error)[:2000]
-        if error.permanent or now - row.created_at >= give_up_after:
-            row.status = "failed"
-            report.failed += 1
-            log.error("mail %s to %s failed for good: %s", row.message_id, recipient, error)
-            if row.kind != "delivery-failure":
-                game = session.get(Game, row.game_id) if row.game_id else None
-                enqueue_mail(
-                    session,
-                    config,
-                    game=game,
-                    kind="delivery-failure",
-                    to=config.settings.mail.referee,
-                    now=now,
-                    template="referee/delivery_failure.txt.j2",
-                    recipient=recipient,
-                    what=row.kind,
-                    error=str(error),
-                    attempts=row.attempts,
-                    message_id=row.message_id,
+        if sent:  # marked sent only after the server's 250
+            session.execute(
+                update(OutboxMessage)
+                .where(OutboxMessage.id.in_(sent), OutboxMessage.claimed_by == worker)
+                .values(
+                    status="sent",
+                    sent_at=now,
+                    last_error=None,
+                    claimed_by=None,
+                    claim_until=None,
+                    attempts=OutboxMessage.attempts + 1,
                 )
-            return
-        delay = min(FIRST_RETRY * 2 ** (row.attempts - 1), LONGEST_RETRY)
-        row.next_attempt_at = now + delay
-        report.deferred += 1
-        log.warning("mail %s to %s deferred %s: %s", row.message_id, recipient, delay, error)
+                .execution_options(synchronize_session=False)
+            )
+            report.sent += len(sent)
+            secret = session.scalars(
+                select(OutboxMessage).where(OutboxMessage.id.in_(sent), OutboxMessage.secret)
+            ).all()
+            for scrub in secret:  # the player has the key now: the database forgets it
+                scrub.message = scrub.message.split(b"\r\n\r\n", 1)[0] + b"\r\n" + SCRUBBED
+        for item, error in results:
+            if error is None:
+                continue
+            row = session.get(OutboxMessage, item.id)
+            if row is None or row.claimed_by != worker:
+                continue
+            row.attempts += 1
+            row.claimed_by = row.claim_until = None
+            row.last_error = str(error)[:2000]
+            if error.permanent or now - row.created_at >= give_up_after:
+                row.status = "failed"
+                report.failed += 1
+                log.error("mail %s to %s failed for good: %s", row.message_id, row.recipient, error)
+                if row.kind != "delivery-failure":
+                    game = session.get(Game, row.game_id) if row.game_id else None
+                    enqueue_mail(
+                        session,
+                        config,
+                        game=game,
+                        kind="delivery-failure",
+                        to=config.settings.mail.referee,
+                        now=now,
+                        template="referee/delivery_failure.txt.j2",
+                        recipient=row.recipient,
+                        what=row.kind,
+                        error=str(error),
+                        attempts=row.attempts,
+                        message_id=row.message_id,
+                    )
+                continue
+            delay = min(FIRST_RETRY * 2 ** (row.attempts - 1), LONGEST_RETRY)
+            row.next_attempt_at = now + delay
+            report.deferred += 1
+            log.warning(
+                "mail %s to %s deferred %s: %s", row.message_id, row.recipient, delay, error
+            )
+
+
+def drain_parallel(
+    db: Database,
+    config: Config,
+    make_sender: Callable[[], SmtpSender],
+    clock: Callable[[], datetime],
+    *,
+    connections: int,
+    worker: str,
+    batch: int = 200,
+    give_up_after: timedelta = timedelta(days=3),
+) -> DrainReport:
+    """``drain_outbox`` over several SMTP connections at once, one thread each."""
+    if connections <= 1:
+        sender = make_sender()
+        try:
+            return drain_outbox(
+                db, config, sender, clock, worker=worker, batch=batch, give_up_after=give_up_after
+            )
+        finally:
+            sender.close()
+    reports: list[DrainReport] = []
+
+    def run(index: int) -> None:
+        sender = make_sender()
+        try:
+            reports.append(
+                drain_outbox(
+                    db,
+                    config,
+                    sender,
+                    clock,
+                    worker=f"{worker}/{index}",
+                    batch=batch,
+                    give_up_after=give_up_after,
+                )
+            )
+        finally:
+            sender.close()
+
+    threads = [
+        threading.Thread(target=run, args=(i,), name=f"smtp-{i}") for i in range(connections)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    total = DrainReport()
+    for report in reports:
+        total.sent += report.sent
+        total.deferred += report.deferred
+        total.failed += report.failed
+    return total
