@@ -50,10 +50,19 @@ c.stop()
 def fill(db: Database, config, n: int) -> None:
     with db.transaction() as s:
         for i in range(n):
-            enqueue_mail(s, config, game=None, kind="report", to=f"p{i}@example.org", now=T0,
-                         template="player/notice.txt.j2", subject=f"Round report {i}",
-                         player=None, message="Positions after round 7: " + "x" * 600,
-                         line_problems=())
+            enqueue_mail(
+                s,
+                config,
+                game=None,
+                kind="report",
+                to=f"p{i}@example.org",
+                now=T0,
+                template="player/notice.txt.j2",
+                subject=f"Round report {i}",
+                player=None,
+                message="Positions after round 7: " + "x" * 600,
+                line_problems=(),
+            )
 
 
 def main() -> None:
@@ -62,14 +71,20 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=4)
     args = parser.parse_args()
     port = free_port()
-    sink = subprocess.Popen([sys.executable, "-c", SINK, str(port)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    sink = subprocess.Popen(
+        [sys.executable, "-c", SINK, str(port)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert sink.stdout is not None and sink.stdout.readline().strip() == "ready"
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "c.toml"
-            path.write_text(f'[database]\nurl = "sqlite:///{tmp}/b.db"\n[mail]\n'
-                            'address = "snl@example.org"\nreferee = "ref@example.org"\n')
+            path.write_text(
+                f'[database]\nurl = "sqlite:///{tmp}/b.db"\n[mail]\n'
+                'address = "snl@example.org"\nreferee = "ref@example.org"\n'
+            )
             config = load_config(path)
             db = Database(config.database_url)
             upgrade(db)
@@ -90,27 +105,38 @@ def main() -> None:
             results = []
             for connections in (1, args.connections):
                 with db.transaction() as s:
-                    s.execute(update(OutboxMessage).values(status="pending", sent_at=None,
-                                                           attempts=0))
+                    s.execute(
+                        update(OutboxMessage).values(status="pending", sent_at=None, attempts=0)
+                    )
                 started = time.perf_counter()
-                report = drain_parallel(db, config, sender, lambda: T0,
-                                        connections=connections, worker="bench")
+                report = drain_parallel(
+                    db, config, sender, lambda: T0, connections=connections, worker="bench"
+                )
                 elapsed = time.perf_counter() - started
                 with db.transaction() as s:
-                    sent = s.scalar(select(func.count()).select_from(OutboxMessage)
-                                    .where(OutboxMessage.status == "sent"))
+                    sent = s.scalar(
+                        select(func.count())
+                        .select_from(OutboxMessage)
+                        .where(OutboxMessage.status == "sent")
+                    )
                 assert report.sent == sent == args.messages, (report, sent)
                 results.append((connections, elapsed))
             db.dispose()
     finally:
         sink.communicate("", timeout=10)
     n = args.messages
-    print(f"bench_send: Python {platform.python_version()}, {n} messages, aiosmtpd sink in "
-          "its own process, SQLite outbox")
-    print(f"  baseline: bare smtplib loop, one connection: {base_s:6.2f} s = {n / base_s:7.0f} msg/s")
+    print(
+        f"bench_send: Python {platform.python_version()}, {n} messages, aiosmtpd sink in "
+        "its own process, SQLite outbox"
+    )
+    print(
+        f"  baseline: bare smtplib loop, one connection: {base_s:6.2f} s = {n / base_s:7.0f} msg/s"
+    )
     for connections, elapsed in results:
-        print(f"  outbox, {connections} connection(s):              {elapsed:6.2f} s = "
-              f"{n / elapsed:7.0f} msg/s ({base_s / elapsed:.2f}x baseline)")
+        print(
+            f"  outbox, {connections} connection(s):              {elapsed:6.2f} s = "
+            f"{n / elapsed:7.0f} msg/s ({base_s / elapsed:.2f}x baseline)"
+        )
 
 
 if __name__ == "__main__":
