@@ -140,3 +140,46 @@ def test_two_senders_send_each_message_once(intake, smtp_sink) -> None:
     assert len(ids) == len(set(ids)) == 123  # 3 welcomes + 120
     assert all(r.status == "sent" for r in rows(db))
     assert sum(r.sent for r in reports) == 123
+
+
+def test_starttls_and_auth(intake, tmp_path) -> None:
+    """A sink that insists on STARTTLS and AUTH, as a real submission server does."""
+    import shutil
+    import ssl
+    import subprocess
+
+    import pytest
+    from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult
+    from smtpsink import SinkHandler, free_port
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+
+    def authenticate(server, session, envelope, mechanism, auth_data):
+        ok = auth_data.login == b"snl" and auth_data.password == b"s3cret"
+        return AuthResult(success=ok)
+
+    handler = SinkHandler()
+    port = free_port()
+    controller = Controller(handler, hostname="127.0.0.1", port=port, tls_context=server_tls,
+                            require_starttls=True, authenticator=authenticate,
+                            auth_require_tls=True, auth_required=True)
+    controller.start()
+    try:
+        db, config = intake
+        client_tls = ssl.create_default_context(cafile=str(cert))
+        client_tls.check_hostname = False
+        good = SmtpSender(SmtpConfig("127.0.0.1", port, "starttls", "snl", "s3cret",
+                                     ssl_context=client_tls), "snl@example.org")
+        report = drain_outbox(db, config, good, Clock(), worker="tls")
+        good.close()
+        assert report.sent == 3 and len(handler.delivered) == 3
+    finally:
+        controller.stop()

@@ -31,9 +31,12 @@ NAMES = ("ann", "bob", "cy")
 def test_scripted_game_to_the_end(tmp_path, smtp_sink) -> None:
     db = Database(f"sqlite:///{tmp_path / 's.db'}")
     upgrade(db)
-    config = game_config(tmp_path / "c.toml", db.url, reveal=True,
-                         board='{ rows = 4, columns = 10, ladders = { "3" = 22 }, '
-                               'snakes = { "27" = 5 } }')
+    config = game_config(
+        tmp_path / "c.toml",
+        db.url,
+        reveal=True,
+        board='{ rows = 4, columns = 10, ladders = { "3" = 22 }, snakes = { "27" = 5 } }',
+    )
     sync_games(db, config, T0)
     start_game(db, config, "g1", T0)
     clock_now = [T0]
@@ -56,14 +59,16 @@ def test_scripted_game_to_the_end(tmp_path, smtp_sink) -> None:
         for name in NAMES:
             if name == "cy" and number % 4 == 0:
                 continue  # cy forgets now and then: R17
-            used = played[name][len(played[name]) - len(played[name]) % 6:]
+            used = played[name][len(played[name]) - len(played[name]) % 6 :]
             choice = rng.sample([v for v in range(1, 7) if v not in used], 1)
             if turns == 2:
                 rest = [v for v in range(1, 7) if v not in used and v != choice[0]]
                 choice.append(rng.choice(rest) if rest else rng.randint(1, 6))
-            raw = (f"From: {name}@example.org\r\nSubject: Re: [g1] Round report\r\n"
-                   f"Message-ID: <{name}.{number}@x.org>\r\n\r\nKEY {name}-key-123\r\n"
-                   f"DICE {' '.join(map(str, choice))}\r\n").encode()
+            raw = (
+                f"From: {name}@example.org\r\nSubject: Re: [g1] Round report\r\n"
+                f"Message-ID: <{name}.{number}@x.org>\r\n\r\nKEY {name}-key-123\r\n"
+                f"DICE {' '.join(map(str, choice))}\r\n"
+            ).encode()
             assert ingest(db, config, raw, clock(), "t").status == "processed"
             orders[name] = OrderSet(tuple(choice), None)
         rounds.append(orders)
@@ -94,8 +99,32 @@ def test_scripted_game_to_the_end(tmp_path, smtp_sink) -> None:
         assert subjects[-1].startswith("[g1] Game over")
         acks = [s for s in subjects if s.startswith("Re: ")]
         assert len(acks) == sum(1 for r in rounds if name in r)
+        for msg in inbox[name][:-1]:  # everything before the game-over mail
+            assert_reveals_nothing(name, msg)
     summaries = [str(m["Subject"]) for m in inbox["ref"]]
     assert len(summaries) == closed and all("Referee summary" in s for s in summaries)
     winner = offline["result"].get("winner") or " and ".join(offline["result"]["draw"])
     final = inbox["ann"][-1].get_body(("plain",)).get_content()
     assert winner.split(" and ")[0] in final
+
+
+def assert_reveals_nothing(reader: str, msg: email.message.EmailMessage) -> None:
+    """R19: before the game ends, a player's mail shows positions and their own dice only."""
+    body = msg.get_body(("plain",)).get_content().replace("\r\n", "\n")
+    lowered = body.lower()
+    for secret in (
+        r"nominated \d",
+        r"votes?\b.*\d",
+        r"trapdoors: \d",
+        r"active trapdoor",
+        r"ladder \d",
+        r"snake \d",
+        r"\d+ ?(->|\u2192) ?\d+",
+        r"no orders received",
+        r"\br1[78]\b",
+    ):
+        assert not re.search(secret, lowered), (reader, secret, msg["Subject"])
+    for other in set(NAMES) - {reader}:
+        for line in body.splitlines():
+            if re.search(rf"\b{other}\b", line):
+                assert re.fullmatch(rf"\s+\d+=?\s+{other}\s+\d+", line), (reader, line)
