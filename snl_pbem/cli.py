@@ -65,11 +65,25 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--game", help="in a config file, the game whose board to show")
     board.set_defaults(handler=cmd_board)
 
-    demo = sub.add_parser(
-        "demo",
+    example = sub.add_parser(
+        "example",
         help="show the bundled example game: its board and every round, adjudicated",
         description="Adjudicate the bundled example game and show the result.",
     )
+    example.set_defaults(handler=cmd_example)
+
+    demo = sub.add_parser(
+        "demo",
+        help="play a whole game by email on this machine (under a minute)",
+        description="Run the real server on embedded defaults with scripted players.",
+    )
+    demo.add_argument(
+        "--dir",
+        type=Path,
+        help="where to put the database and the mail (default: a new temporary folder)",
+    )
+    demo.add_argument("--players", type=int, default=4, help="2 to 8 (default 4)")
+    demo.add_argument("--seed", type=int, default=1, help="vary the players' choices")
     demo.set_defaults(handler=cmd_demo)
     add_commands(sub)
     return parser
@@ -172,7 +186,7 @@ def _board(spec: Any, path: Path, where: str) -> Board:
 EXAMPLE = "example-game.json"
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def cmd_example(args: argparse.Namespace) -> int:
     source = resources.files("snl_pbem").joinpath("examples", EXAMPLE)
     replay = parse_replay(read_json_resource(source.read_bytes()), f"(bundled) {EXAMPLE}")
     outcome = run_replay(replay)
@@ -192,6 +206,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def read_json_resource(raw: bytes) -> Any:
     return json.loads(raw.decode("utf-8"))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from snl_pbem.demo import run_demo
+
+    if not 2 <= args.players <= 8:
+        raise CommandError("--players must be between 2 and 8")
+    return run_demo(args.dir, players=args.players, seed=args.seed)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ def add_commands(sub: Any) -> None:
         return parser
 
     command("check-config", cmd_check_config, "check the config and show each game")
+    srv = command("serve", cmd_serve, "run the server: mail intake, deadlines, outbox")
+    srv.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     db = command("db", cmd_db, "database schema: 'db upgrade' applies the migrations")
     db.add_argument("action", choices=["upgrade", "current"])
     command("start", cmd_start, "start a game: order keys, round 1, welcome mails", game=True)
@@ -85,6 +87,12 @@ def _run(action: Callable[[], Any]) -> Any:
         return action()
     except LifecycleError as exc:
         raise CommandError(str(exc)) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from snl_pbem.server import serve
+
+    return serve(config_path(args.config), args.log_level)
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:

@@ -147,7 +147,10 @@ def imap_poller(
 
 
 def lmtp_receiver(
-    db: Database, config: Config, clock: Callable[[], datetime] = utcnow
+    db: Database,
+    config: Config,
+    clock: Callable[[], datetime] = utcnow,
+    after: Callable[[IngestResult], None] | None = None,
 ) -> ReceiverController | None:
     """The LMTP/SMTP receiver for the configured listener, or None when none is configured."""
     lmtp = config.settings.mail.lmtp
@@ -158,6 +161,8 @@ def lmtp_receiver(
         result = ingest(db, config, raw, clock(), source)
         if not result.stored:
             raise RuntimeError("message not stored")
+        if after is not None:
+            after(result)
         return result
 
     handler = GameAddressHandler(

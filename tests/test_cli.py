@@ -183,7 +183,7 @@ def test_board_bad_file(tmp_path: Path, capsysbinary) -> None:
 
 
 def test_demo_plays_the_bundled_game(capsysbinary) -> None:
-    code, out, _ = run(["demo"], capsysbinary)
+    code, out, _ = run(["example"], capsysbinary)
     text = out.decode()
     assert code == 0
     assert "Round 1 (one turn)" in text and "Round 7 (two turns)" in text
