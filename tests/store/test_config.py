@@ -149,3 +149,13 @@ def test_the_example_config_is_valid(tmp_path: Path) -> None:
     config = load_config(path)
     assert config.game("spring26").board.ladders[80] == 100
     assert config.settings.mail.imap is not None and config.settings.mail.imap.port == 993
+
+
+def test_every_bundled_board_loads() -> None:
+    from snl_pbem.cli import boards_in_file
+
+    boards = sorted((Path(__file__).parents[2] / "deploy" / "boards").glob("*.toml"))
+    assert len(boards) >= 3
+    for path in boards:
+        [(_, board)] = boards_in_file(path)
+        assert board.features, path.name

@@ -1,0 +1,237 @@
+"""`serve` as a GM runs it, `demo` as a newcomer runs it, and the deployment files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from imapclient import IMAPClient
+
+ROOT = Path(__file__).parents[1]
+SNL = str(Path(sys.executable).with_name("snl-pbem"))
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+GAME = """
+[[games]]
+id = "{id}"
+board = {{ ladders = {{ "4" = 14 }} }}
+first_deadline = "{first}"
+round_length = "1h"
+players = [
+  {{ name = "ann", email = "ann@example.org", key = "ann-key-123" }},
+  {{ name = "bob", email = "bob@example.org", key = "bob-key-123" }},
+]
+"""
+
+
+def write_config(folder: Path, dovecot, user: str, sink, first: datetime, games=("live",)) -> Path:
+    text = f"""
+timezone = "UTC"
+[database]
+url = "sqlite:///{folder / "snl.db"}"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+[mail.imap]
+host = "{dovecot.host}"
+port = {dovecot.port}
+tls = "none"
+username = "{user}"
+password = "secret"
+poll_interval = "1s"
+[mail.smtp]
+host = "{sink.host}"
+port = {sink.port}
+tls = "none"
+"""
+    for game in games:
+        text += GAME.format(id=game, first=first.isoformat(timespec="seconds"))
+    path = folder / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def run(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SNL, *args, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_serve_refuses_a_bad_config_and_an_old_schema(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[mail]\naddress = "nope"\n')
+    done = run("serve", config=bad)
+    assert done.returncode == 2 and "mail.address: 'nope' is not an email address" in done.stderr
+    good = tmp_path / "good.toml"
+    good.write_text(
+        f'[database]\nurl = "sqlite:///{tmp_path}/x.db"\n[mail]\n'
+        'address = "snl@example.org"\nreferee = "ref@example.org"\n'
+    )
+    done = run("serve", config=good)
+    assert done.returncode == 2 and "run 'snl-pbem db upgrade' first" in done.stderr
+
+
+@pytest.mark.slow
+def test_serve_end_to_end_with_reload_and_stop(tmp_path: Path, dovecot, smtp_sink) -> None:
+    user = dovecot.new_user()
+    first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=12)
+    config = write_config(tmp_path, dovecot, user, smtp_sink, first)
+    assert run("db", "upgrade", config=config).returncode == 0
+    assert run("start", "live", config=config).returncode == 0
+    log = open(tmp_path / "serve.log", "w")
+    server = subprocess.Popen(
+        [SNL, "serve", "--config", str(config), "--log-level", "info"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        welcomes = lambda: sum(b"Welcome" in d.raw for d in smtp_sink.delivered)  # noqa: E731
+        wait_for(lambda: welcomes() == 2, 30, "the welcome mails")
+        client = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=10)
+        client.login(user, "secret")
+        for name, die in (("ann", 4), ("bob", 2)):
+            client.append(
+                "INBOX",
+                (
+                    f"From: {name}@example.org\r\nSubject: [live]\r\n"
+                    f"Message-ID: <{name}-serve@x.org>\r\n\r\n"
+                    f"KEY {name}-key-123\r\nDICE {die}\r\n"
+                ).encode(),
+            )
+        client.logout()
+        acks = lambda: sum(b"Re: [live]" in d.raw for d in smtp_sink.delivered)  # noqa: E731
+        wait_for(lambda: acks() == 2, 30, "the acknowledgements")
+        reports = lambda: [d for d in smtp_sink.delivered if b"Round 1 report" in d.raw]  # noqa: E731
+        wait_for(lambda: len(reports()) == 2, 60, "the round reports at the deadline")
+        assert b"ann    14" in reports()[0].raw or b"ann   14" in reports()[0].raw
+        # SIGHUP: a new game in the config appears without a restart
+        write_config(
+            tmp_path, dovecot, user, smtp_sink, first + timedelta(days=1), games=("live", "later")
+        )
+        server.send_signal(signal.SIGHUP)
+        wait_for(
+            lambda: "later" in run("status", "--json", config=config).stdout,
+            30,
+            "the reloaded game",
+        )
+        started = time.monotonic()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0 and time.monotonic() - started < 15
+    finally:
+        if server.poll() is None:
+            server.kill()
+        log.close()
+    text = (tmp_path / "serve.log").read_text()
+    assert "live: round 1 closed" in text and "config: later: new game" in text
+    assert "ann-key-123" not in text  # no secret in the log
+    # a restart finds everything done: nothing is applied or sent twice
+    before = len(smtp_sink.delivered)
+    server = subprocess.Popen(
+        [SNL, "serve", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(4)
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(30) == 0
+    assert len(smtp_sink.delivered) == before
+
+
+@pytest.mark.slow
+def test_demo_plays_a_whole_game(tmp_path: Path) -> None:
+    from snl_pbem.demo import run_demo
+
+    out = tmp_path / "demo.txt"
+    with out.open("w") as stream:
+        assert run_demo(tmp_path / "demo", players=3, seed=5, out=stream) == 0
+    text = out.read_text()
+    assert "Round 1 closed" in text and "Game over after" in text
+    mail = tmp_path / "demo" / "mail"
+    for who in ("ann", "bob", "cy", "referee"):
+        files = sorted((mail / who).glob("*.eml"))
+        assert files, who
+    assert any("game-over" in f.name for f in (mail / "ann").glob("*.eml"))
+    assert "no orders received (R17)" in text and "invalid dice (R18)" in text
+
+
+def test_systemd_unit_verifies(tmp_path: Path) -> None:
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = (ROOT / "deploy" / "snl-pbem.service").read_text()
+    for key in (
+        "DynamicUser=yes",
+        "StateDirectory=",
+        "ExecStartPre=",
+        "ExecReload=",
+        "Restart=on-failure",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "RestrictAddressFamilies=",
+        "Type=notify",
+    ):
+        assert key in unit, key
+    local = tmp_path / "snl-pbem.service"
+    local.write_text(unit.replace("/opt/snl-pbem/.venv/bin/snl-pbem", SNL))
+    done = subprocess.run(
+        ["systemd-analyze", "verify", str(local)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.slow
+def test_the_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
+    """The README's two commands, from a new clone (the inner test run skips this test)."""
+    if os.environ.get("SNL_PBEM_INNER_RUN") == "1":
+        pytest.skip("already inside the fresh-clone run")
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    readme = (ROOT / "README.md").read_text()
+    assert "./scripts/demo" in readme and "./scripts/test" in readme
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    env = {**os.environ, "SNL_PBEM_INNER_RUN": "1"}
+    env.pop("VIRTUAL_ENV", None)
+    demo = subprocess.run(
+        ["./scripts/demo", "--players", "2"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
+    assert "Game over after" in demo.stdout
+    tests = subprocess.run(
+        ["./scripts/test", "-q", "-x"],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=2400,
+        check=False,
+    )
+    assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
+    assert " passed" in tests.stdout
