@@ -98,7 +98,7 @@ def test_serve_end_to_end_with_reload_and_stop(tmp_path: Path, dovecot, smtp_sin
     config = write_config(tmp_path, dovecot, user, smtp_sink, first)
     assert run("db", "upgrade", config=config).returncode == 0
     assert run("start", "live", config=config).returncode == 0
-    log = open(tmp_path / "serve.log", "w")
+    log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 (closed in finally)
     server = subprocess.Popen(
         [SNL, "serve", "--config", str(config), "--log-level", "info"],
         stdout=log,
