@@ -18,13 +18,14 @@ ROOT = Path(__file__).parents[1]
 SNL = str(Path(sys.executable).with_name("snl-pbem"))
 
 
-def wait_for(condition, seconds: float, what: str) -> None:
+def wait_for(condition, seconds: float, what: str, log: Path | None = None) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    tail = log.read_text()[-3000:] if log is not None and log.exists() else ""
+    raise AssertionError(f"timed out waiting for {what}\n{tail}")
 
 
 GAME = """
@@ -106,7 +107,7 @@ def test_serve_end_to_end_with_reload_and_stop(tmp_path: Path, dovecot, smtp_sin
     )
     try:
         welcomes = lambda: sum(b"Welcome" in d.raw for d in smtp_sink.delivered)  # noqa: E731
-        wait_for(lambda: welcomes() == 2, 30, "the welcome mails")
+        wait_for(lambda: welcomes() == 2, 60, "the welcome mails", tmp_path / "serve.log")
         client = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=10)
         client.login(user, "secret")
         for name, die in (("ann", 4), ("bob", 2)):
@@ -120,9 +121,10 @@ def test_serve_end_to_end_with_reload_and_stop(tmp_path: Path, dovecot, smtp_sin
             )
         client.logout()
         acks = lambda: sum(b"Re: [live]" in d.raw for d in smtp_sink.delivered)  # noqa: E731
-        wait_for(lambda: acks() == 2, 30, "the acknowledgements")
+        wait_for(lambda: acks() == 2, 60, "the acknowledgements", tmp_path / "serve.log")
         reports = lambda: [d for d in smtp_sink.delivered if b"Round 1 report" in d.raw]  # noqa: E731
-        wait_for(lambda: len(reports()) == 2, 60, "the round reports at the deadline")
+        wait_for(lambda: len(reports()) == 2, 90, "the round reports at the deadline",
+                 tmp_path / "serve.log")
         assert b"ann    14" in reports()[0].raw or b"ann   14" in reports()[0].raw
         # SIGHUP: a new game in the config appears without a restart
         write_config(
