@@ -110,13 +110,7 @@ class Server:
             scheduler=self.scheduler,
             after_close=self._closed,
         )
-        self._start_mail()
-        if self._poller is not None:  # read what arrived while we were down, then catch up
-            try:
-                self._poller.poll_once()
-            except Exception as exc:  # the circuit breaker will hold rounds if it stays down
-                log.warning("first poll failed: %s: %s", type(exc).__name__, exc)
-            self._poller.close()
+        self._start_mail(first_poll=True)
         self.scheduler.start(paused=True)
         for outcome in self.rounds.catch_up():
             log.info("%s: round %d closed on catch-up", outcome.game, outcome.round)
@@ -125,7 +119,7 @@ class Server:
         self._kick.set()
         log.info("serving %d game(s) from %s", len(self.config.games), self.config_path)
 
-    def _start_mail(self) -> None:
+    def _start_mail(self, first_poll: bool = False) -> None:
         self._mail_stop = threading.Event()
         hooks = DatabaseHooks(self.db, self.config, clock=self.clock)
         original_deliver = hooks.deliver
@@ -138,6 +132,12 @@ class Server:
         hooks.deliver = deliver  # type: ignore[method-assign]
         self._poller = imap_poller(self.db, self.config, hooks)
         if self._poller is not None:
+            if first_poll:  # read what arrived while we were down before catching up
+                try:
+                    self._poller.poll_once()
+                except Exception as exc:  # the circuit breaker holds rounds if it stays down
+                    log.warning("first poll failed: %s: %s", type(exc).__name__, exc)
+                    self._poller.close()
             self._spawn("imap", self._poll_loop)
         self._receiver = lmtp_receiver(
             self.db, self.config, clock=self.clock, after=self._after_ingest
