@@ -287,6 +287,12 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
             f"round {round_.number}. Send them again with ROUND {round_.number} (or "
             "without a ROUND line)."
         )
+    elif ctx.now < round_.opened_at:
+        refusal = (
+            f"Your message reached us before round {round_.number} opened, so it was meant "
+            f"for an earlier round, which is closed now. Send your orders for round "
+            f"{round_.number} again."
+        )
     elif ctx.now > round_.deadline:
         refusal = (
             f"Your orders arrived after round {round_.number}'s deadline "

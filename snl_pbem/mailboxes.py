@@ -47,9 +47,20 @@ class DatabaseHooks:
         self.owner = owner or process_identity()
         self.results: list[IngestResult] = []
 
-    def deliver(self, raw: bytes, source: str, uidvalidity: int, uid: int) -> bool:
+    def deliver(
+        self,
+        raw: bytes,
+        source: str,
+        uidvalidity: int,
+        uid: int,
+        arrived: datetime | None = None,
+    ) -> bool:
+        """Store one message; its receipt time is when our mail server received it (the
+        mailbox's INTERNALDATE), so an outage of this server costs no order its deadline."""
+        now = self.clock()
+        received = min(arrived, now) if arrived is not None else now
         result = ingest(
-            self.db, self.config, raw, self.clock(), source, uidvalidity=uidvalidity, uid=uid
+            self.db, self.config, raw, received, source, uidvalidity=uidvalidity, uid=uid
         )
         self.results.append(result)
         return result.stored

@@ -124,8 +124,10 @@ class Server:
         hooks = DatabaseHooks(self.db, self.config, clock=self.clock)
         original_deliver = hooks.deliver
 
-        def deliver(raw: bytes, source: str, uidvalidity: int, uid: int) -> bool:
-            stored = original_deliver(raw, source, uidvalidity, uid)
+        def deliver(
+            raw: bytes, source: str, uidvalidity: int, uid: int, arrived: datetime | None = None
+        ) -> bool:
+            stored = original_deliver(raw, source, uidvalidity, uid, arrived)
             self._after_ingest(hooks.results.pop() if hooks.results else None)
             return stored
 

@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: databases (SQLite and a private PostgreSQL)."""
+"""Fixtures shared by the whole suite: databases (SQLite and a private PostgreSQL), servers
+(Dovecot, an SMTP sink) and a started game."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from mailhelpers import OPENED, T0, game_config
 from pgserver import PostgresServer, PostgresUnavailable
 
+from snl_pbem.config import Config
+from snl_pbem.games import start_game, sync_games
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
 
@@ -74,3 +78,27 @@ def smtp_sink():
     sink = SmtpSink().start()
     yield sink
     sink.stop()
+
+
+# -- a started game g1 whose players ann, bob and cy have known keys (see mailhelpers) ----
+
+
+@pytest.fixture
+def intake(db: Database, tmp_path: Path) -> Iterator[tuple[Database, Config]]:
+    """A started game on each database kind."""
+    config = game_config(tmp_path / "config.toml", db.url)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", OPENED)
+    yield db, config
+
+
+@pytest.fixture
+def sqlite_intake(tmp_path: Path) -> Iterator[tuple[Database, Config]]:
+    """A started game on SQLite only (for tests of parsing, where the database does not matter)."""
+    db = Database(f"sqlite:///{tmp_path / 'snl.db'}")
+    upgrade(db)
+    config = game_config(tmp_path / "config.toml", db.url)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", OPENED)
+    yield db, config
+    db.dispose()

@@ -4,7 +4,7 @@ and reading back what the intake did."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import select
@@ -13,6 +13,9 @@ from snl_pbem.config import Config, load_config
 from snl_pbem.store import Database, OrderRecord, OutboxMessage, Player
 
 T0 = datetime(2029, 12, 1, 12, 0, tzinfo=UTC)
+OPENED = datetime.now(UTC) - timedelta(hours=1)
+"""When the fixtures' round 1 opens: before real mail arrives (IMAP INTERNALDATE is real
+time) and before T0, the test clock."""
 CORPUS = Path(__file__).parent / "data" / "mail"
 
 CONFIG = """

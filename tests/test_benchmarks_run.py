@@ -22,3 +22,16 @@ def test_bench_rules_prints_engine_and_baseline() -> None:
     assert [row[0] for row in rows] == ["300", "600"]
     assert all(row[5].endswith("x") for row in rows)
     assert "linearity" in done.stdout
+
+
+def test_run_all_writes_the_report(tmp_path) -> None:
+    out = tmp_path / "BENCHMARKS.md"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "run_all.py"), "--quick", "--out", str(out)],
+        capture_output=True, text=True, check=False, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    for title in ("Rules engine", "Round close", "Mail intake", "Outbox"):
+        assert f"## {title}" in text
+    assert "baseline" in text and "The benchmark failed" not in text, text

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Protocol
 
 from imapclient import IMAPClient
@@ -53,8 +54,13 @@ class MailboxConfig:
 class MailboxHooks(Protocol):
     """What the poller needs from the rest of the server."""
 
-    def deliver(self, raw: bytes, source: str, uidvalidity: int, uid: int) -> bool:
-        """Store one message; True once it is committed (then it may be moved)."""
+    def deliver(
+        self, raw: bytes, source: str, uidvalidity: int, uid: int, arrived: datetime | None
+    ) -> bool:
+        """Store one message; True once it is committed (then it may be moved).
+
+        ``arrived`` is the mailbox's INTERNALDATE: when our mail server received it.
+        """
 
     def acquire(self, source: str) -> bool:
         """Take or renew this mailbox's lease; False if another process holds it."""
@@ -97,6 +103,7 @@ class ImapPoller:
             timeout=cfg.timeout,
             use_uid=True,
         )
+        client.normalise_times = False  # INTERNALDATE with its zone
         try:
             if cfg.tls == "starttls":
                 client.starttls(context)
@@ -143,14 +150,17 @@ class ImapPoller:
         stored_total = 0
         for start in range(0, len(uids), BATCH):
             batch = sorted(uids[start : start + BATCH])
-            fetched = client.fetch(batch, ["BODY.PEEK[]"])
+            fetched = client.fetch(batch, ["BODY.PEEK[]", "INTERNALDATE"])
             stored: list[int] = []
             for uid in batch:
                 item = fetched.get(uid)
                 raw = item.get(b"BODY[]") if item else None
                 if raw is None:
                     continue  # expunged meanwhile
-                if self.hooks.deliver(bytes(raw), self.config.source, self.uidvalidity, uid):
+                arrived = _aware(item.get(b"INTERNALDATE"))
+                if self.hooks.deliver(
+                    bytes(raw), self.config.source, self.uidvalidity, uid, arrived
+                ):
                     stored.append(uid)
             self._move(client, stored)
             stored_total += len(stored)
@@ -209,6 +219,15 @@ class ImapPoller:
                     break  # poll anyway now and then (and renew the lease)
         finally:
             client.idle_done()
+
+
+def _aware(value: object) -> datetime | None:
+    """An INTERNALDATE as an aware UTC datetime (None if the server gave none)."""
+    if not isinstance(value, datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.astimezone()  # naive means local time
+    return value.astimezone(UTC)
 
 
 def _close(client: IMAPClient) -> None:

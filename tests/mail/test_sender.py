@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
-from mailhelpers import T0
+from mailhelpers import OPENED as T0  # the fixtures' game opened then: mail is that old
 from sqlalchemy import select
 
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender

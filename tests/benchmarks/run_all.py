@@ -1,0 +1,82 @@
+"""Run every benchmark and write BENCHMARKS.md: each figure beside its same-run baseline.
+
+Run: .venv/bin/python tests/benchmarks/run_all.py [--quick]
+(--quick uses small sizes, to check that the report can be made.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sqlite3
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+
+BENCHES = [
+    ("Rules engine: one two-turn round", "bench_rules.py", [], ["--sizes", "1000,5000",
+                                                                 "--repeats", "1"],
+     "engine within 10x of a bare Python loop, linear in players"),
+    ("Round close (SQLite and PostgreSQL)", "bench_close.py", [], ["--sizes", "1000,5000"],
+     "within 3x of a bare executemany of the same rows, linear in players"),
+    ("Mail intake through Dovecot", "bench_ingest.py", [], ["--messages", "300",
+                                                             "--players", "50"],
+     "end to end at least half the rate of the bare parse"),
+    ("Outbox to an SMTP sink", "bench_send.py", [], ["--messages", "500"],
+     ">= 0.9x a bare smtplib loop on one connection, > 1.5x in parallel"),
+]
+
+
+def postgres_version() -> str:
+    try:
+        done = subprocess.run(["pg_config", "--version"], capture_output=True, text=True,
+                              check=False)
+        return done.stdout.strip() or "not found"
+    except OSError:
+        return "not found"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
+    args = parser.parse_args()
+    lines = [
+        "# snl-pbem benchmarks",
+        "",
+        f"Made by `{Path(sys.executable).name} tests/benchmarks/run_all.py"
+        f"{' --quick' if args.quick else ''}` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
+        "",
+        f"Machine: {os.cpu_count()} cores, {platform.machine()}, {platform.system()} "
+        f"{platform.release()}; Python {platform.python_version()}; SQLite "
+        f"{sqlite3.sqlite_version}; {postgres_version()}.",
+        "",
+        "Every figure is printed beside a baseline measured in the same run; the ratio says "
+        "how the project compares. Each section shows the command that reproduces it.",
+        "",
+    ]
+    for title, script, full_args, quick_args, goal in BENCHES:
+        command = [sys.executable, str(HERE / script), *(quick_args if args.quick else full_args)]
+        print(f"running {script} ...", file=sys.stderr, flush=True)
+        started = time.monotonic()
+        done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
+        elapsed = time.monotonic() - started
+        output = "\n".join(line for line in done.stdout.splitlines()
+                           if not line.startswith(("INFO", "WARNING")))
+        shown = " ".join(["python", f"tests/benchmarks/{script}", *command[2:]])
+        lines += [f"## {title}", "", f"Goal: {goal}.", "", f"Reproduce: `{shown}` "
+                  f"({elapsed:.0f} s)", "", "```", output.strip() or "(no output)", "```", ""]
+        if done.returncode != 0:
+            lines += ["The benchmark failed:", "", "```", done.stderr[-2000:].strip(), "```", ""]
+    args.out.write_text("\n".join(lines))
+    print(f"wrote {args.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

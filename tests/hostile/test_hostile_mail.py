@@ -1,0 +1,205 @@
+"""Hostile mail at volume: 10,000 generated messages, forgery, floods, loops and secrecy.
+
+Run by the README's test command (marked slow). Seeded, so a failure replays.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import resource
+import time
+from datetime import timedelta
+
+import pytest
+from mailhelpers import T0, orders_of, replies_since
+from sqlalchemy import func, select
+
+from snl_pbem.intake import ingest
+from snl_pbem.store import InboundMessage, OutboxMessage
+
+SEED = 20261129
+MESSAGES = 10_000
+MAX_SECONDS_PER_MESSAGE = 0.5
+MAX_RSS_GROWTH_MB = 300
+
+HEADERS = [
+    "From",
+    "To",
+    "Subject",
+    "Content-Type",
+    "Message-ID",
+    "Auto-Submitted",
+    "Precedence",
+    "Content-Transfer-Encoding",
+    "References",
+    "In-Reply-To",
+    "Return-Path",
+    "X-Junk",
+]
+LINES = [
+    "GAME g1",
+    "KEY ann-key-123",
+    "KEY bob-key-123",
+    "KEY wrong",
+    "DICE 4",
+    "DICE 4 2",
+    "DICE x",
+    "TRAPDOOR 12",
+    "TRAPDOOR -1",
+    "ROUND 1",
+    "ROUND 99",
+    "STATUS",
+    "HELP",
+    "CLEAR",
+    "-- ",
+    "> DICE 6",
+    "On Mon, 1 Dec 2026, ann wrote:",
+    "=?utf-8?b?!!?=",
+    "\u202eevil",
+    "A" * 5000,
+    "\r",
+    "\x00\x01\x02",
+]
+
+
+def generated(rng: random.Random, i: int) -> bytes:
+    """One message from a seeded generator: valid, odd, broken or plain hostile."""
+    kind = rng.random()
+    if kind < 0.05:
+        return bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 400)))
+    headers = []
+    for _ in range(rng.randint(0, 8)):
+        name = rng.choice(HEADERS)
+        value = rng.choice(
+            [
+                "ann@example.org",
+                "<x@y>",
+                '"unterminated <a@b',
+                "=?x-unknown?B?!!?=",
+                "[g1] orders",
+                "multipart/mixed; boundary=",
+                "text/plain; charset=cp-1252; name*=''%ZZ",
+                "auto-replied",
+                "bulk",
+                "a@b, " * rng.randint(1, 300),
+                "\u00e9\u00e8\U0001f3b2",
+                "base64",
+                "quoted-printable",
+                f"<m{i}@x.org>",
+                "<>",
+            ]
+        )
+        headers.append(f"{name}: {value}")
+    if rng.random() < 0.7:
+        headers.append(f"From: {rng.choice(['ann', 'bob', 'cy', 'mallory'])}@example.org")
+    body = "\r\n".join(rng.choice(LINES) for _ in range(rng.randint(0, 60)))
+    if rng.random() < 0.1:  # deep nesting
+        body = ("--b\r\nContent-Type: multipart/mixed; boundary=b\r\n\r\n" * 60) + body
+    return ("\r\n".join(headers) + "\r\n\r\n" + body).encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.slow
+def test_ten_thousand_generated_messages(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    rng = random.Random(SEED)
+    print(f"hostile mail seed {SEED}")
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    slowest = 0.0
+    statuses: dict[str, int] = {}
+    for i in range(MESSAGES):
+        raw = generated(rng, i)
+        started = time.perf_counter()
+        result = ingest(db, config, raw, T0 + timedelta(seconds=i), f"fuzz:{i}")
+        slowest = max(slowest, time.perf_counter() - started)
+        assert result.stored, (SEED, i)
+        statuses[result.status] = statuses.get(result.status, 0) + 1
+    rss_growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss_before
+    print(f"statuses {statuses}; slowest {slowest * 1000:.0f} ms; RSS growth {rss_growth:.0f} MB")
+    assert "failed" not in statuses, statuses
+    assert slowest < MAX_SECONDS_PER_MESSAGE
+    assert rss_growth < MAX_RSS_GROWTH_MB
+    with db.transaction() as s:
+        unfinished = s.scalar(
+            select(func.count()).select_from(InboundMessage).where(InboundMessage.status == "new")
+        )
+    assert unfinished == 0  # every message stored with a final status
+
+
+def raw_mail(
+    sender: str, body: str, tag: str, subject: str = "[g1] orders", extra: str = ""
+) -> bytes:
+    return (
+        f"From: {sender}\r\nTo: snl@example.org\r\nSubject: {subject}\r\n"
+        f"Message-ID: <{tag}@x.org>\r\n{extra}\r\n{body}\r\n"
+    ).encode()
+
+
+@pytest.mark.slow
+def test_a_flood_from_one_sender_is_rate_limited_but_applied(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    for i in range(1000):
+        ingest(
+            db,
+            config,
+            raw_mail("ann@example.org", f"KEY ann-key-123\nDICE {1 + i % 6}", f"flood{i}"),
+            T0 + timedelta(seconds=i),
+            "t",
+        )
+    assert len(orders_of(db)) == 1000
+    assert len(replies_since(db, T0)) == config.settings.mail.replies_per_hour
+
+
+def test_forgery_and_loops(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    cases = [
+        raw_mail("mallory@evil.example", "GAME g1\nDICE 6", "f1"),  # no key
+        raw_mail("snl@example.org", "GAME g1\nKEY ann-key-123\nDICE 6", "f2"),  # ourselves
+        raw_mail(
+            "ann@example.org",
+            "KEY ann-key-123\nDICE 6",
+            "f3",
+            extra="Auto-Submitted: auto-replied\r\n",
+        ),  # a robot
+        raw_mail("MAILER-DAEMON@mx.example.org", "GAME g1\nKEY ann-key-123\nDICE 6", "f4"),
+        raw_mail("ann@example.org", "GAME other\nKEY ann-key-123\nDICE 6", "f5"),  # other game
+    ]
+    statuses = [ingest(db, config, raw, T0, "t").status for raw in cases]
+    assert statuses == ["rejected", "ignored", "ignored", "ignored", "rejected"]
+    assert orders_of(db) == []
+    recipients = [r.recipient for r in replies_since(db, T0)]
+    assert recipients == ["ann@example.org"]  # only the registered player hears "no such game"
+
+
+def test_crlf_and_long_strings_never_reach_headers(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    subject = "orders\r\nBcc: everyone@example.org " + "S" * 3000
+    raw = raw_mail(
+        "ann@example.org",
+        "GAME g1\nKEY ann-key-123\nDICE 3\n" + "Z" * 10_000,
+        "long",
+        subject=subject.replace("\r\n", " "),
+    )
+    assert ingest(db, config, raw, T0, "t").status == "processed"
+    [reply] = replies_since(db, T0)
+    head = reply.message.split(b"\r\n\r\n", 1)[0]
+    lines = head.split(b"\r\n")
+    assert not any(line.lower().startswith(b"bcc:") for line in lines)  # text, not a header
+    assert max(len(line) for line in lines) < 998
+
+
+def test_no_key_in_any_log_line_or_player_mail(sqlite_intake, caplog) -> None:
+    db, config = sqlite_intake
+    caplog.set_level(logging.DEBUG)
+    bodies = [
+        "KEY ann-key-123\nDICE 2",
+        "KEY ann-key-999\nDICE 2",
+        "KEY ann-key-123\nDICEE 2",
+        "KEY ann-key-123\nmy key ann-key-123\nDICE 9",
+    ]
+    for i, body in enumerate(bodies):
+        ingest(db, config, raw_mail("ann@example.org", body, f"k{i}"), T0, "t")
+    assert "key-12" not in caplog.text and "key-99" not in caplog.text
+    with db.transaction() as s:
+        for row in s.scalars(select(OutboxMessage).where(OutboxMessage.kind != "welcome")):
+            assert b"key-123" not in row.message.lower() and b"key-999" not in row.message
