@@ -38,6 +38,7 @@ log = logging.getLogger("snl_pbem.intake")
 MAX_STORED_BYTES = 25 * 1024 * 1024
 MAX_ATTEMPTS = 3
 REPLY_KINDS = ("ack", "notice", "help", "status")
+RECEIPT_RESOLUTION = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
             f"round {round_.number}. Send them again with ROUND {round_.number} (or "
             "without a ROUND line)."
         )
-    elif ctx.now < round_.opened_at:
+    elif ctx.now + RECEIPT_RESOLUTION <= round_.opened_at:  # IMAP dates are whole seconds
         refusal = (
             f"Your message reached us before round {round_.number} opened, so it was meant "
             f"for an earlier round, which is closed now. Send your orders for round "

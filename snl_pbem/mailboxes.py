@@ -76,9 +76,12 @@ class DatabaseHooks:
             pass  # another process created it first
 
     def acquire(self, source: str) -> bool:
+        """Take the lease if it is free, ours, expired, or held by a dead process here."""
         self._state(source)
         now = self.clock()
         with self.db.transaction() as session:
+            holder = session.scalar(select(MailboxState.owner).where(MailboxState.source == source))
+            stale = holder if holder and _dead_here(holder) else None
             taken = session.execute(
                 update(MailboxState)
                 .where(
@@ -86,6 +89,7 @@ class DatabaseHooks:
                     or_(
                         MailboxState.owner.is_(None),
                         MailboxState.owner == self.owner,
+                        MailboxState.owner == stale,
                         MailboxState.lease_until < now,
                     ),
                 )
@@ -121,6 +125,21 @@ class DatabaseHooks:
 
     def uidvalidity_changed(self, source: str, old: int | None, new: int) -> None:
         log.warning("%s: UIDVALIDITY %s -> %s", source, old, new)
+
+
+def _dead_here(owner: str) -> bool:
+    """Whether a lease holder ``host:pid`` is a process of this host that no longer runs
+    (a server killed and restarted need not wait for its old lease to expire)."""
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def intake_health(db: Database, source: str) -> tuple[datetime | None, datetime | None]:

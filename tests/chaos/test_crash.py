@@ -35,6 +35,8 @@ PLAYERS = [f"p{i:02d}" for i in range(20)]
 SILENT = "p19"  # never writes: R17 every round
 MIN_KILLS = 30
 ROUND_SECONDS = 10
+BOARD = ('{ rows = 3, columns = 10, ladders = { "4" = 14, "11" = 19 }, '
+         'snakes = { "17" = 3, "26" = 8 } }')
 
 
 def config_text(folder: Path, dovecot, user: str, sink, first: datetime) -> str:
@@ -63,8 +65,7 @@ port = {sink.port}
 tls = "none"
 [[games]]
 id = "chaos"
-board = {{ rows = 3, columns = 10, ladders = {{ "4" = 14, "11" = 19 }},
-          snakes = {{ "17" = 3, "26" = 8 }} }}
+board = {BOARD}
 first_deadline = "{first.isoformat(timespec="seconds")}"
 round_length = "{ROUND_SECONDS}s"
 double_from_round = 3
@@ -131,7 +132,12 @@ def test_kill_nine_again_and_again(tmp_path: Path, dovecot, smtp_sink) -> None:
         # let the last server deliver everything, then stop it politely
         server.send_signal(signal.SIGTERM)
         server.wait(30)
+        ready_before = _count(tmp_path / "serve.log", b"INFO snl_pbem.server: serving")
         server = launch()
+        end = time.monotonic() + 60
+        while _count(tmp_path / "serve.log", b"INFO snl_pbem.server: serving") == ready_before:
+            assert time.monotonic() < end, "the server did not come up"
+            time.sleep(0.2)
         _wait_outbox_empty(db_path, 60)
         server.send_signal(signal.SIGTERM)
         assert server.wait(30) == 0
@@ -199,6 +205,10 @@ def _send_round(
             sent[(name, number)] = tuple(dice) + ((trapdoor,) if trapdoor else ())
     finally:
         client.logout()
+
+
+def _count(path: Path, needle: bytes) -> int:
+    return path.read_bytes().count(needle) if path.exists() else 0
 
 
 def _wait_outbox_empty(db_path: Path, seconds: float) -> None:
