@@ -39,6 +39,7 @@ from snl_pbem.timeutil import format_duration, show, utcnow, zone
 log = logging.getLogger("snl_pbem.scheduler")
 
 HELD_CHECK_SECONDS = 60
+RETRY_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class RoundScheduler:
         self.clock = clock
         self.scheduler = scheduler
         self.after_close = after_close
+        self.failures: list[str] = []
+        """Closes that failed and will be retried (for the log and tests)."""
 
     # -- planning ---------------------------------------------------------------------
 
@@ -140,15 +143,42 @@ class RoundScheduler:
     def on_deadline(self, game_key: str, number: int) -> CloseOutcome | None:
         """A round's deadline: close it, unless mail intake is unhealthy (then hold it).
 
-        A paused game's deadline does nothing (the referee may still close-round it).
+        A paused game's deadline does nothing (the referee may still close-round it). If
+        the database fails (locked, disk full), nothing is half done (one transaction) and
+        the deadline is tried again shortly.
         """
-        if not self._running(game_key):
+        try:
+            if not self._running(game_key):
+                return None
+            problem = self.intake_unhealthy()
+            if problem is not None:
+                self._hold(game_key, number, problem)
+                return None
+            return self._close(game_key, number, actor="scheduler")
+        except Exception as exc:
+            self._retry_later(game_key, number, exc)
             return None
-        problem = self.intake_unhealthy()
-        if problem is not None:
-            self._hold(game_key, number, problem)
-            return None
-        return self._close(game_key, number, actor="scheduler")
+
+    def _retry_later(self, game_key: str, number: int, exc: Exception) -> None:
+        log.error(
+            "%s: closing round %d failed (%s: %s); retrying in %ds",
+            game_key,
+            number,
+            type(exc).__name__,
+            exc,
+            RETRY_SECONDS,
+        )
+        self.failures.append(f"{type(exc).__name__}: {exc}")
+        if self.scheduler is not None:
+            self.scheduler.add_job(
+                self.on_deadline,
+                "date",
+                run_date=self.clock() + timedelta(seconds=RETRY_SECONDS),
+                id=f"close:{game_key}:{number}",
+                args=(game_key, number),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
 
     def check_held(self) -> list[CloseOutcome]:
         """Release held rounds once intake has been healthy for the limit again."""

@@ -174,3 +174,30 @@ def test_apscheduler_really_fires(tmp_path) -> None:
         scheduler.shutdown(wait=True)
     assert state == "closed"
     assert "close:g1:1" not in jobs and "close:g1:2" in jobs  # the next round is planned
+
+
+def test_a_close_that_fails_is_retried_and_leaves_nothing_half_done(tmp_path) -> None:
+    """The SQLite file locked by another process during a close: it fails cleanly, then
+    succeeds on the retry."""
+    import sqlite3
+
+    db, config = setup(tmp_path)
+    locked = Database(db.url, sqlite_busy_ms=200)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    rs = RoundScheduler(locked, config, clock=Clock(DEADLINE), scheduler=scheduler)
+    blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        assert rs.on_deadline("g1", 1) is None
+        assert rs.failures and "locked" in rs.failures[0]
+        retry = scheduler.get_job("close:g1:1")
+        assert retry.trigger.run_date == DEADLINE + timedelta(seconds=30)
+        blocker.execute("ROLLBACK")
+        with db.transaction() as s:  # nothing was half done
+            assert s.scalar(select(Round.state).where(Round.number == 1)) == "open"
+        assert rs.on_deadline("g1", 1) is not None  # the retry succeeds
+    finally:
+        blocker.close()
+        scheduler.shutdown(wait=False)
+        locked.dispose()
