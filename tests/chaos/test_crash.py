@@ -35,8 +35,9 @@ PLAYERS = [f"p{i:02d}" for i in range(20)]
 SILENT = "p19"  # never writes: R17 every round
 MIN_KILLS = 30
 ROUND_SECONDS = 10
-BOARD = ('{ rows = 3, columns = 10, ladders = { "4" = 14, "11" = 19 }, '
-         'snakes = { "17" = 3, "26" = 8 } }')
+BOARD = (
+    '{ rows = 3, columns = 10, ladders = { "4" = 14, "11" = 19 }, snakes = { "17" = 3, "26" = 8 } }'
+)
 
 
 def config_text(folder: Path, dovecot, user: str, sink, first: datetime) -> str:
