@@ -20,7 +20,7 @@ import sqlite3
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
@@ -36,7 +36,7 @@ from snl_pbem.mailboxes import DatabaseHooks
 from snl_pbem.store import Database, OrderRecord, OutboxMessage
 from snl_pbem.store.migrate import upgrade
 
-T0 = datetime(2029, 12, 1, 12, 0, tzinfo=UTC)
+T0 = datetime.now(UTC) - timedelta(hours=1)  # round 1 opens before the mail arrives
 
 
 def make_config(folder: Path, players: int) -> Path:
@@ -105,7 +105,7 @@ def main() -> None:
             client.logout()
             mailbox = MailboxConfig(host=dovecot.host, port=dovecot.port, tls="none",
                                     username=user, password="secret", timeout=60)
-            poller = ImapPoller(mailbox, DatabaseHooks(db, config, clock=lambda: T0))
+            poller = ImapPoller(mailbox, DatabaseHooks(db, config, clock=lambda: datetime.now(UTC)))
             started = time.perf_counter()
             stored = poller.poll_once()
             ingest_s = time.perf_counter() - started
