@@ -142,7 +142,11 @@ class ImapPoller:
         if not self.hooks.acquire(self.config.source):
             log.info("%s: another process holds this mailbox", self.config.source)
             return 0
-        client = self.client or self.connect()
+        if self.client is None:
+            client = self.connect()
+        else:
+            client = self.client
+            client.noop()  # let the server tell this session about mail that arrived since
         assert self.uidvalidity is not None
         uids = [
             u for u in client.search(["UID", f"{self.last_uid + 1}:*"]) if u > self.last_uid
