@@ -68,10 +68,11 @@ players = [
         MailboxConfig(dovecot.host, dovecot.port, "none", user, "secret", timeout=60), hooks
     )
     rounds = RoundScheduler(db, config, clock=clock)
-    sender = lambda: SmtpSender(
-        SmtpConfig(smtp_sink.host, smtp_sink.port, "none"),  # noqa: E731
-        "snl@example.org",
-    )
+    def sender():
+        return SmtpSender(
+            SmtpConfig(smtp_sink.host, smtp_sink.port, "none"),
+            "snl@example.org",
+        )
     rng = random.Random(500)
     used = {n: [] for n in names}
     close_times = []
