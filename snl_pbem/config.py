@@ -126,6 +126,16 @@ class SmtpSettings(_Secret):
     give_up_after: PositiveDuration = timedelta(days=3)
 
 
+class DkimSettings(_Section):
+    """Sign outgoing mail with DKIM (publish the public key at SELECTOR._domainkey.DOMAIN)."""
+
+    selector: str
+    private_key_file: Path
+    """A PEM RSA private key; relative to the config file."""
+    domain: str | None = None
+    """The signing domain (default: the game address's domain)."""
+
+
 class MailSettings(_Section):
     address: Email
     """The game address players write to."""
@@ -138,6 +148,7 @@ class MailSettings(_Section):
     imap: ImapSettings | None = None
     lmtp: LmtpSettings | None = None
     smtp: SmtpSettings | None = None
+    dkim: DkimSettings | None = None
 
 
 class DatabaseSettings(_Section):
@@ -322,6 +333,10 @@ class Config:
         known = ", ".join(g.id for g in self.games) or "none"
         raise KeyError(f"no game {game_id!r} in {self.path} (games: {known})")
 
+    def dkim_key(self) -> bytes | None:
+        dkim = self.settings.mail.dkim
+        return self._relative(dkim.private_key_file).read_bytes() if dkim else None
+
     def password(self, section: _Secret) -> str | None:
         if section.password_file is not None:
             path = self._relative(section.password_file)
@@ -374,6 +389,18 @@ def load_config(path: Path) -> Config:
                 problems.append(
                     f"{name}: mail.{key}.password_file: cannot read {file}: {exc.strerror or exc}"
                 )
+    dkim = mail.get("dkim")
+    if isinstance(dkim, dict) and isinstance(dkim.get("private_key_file"), str):
+        key_file = base / dkim["private_key_file"]
+        try:
+            if b"PRIVATE KEY" not in key_file.read_bytes():
+                problems.append(
+                    f"{name}: mail.dkim.private_key_file: {key_file} holds no PEM private key"
+                )
+        except OSError as exc:
+            problems.append(
+                f"{name}: mail.dkim.private_key_file: cannot read {key_file}: {exc.strerror or exc}"
+            )
     raw_games: list[Any] = raw["games"] if isinstance(raw.get("games"), list) else []
     default_tz = raw.get("timezone", "UTC")
     built: list[tuple[Board, Mapping[str, Any], Schedule] | None] = []

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, aliased
 
 from snl_pbem.config import Config
 from snl_pbem.mail.compose import compose, new_message_id
+from snl_pbem.mail.dkim import sign as dkim_sign
 from snl_pbem.mail.render import render
 from snl_pbem.mail.smtp import SendError, SmtpSender
 from snl_pbem.store import Database, Game, OutboxMessage
@@ -64,6 +65,14 @@ def enqueue_mail(
         references=references,
         attachments=attachments,
     )
+    dkim_settings = config.settings.mail.dkim
+    if dkim_settings is not None:  # signed once, at enqueue: a resend is the same bytes
+        raw = dkim_sign(
+            raw,
+            selector=dkim_settings.selector,
+            domain=dkim_settings.domain or address.rpartition("@")[2],
+            private_key=config.dkim_key() or b"",
+        )
     row = OutboxMessage(
         game_id=game.id if game else None,
         kind=kind,

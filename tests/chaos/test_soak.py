@@ -68,11 +68,13 @@ players = [
         MailboxConfig(dovecot.host, dovecot.port, "none", user, "secret", timeout=60), hooks
     )
     rounds = RoundScheduler(db, config, clock=clock)
+
     def sender():
         return SmtpSender(
             SmtpConfig(smtp_sink.host, smtp_sink.port, "none"),
             "snl@example.org",
         )
+
     rng = random.Random(500)
     used = {n: [] for n in names}
     close_times = []

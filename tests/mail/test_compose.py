@@ -10,11 +10,19 @@ from snl_pbem.mail.compose import compose, header_text, new_message_id
 
 
 def build(**overrides: object) -> bytes:
-    args = dict(sender="snl@example.org", sender_name="Snakes and Ladders referee",
-                to="ann@example.org", subject="Re: [g1] orders", body="Hello ann,\n\nDice: 4\n",
-                now=datetime(2026, 11, 30, 9, 0, tzinfo=UTC), message_id="<snl.1@example.org>",
-                game_key="g1", auto_submitted="auto-replied", in_reply_to="<a@x.org>",
-                references=("<root@x.org>",))
+    args = dict(
+        sender="snl@example.org",
+        sender_name="Snakes and Ladders referee",
+        to="ann@example.org",
+        subject="Re: [g1] orders",
+        body="Hello ann,\n\nDice: 4\n",
+        now=datetime(2026, 11, 30, 9, 0, tzinfo=UTC),
+        message_id="<snl.1@example.org>",
+        game_key="g1",
+        auto_submitted="auto-replied",
+        in_reply_to="<a@x.org>",
+        references=("<root@x.org>",),
+    )
     args.update(overrides)
     return compose(**args)  # type: ignore[arg-type]
 
@@ -37,9 +45,9 @@ def test_a_reply_is_well_formed_and_threaded() -> None:
 
 
 def test_unicode_and_long_lines_survive() -> None:
-    body = "Caf\u00e9 \u2014 \U0001F3B2 " + "x" * 300 + "\nend\n"
-    msg = parsed(build(subject="Re: d\u00e9s \u00e0 jouer \U0001F3B2", body=body))
-    assert msg["Subject"] == "Re: d\u00e9s \u00e0 jouer \U0001F3B2"
+    body = "Caf\u00e9 \u2014 \U0001f3b2 " + "x" * 300 + "\nend\n"
+    msg = parsed(build(subject="Re: d\u00e9s \u00e0 jouer \U0001f3b2", body=body))
+    assert msg["Subject"] == "Re: d\u00e9s \u00e0 jouer \U0001f3b2"
     assert msg.get_content().replace("\r\n", "\n") == body
 
 
@@ -54,3 +62,64 @@ def test_player_text_cannot_inject_headers() -> None:
 def test_message_ids_are_unique() -> None:
     ids = {new_message_id("example.org") for _ in range(10000)}
     assert len(ids) == 10000 and all(i.endswith("@example.org>") for i in ids)
+
+
+def test_dkim_signed_mail_verifies(tmp_path) -> None:
+    """With [mail.dkim], every queued message carries a signature a receiver can check."""
+    import base64
+    import shutil
+    import subprocess
+
+    import dkim
+    import pytest
+    from mailhelpers import T0, game_config
+
+    from snl_pbem.config import load_config
+    from snl_pbem.outbox import enqueue_mail
+    from snl_pbem.store import Database
+    from snl_pbem.store.migrate import upgrade
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a test key")
+    key = tmp_path / "dkim.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+    public = subprocess.run(
+        ["openssl", "rsa", "-in", str(key), "-pubout", "-outform", "DER"],
+        check=True,
+        capture_output=True,
+    ).stdout
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    path = tmp_path / "c.toml"
+    game_config(path, db.url)
+    path.write_text(
+        path.read_text().replace(
+            "[[games]]", '[mail.dkim]\nselector = "snl"\nprivate_key_file = "dkim.pem"\n\n[[games]]'
+        )
+    )
+    config = load_config(path)
+    with db.transaction() as s:
+        row = enqueue_mail(
+            s,
+            config,
+            game=None,
+            kind="notice",
+            to="ann@example.org",
+            now=T0,
+            template="player/notice.txt.j2",
+            subject="hello",
+            player=None,
+            message="signed",
+            line_problems=(),
+        )
+        raw = row.message
+    db.dispose()
+    assert raw.startswith(b"DKIM-Signature:")
+    record = b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+
+    def dns(name: bytes, timeout: int = 5) -> bytes:
+        assert name == b"snl._domainkey.example.org."
+        return record
+
+    assert dkim.verify(raw, dnsfunc=dns)
+    assert not dkim.verify(raw.replace(b"signed", b"forged"), dnsfunc=dns)
