@@ -7,8 +7,6 @@ the database; this module gives them what they call.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -19,16 +17,13 @@ from snl_pbem.config import Config
 from snl_pbem.intake import IngestResult, ingest
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
+from snl_pbem.procs import dead_here, identity
 from snl_pbem.store import Database, MailboxState
 from snl_pbem.timeutil import utcnow
 
 log = logging.getLogger("snl_pbem.mailboxes")
 
 LEASE = timedelta(minutes=5)
-
-
-def process_identity() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class DatabaseHooks:
@@ -44,7 +39,7 @@ class DatabaseHooks:
         self.db = db
         self.config = config
         self.clock = clock
-        self.owner = owner or process_identity()
+        self.owner = owner or identity()
         self.results: list[IngestResult] = []
 
     def deliver(
@@ -81,7 +76,7 @@ class DatabaseHooks:
         now = self.clock()
         with self.db.transaction() as session:
             holder = session.scalar(select(MailboxState.owner).where(MailboxState.source == source))
-            stale = holder if holder and _dead_here(holder) else None
+            stale = holder if holder and dead_here(holder) else None
             taken = session.execute(
                 update(MailboxState)
                 .where(
@@ -125,21 +120,6 @@ class DatabaseHooks:
 
     def uidvalidity_changed(self, source: str, old: int | None, new: int) -> None:
         log.warning("%s: UIDVALIDITY %s -> %s", source, old, new)
-
-
-def _dead_here(owner: str) -> bool:
-    """Whether a lease holder ``host:pid`` is a process of this host that no longer runs
-    (a server killed and restarted need not wait for its old lease to expire)."""
-    host, _, pid = owner.rpartition(":")
-    if host != socket.gethostname() or not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 def intake_health(db: Database, source: str) -> tuple[datetime | None, datetime | None]:

@@ -24,6 +24,7 @@ from snl_pbem.mail.compose import compose, new_message_id
 from snl_pbem.mail.dkim import sign as dkim_sign
 from snl_pbem.mail.render import render
 from snl_pbem.mail.smtp import SendError, SmtpSender
+from snl_pbem.procs import dead_here
 from snl_pbem.store import Database, Game, OutboxMessage
 
 log = logging.getLogger("snl_pbem.outbox")
@@ -143,6 +144,19 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
         .limit(limit)
     )
     with db.transaction() as session:
+        holders = session.scalars(
+            select(OutboxMessage.claimed_by)
+            .distinct()
+            .where(OutboxMessage.status == "pending", OutboxMessage.claim_until >= now)
+        ).all()
+        gone = [h for h in holders if h and h != worker and dead_here(h.split("/")[0])]
+        if gone:  # claims of a killed sender on this host: free them at once
+            session.execute(
+                update(OutboxMessage)
+                .where(OutboxMessage.claimed_by.in_(gone))
+                .values(claimed_by=None, claim_until=None)
+                .execution_options(synchronize_session=False)
+            )
         if not db.is_sqlite:
             query = query.with_for_update(skip_locked=True, of=OutboxMessage)
         ids = list(session.scalars(query))

@@ -88,12 +88,26 @@ class RoundScheduler:
                 .where(Game.state == "running", Round.state == "open")
             ).all()
             for game, round_ in rows:
-                planned.append(Planned(f"close:{game.key}:{round_.number}", round_.deadline))
+                planned.append(
+                    Planned(
+                        f"close:{game.key}:{round_.number}", round_.deadline + self.intake_grace
+                    )
+                )
                 if game.remind_before_s and round_.reminded_at is None:
                     at = round_.deadline - timedelta(seconds=game.remind_before_s)
                     if at > round_.opened_at:
                         planned.append(Planned(f"remind:{game.key}:{round_.number}", max(at, now)))
         return planned
+
+    @property
+    def intake_grace(self) -> timedelta:
+        """How long after a deadline the close waits, so that mail which reached the
+        mailbox before the deadline (its receipt time) is read and counts. LMTP delivery
+        is synchronous: no wait."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return timedelta(0)
+        return min(max(2 * imap.poll_interval, timedelta(seconds=5)), timedelta(minutes=5))
 
     def rebuild(self) -> list[Planned]:
         """Replace the scheduler's jobs with the plan (stale ones are removed)."""

@@ -30,6 +30,7 @@ from snl_pbem.mail.lmtp import ReceiverController
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
 from snl_pbem.mailboxes import DatabaseHooks, imap_poller, lmtp_receiver
 from snl_pbem.outbox import drain_parallel
+from snl_pbem.procs import identity
 from snl_pbem.rounds import CloseOutcome
 from snl_pbem.scheduler import RoundScheduler, make_scheduler
 from snl_pbem.store import Database, SchemaOutOfDate
@@ -219,7 +220,7 @@ class Server:
                     make_sender,
                     self.clock,
                     connections=connections,
-                    worker=f"{socket.gethostname()}:{os.getpid()}",
+                    worker=identity(),
                     give_up_after=give_up,
                 )
                 if report.handled:

@@ -95,6 +95,22 @@ class PostgresServer:
         )
         return self
 
+    def restart(self) -> None:
+        """Restart the server (every connection is dropped), as an upgrade or a crash would."""
+        self._run(
+            str(self.bin / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-m",
+            "fast",
+            "-w",
+            "-t",
+            "60",
+            "restart",
+        )
+
     def stop(self) -> None:
         try:
             self._run(
