@@ -14,8 +14,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.games import LifecycleError, audit
-from snl_pbem.rounds import load_state
-from snl_pbem.store import Database, Game, InboundMessage, OrderRecord, OutboxMessage, Player, Round
+from snl_pbem.rounds import latest_orders, load_state
+from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player, Round
 from snl_pbem.timeutil import show, zone
 
 
@@ -157,14 +157,7 @@ def _status(session: Session, game: Game) -> GameStatus:
     )
     state = load_state(session, game, players)
     round_ = session.scalar(select(Round).where(Round.game_id == game.id, Round.state == "open"))
-    latest: dict[int, OrderRecord] = {}
-    if round_ is not None:
-        for record in session.scalars(
-            select(OrderRecord)
-            .where(OrderRecord.round_id == round_.id)
-            .order_by(OrderRecord.received_at, OrderRecord.id)
-        ):
-            latest[record.player_id] = record
+    latest = latest_orders(session, round_.id) if round_ is not None else {}
     rows = []
     for player in players:
         found = latest.get(player.id)

@@ -151,6 +151,18 @@ def dice_in_current_set(session: Session, game: Game, player_id: int) -> tuple[i
     )
 
 
+def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
+    """Each player's latest order set for a round (by player id), whatever its receipt time."""
+    latest: dict[int, OrderRecord] = {}
+    for record in session.scalars(
+        select(OrderRecord)
+        .where(OrderRecord.round_id == round_id)
+        .order_by(OrderRecord.received_at, OrderRecord.id)
+    ):
+        latest[record.player_id] = record
+    return latest
+
+
 def counting_orders(
     session: Session, round_: Round, players: Sequence[PlayerRef | Player]
 ) -> dict[str, OrderSet | None]:

@@ -30,9 +30,15 @@ from sqlalchemy import select
 from snl_pbem.config import Config
 from snl_pbem.mailboxes import intake_health
 from snl_pbem.outbox import enqueue_mail
-from snl_pbem.rounds import CloseOutcome, close_due_rounds, close_with_backup, dice_in_current_set
+from snl_pbem.rounds import (
+    CloseOutcome,
+    close_due_rounds,
+    close_with_backup,
+    dice_in_current_set,
+    latest_orders,
+)
 from snl_pbem.rules.dice import lowest_legal_dice, open_values
-from snl_pbem.store import Database, Game, OrderRecord, Player, Round
+from snl_pbem.store import Database, Game, Player, Round
 from snl_pbem.store.models import MailboxState
 from snl_pbem.timeutil import format_duration, show, utcnow, zone
 
@@ -234,13 +240,7 @@ class RoundScheduler:
             if game is None or round_ is None or round_.reminded_at is not None:
                 return 0
             round_.reminded_at = now
-            latest: dict[int, OrderRecord] = {}
-            for record in session.scalars(
-                select(OrderRecord)
-                .where(OrderRecord.round_id == round_.id)
-                .order_by(OrderRecord.received_at, OrderRecord.id)
-            ):
-                latest[record.player_id] = record
+            latest = latest_orders(session, round_.id)
             tz = zone(game.timezone)
             for player in session.scalars(
                 select(Player).where(Player.game_id == game.id, Player.active)
@@ -314,13 +314,7 @@ class RoundScheduler:
 
     @staticmethod
     def _all_in(session: Any, game: Game, round_: Round) -> bool:
-        latest: dict[int, OrderRecord] = {}
-        for record in session.scalars(
-            select(OrderRecord)
-            .where(OrderRecord.round_id == round_.id)
-            .order_by(OrderRecord.received_at, OrderRecord.id)
-        ):
-            latest[record.player_id] = record
+        latest = latest_orders(session, round_.id)
         players = session.scalars(select(Player.id).where(Player.game_id == game.id)).all()
         return all(
             (r := latest.get(pid)) is not None and r.valid and not r.withdrawn for pid in players
