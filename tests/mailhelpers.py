@@ -44,10 +44,12 @@ players = [
 BOARD = '{ snakes = { "47" = 26 }, ladders = { "4" = 14 } }'
 
 
-def game_config(path: Path, url: str, replies: int = 20, board: str = BOARD,
-                reveal: bool = False) -> Config:
-    path.write_text(CONFIG.format(url=url, replies=replies, board=board,
-                                  reveal=str(reveal).lower()))
+def game_config(
+    path: Path, url: str, replies: int = 20, board: str = BOARD, reveal: bool = False
+) -> Config:
+    path.write_text(
+        CONFIG.format(url=url, replies=replies, board=board, reveal=str(reveal).lower())
+    )
     return load_config(path)
 
 
@@ -78,3 +80,23 @@ def replies_since(db: Database, since: datetime) -> list[OutboxMessage]:
                 .order_by(OutboxMessage.id)
             )
         )
+
+
+def server_mail_config(dovecot, user: str, sink, replies: int = 20) -> str:
+    """The [mail] sections of a server reading a Dovecot mailbox and sending to an SMTP sink."""
+    return f"""[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+replies_per_hour = {replies}
+[mail.imap]
+host = "{dovecot.host}"
+port = {dovecot.port}
+tls = "none"
+username = "{user}"
+password = "secret"
+poll_interval = "1s"
+[mail.smtp]
+host = "{sink.host}"
+port = {sink.port}
+tls = "none"
+"""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from imapclient import IMAPClient
+from mailhelpers import server_mail_config
 
 ROOT = Path(__file__).parents[1]
 SNL = str(Path(sys.executable).with_name("snl-pbem"))
@@ -46,21 +47,7 @@ def write_config(folder: Path, dovecot, user: str, sink, first: datetime, games=
 timezone = "UTC"
 [database]
 url = "sqlite:///{folder / "snl.db"}"
-[mail]
-address = "snl@example.org"
-referee = "ref@example.org"
-[mail.imap]
-host = "{dovecot.host}"
-port = {dovecot.port}
-tls = "none"
-username = "{user}"
-password = "secret"
-poll_interval = "1s"
-[mail.smtp]
-host = "{sink.host}"
-port = {sink.port}
-tls = "none"
-"""
+{server_mail_config(dovecot, user, sink, 20)}"""
     for game in games:
         text += GAME.format(id=game, first=first.isoformat(timespec="seconds"))
     path = folder / "config.toml"
@@ -123,8 +110,12 @@ def test_serve_end_to_end_with_reload_and_stop(tmp_path: Path, dovecot, smtp_sin
         acks = lambda: sum(b"Re: [live]" in d.raw for d in smtp_sink.delivered)  # noqa: E731
         wait_for(lambda: acks() == 2, 60, "the acknowledgements", tmp_path / "serve.log")
         reports = lambda: [d for d in smtp_sink.delivered if b"Round 1 report" in d.raw]  # noqa: E731
-        wait_for(lambda: len(reports()) == 2, 90, "the round reports at the deadline",
-                 tmp_path / "serve.log")
+        wait_for(
+            lambda: len(reports()) == 2,
+            90,
+            "the round reports at the deadline",
+            tmp_path / "serve.log",
+        )
         assert b"ann    14" in reports()[0].raw or b"ann   14" in reports()[0].raw
         # SIGHUP: a new game in the config appears without a restart
         write_config(

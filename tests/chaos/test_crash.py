@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from imapclient import IMAPClient
+from mailhelpers import server_mail_config
 
 from snl_pbem.replay import Replay, run_replay
 from snl_pbem.rounds import game_rules
@@ -49,22 +50,7 @@ timezone = "UTC"
 [database]
 url = "sqlite:///{folder / "chaos.db"}"
 backups = 0
-[mail]
-address = "snl@example.org"
-referee = "ref@example.org"
-replies_per_hour = 1000
-[mail.imap]
-host = "{dovecot.host}"
-port = {dovecot.port}
-tls = "none"
-username = "{user}"
-password = "secret"
-poll_interval = "1s"
-[mail.smtp]
-host = "{sink.host}"
-port = {sink.port}
-tls = "none"
-[[games]]
+{server_mail_config(dovecot, user, sink, 1000)}[[games]]
 id = "chaos"
 board = {BOARD}
 first_deadline = "{first.isoformat(timespec="seconds")}"

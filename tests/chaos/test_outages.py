@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from imapclient import IMAPClient
+from mailhelpers import server_mail_config
 from sqlalchemy import func, select
 
 from snl_pbem.store import Database, OrderRecord
@@ -39,21 +40,7 @@ def test_postgresql_restarted_under_a_running_server(
     config.write_text(f"""
 [database]
 url = "{url}"
-[mail]
-address = "snl@example.org"
-referee = "ref@example.org"
-[mail.imap]
-host = "{dovecot.host}"
-port = {dovecot.port}
-tls = "none"
-username = "{user}"
-password = "secret"
-poll_interval = "1s"
-[mail.smtp]
-host = "{smtp_sink.host}"
-port = {smtp_sink.port}
-tls = "none"
-[[games]]
+{server_mail_config(dovecot, user, smtp_sink, 20)}[[games]]
 id = "pg"
 board = {{ ladders = {{ "4" = 14 }} }}
 first_deadline = "{first.isoformat(timespec="seconds")}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from imapclient import IMAPClient
+from mailhelpers import server_mail_config
 from sqlalchemy import func, select
 
 from snl_pbem.store import Database, Game, OrderRecord, OutboxMessage, Round, RoundTally
@@ -35,22 +36,7 @@ def test_two_servers_share_one_postgresql(tmp_path: Path, postgres, dovecot, smt
 timezone = "UTC"
 [database]
 url = "{url}"
-[mail]
-address = "snl@example.org"
-referee = "ref@example.org"
-replies_per_hour = 1000
-[mail.imap]
-host = "{dovecot.host}"
-port = {dovecot.port}
-tls = "none"
-username = "{user}"
-password = "secret"
-poll_interval = "1s"
-[mail.smtp]
-host = "{smtp_sink.host}"
-port = {smtp_sink.port}
-tls = "none"
-connections = 2
+{server_mail_config(dovecot, user, smtp_sink, 1000)}connections = 2
 [[games]]
 id = "duo"
 board = {{ rows = 2, columns = 10, ladders = {{ "3" = 9 }}, snakes = {{ "14" = 2 }} }}
