@@ -4,7 +4,11 @@ and sent by ``drain_outbox``.
 A message is rendered from its template, given its Message-ID and stored;
 the sender marks it sent only after the server's 250, retries temporary
 failures with exponential backoff until a give-up time, and records
-permanent ones for the referee (who is mailed about each).
+permanent ones for the referee (who is mailed about each). When the SMTP
+server itself cannot be reached, a drain stops at the first message, hands
+the rest of its batch back untouched and says so (``DrainReport.unreachable``):
+the caller waits for the server, and nothing is counted against the messages,
+so an outage costs only its own length and mail still goes in order.
 """
 
 from __future__ import annotations
@@ -106,6 +110,8 @@ class DrainReport:
     sent: int = 0
     deferred: int = 0
     failed: int = 0
+    unreachable: str | None = None
+    """Why the SMTP server could not be used (the drain stopped early), or None."""
 
     @property
     def handled(self) -> int:
@@ -204,7 +210,13 @@ def drain_outbox(
                 results.append((item, None))
             except SendError as exc:
                 results.append((item, exc))
-        _record(db, config, results, clock(), worker, give_up_after, report)
+                if exc.unreachable:
+                    report.unreachable = str(exc)
+                    break
+        untried = [item.id for item in claimed[len(results) :]]
+        _record(db, config, results, clock(), worker, give_up_after, report, untried)
+        if report.unreachable is not None:
+            return report
 
 
 def _record(
@@ -215,9 +227,17 @@ def _record(
     worker: str,
     give_up_after: timedelta,
     report: DrainReport,
+    untried: list[int] | None = None,
 ) -> None:
     sent = [item.id for item, error in results if error is None]
     with db.transaction() as session:
+        if untried:  # handed back as they were: the server was down, not their fault
+            session.execute(
+                update(OutboxMessage)
+                .where(OutboxMessage.id.in_(untried), OutboxMessage.claimed_by == worker)
+                .values(claimed_by=None, claim_until=None)
+                .execution_options(synchronize_session=False)
+            )
         if sent:  # marked sent only after the server's 250
             session.execute(
                 update(OutboxMessage)
@@ -267,6 +287,9 @@ def _record(
                         attempts=row.attempts,
                         message_id=row.message_id,
                     )
+                continue
+            if error.unreachable:  # due again as soon as the server is back
+                report.deferred += 1
                 continue
             delay = min(FIRST_RETRY * 2 ** (row.attempts - 1), LONGEST_RETRY)
             row.next_attempt_at = now + delay
@@ -327,4 +350,5 @@ def drain_parallel(
         total.sent += report.sent
         total.deferred += report.deferred
         total.failed += report.failed
+        total.unreachable = total.unreachable or report.unreachable
     return total

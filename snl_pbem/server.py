@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import socket
 import sys
@@ -40,6 +41,7 @@ log = logging.getLogger("snl_pbem.server")
 
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 SENDER_IDLE_SECONDS = 15.0
+SMTP_DOWN_LONGEST = 300.0
 
 
 def configure_logging(level: str) -> None:
@@ -211,6 +213,7 @@ class Server:
         smtp = self.config.settings.mail.smtp
         connections = smtp.connections if smtp else 1
         give_up = smtp.give_up_after if smtp else timedelta(days=3)
+        down = 0  # drains in a row that found the SMTP server unreachable
         while not self._mail_stop.is_set():
             self._kick.clear()
             try:
@@ -223,13 +226,27 @@ class Server:
                     worker=identity(),
                     give_up_after=give_up,
                 )
-                if report.handled:
+                if report.sent or report.failed or (report.deferred and not report.unreachable):
                     log.info(
                         "outbox: %d sent, %d deferred, %d failed",
                         report.sent,
                         report.deferred,
                         report.failed,
                     )
+                if report.unreachable is not None:
+                    # wait for the server (not for a kick): backoff, capped, with jitter
+                    down += 1
+                    delay = min(SMTP_DOWN_LONGEST, 2.0 ** min(down, 9)) * random.uniform(0.5, 1)
+                    log.warning(
+                        "outbox: SMTP server unreachable (%s); trying again in %.0fs",
+                        report.unreachable,
+                        delay,
+                    )
+                    self._mail_stop.wait(delay)
+                    continue
+                if down:
+                    log.info("outbox: SMTP server reachable again after %d failed tries", down)
+                    down = 0
             except Exception as exc:  # the database or the network: try again shortly
                 log.error("outbox: %s: %s", type(exc).__name__, exc)
             self._kick.wait(SENDER_IDLE_SECONDS)

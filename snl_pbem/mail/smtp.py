@@ -2,8 +2,11 @@
 
 One persistent connection per sender (TLS, STARTTLS or plain, AUTH when a
 username is configured); a dropped connection is reopened and the message
-retried once. Replies are classified: 2xx sent, 4xx (and connection
-trouble) temporary, 5xx permanent.
+retried once. Replies are classified: 2xx sent, 4xx temporary, 5xx
+permanent. A server that cannot be reached, refuses the session (its
+greeting, TLS or AUTH fails) or says 421 is *unreachable*: that says nothing
+about the message, so the outbox waits for the server rather than counting
+it against each message.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ class SmtpConfig:
 
 
 class SendError(Exception):
-    """A message not accepted; ``permanent`` for a 5xx answer."""
+    """A message not accepted; ``permanent`` for a 5xx answer, ``unreachable`` when the
+    server itself is down or refuses the session (temporary, and not the message's fault)."""
 
-    def __init__(self, message: str, *, permanent: bool) -> None:
+    def __init__(self, message: str, *, permanent: bool, unreachable: bool = False) -> None:
         super().__init__(message)
-        self.permanent = permanent
+        self.permanent = permanent and not unreachable
+        self.unreachable = unreachable
 
 
 class SmtpSender:
@@ -64,36 +69,58 @@ class SmtpSender:
     def send(self, recipient: str, message: bytes) -> None:
         """Send, or raise :class:`SendError`; reconnects and retries once when dropped."""
         for attempt in (1, 2):
-            try:
-                if self._client is None:
+            if self._client is None:
+                try:
                     self._client = self._connect()
+                except (smtplib.SMTPException, OSError) as exc:
+                    raise SendError(
+                        f"cannot open an SMTP session with {self.config.host}:"
+                        f"{self.config.port}: {_describe(exc)}",
+                        permanent=False,
+                        unreachable=True,
+                    ) from None
+            try:
                 refused = self._client.sendmail(self.envelope_from, [recipient], message)
             except smtplib.SMTPRecipientsRefused as exc:
                 code, text = next(iter(exc.recipients.values()))
                 raise self._answer(code, text) from None
             except smtplib.SMTPResponseException as exc:
-                if exc.smtp_code == 421:
+                if exc.smtp_code == 421:  # the server is going away: not this message's fault
                     self.close()
+                    raise SendError(
+                        f"421 {_text(exc.smtp_error)}", permanent=False, unreachable=True
+                    ) from None
                 raise self._answer(exc.smtp_code, exc.smtp_error) from None
             except (smtplib.SMTPServerDisconnected, OSError) as exc:
                 self.close()
                 if attempt == 1:
                     log.info("SMTP connection lost (%s); reconnecting once", exc)
                     continue
-                raise SendError(f"connection failed: {exc}", permanent=False) from None
+                raise SendError(
+                    f"connection failed: {_describe(exc)}", permanent=False, unreachable=True
+                ) from None
             if refused:
                 code, text = next(iter(refused.values()))
                 raise self._answer(code, text)
             return
 
     def _answer(self, code: int, text: bytes | str) -> SendError:
-        detail = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
-        return SendError(f"{code} {detail}".strip(), permanent=500 <= code < 600)
+        return SendError(f"{code} {_text(text)}".strip(), permanent=500 <= code < 600)
 
     def close(self) -> None:
         if self._client is not None:
             _quietly_close(self._client)
             self._client = None
+
+
+def _text(text: bytes | str) -> str:
+    return text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return f"{exc.smtp_code} {_text(exc.smtp_error)}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _quietly_close(client: smtplib.SMTP) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from datetime import timedelta
 
@@ -26,6 +27,13 @@ class Clock:
 
 def sender_for(sink) -> SmtpSender:
     return SmtpSender(SmtpConfig(sink.host, sink.port, "none", timeout=10), "snl@example.org")
+
+
+def drain_once(db: Database, config, sink) -> None:
+    """Send what is due now over a connection of its own (closed after)."""
+    sender = sender_for(sink)
+    drain_outbox(db, config, sender, Clock(), worker="w")
+    sender.close()
 
 
 def queue(db: Database, config, to: str, n: int = 1, secret: bool = False) -> None:
@@ -59,7 +67,7 @@ def test_everything_pending_is_sent_once_and_secrets_scrubbed(intake, smtp_sink)
 
 def test_temporary_failures_wait_and_permanent_ones_are_reported(intake, smtp_sink) -> None:
     db, config = intake
-    drain_outbox(db, config, sender_for(smtp_sink), Clock(), worker="w")  # the welcomes
+    drain_once(db, config, smtp_sink)  # the welcomes
     smtp_sink.handler.script = {"slow@example.org": ["451", "421"],
                                 "gone@example.org": ["550"]}
     queue(db, config, "slow@example.org", 2)
@@ -88,21 +96,57 @@ def test_temporary_failures_wait_and_permanent_ones_are_reported(intake, smtp_si
 
 
 def test_smtp_down_then_back(intake, smtp_sink) -> None:
+    """The server unreachable: the drain stops at once, holds nothing against the messages,
+    and everything goes, in order, as soon as the server is back (no per-message backoff)."""
     db, config = intake
+    queue(db, config, "ann@example.org", 2)  # ann: welcome, note 0, note 1
     smtp_sink.stop()
     clock = Clock()
     sender = sender_for(smtp_sink)
-    assert drain_outbox(db, config, sender, clock, worker="w").deferred == 3
+    down = drain_outbox(db, config, sender, clock, worker="w")
+    assert down.unreachable and "cannot open an SMTP session" in down.unreachable
+    assert (down.sent, down.deferred, down.failed) == (0, 1, 0)  # one try, not one per message
+    waiting = rows(db)
+    assert all(r.status == "pending" and r.claimed_by is None for r in waiting)
+    assert [r.attempts for r in waiting] == [1, 0, 0, 0, 0]
+    assert all(r.next_attempt_at == T0 for r in waiting)  # due again at once
+    assert drain_outbox(db, config, sender, clock, worker="w").unreachable  # still down
     smtp_sink.start()
-    clock.advance(minutes=1)
-    assert drain_outbox(db, config, sender, clock, worker="w").sent == 3
-    assert len(smtp_sink.delivered) == 3 and all(r.status == "sent" for r in rows(db))
+    back = drain_outbox(db, config, sender, clock, worker="w")  # same clock: no waiting
+    assert back.sent == 5 and back.unreachable is None
+    assert all(r.status == "sent" for r in rows(db))
+    to_ann = [d.message_id for d in smtp_sink.delivered if d.recipient == "ann@example.org"]
+    assert to_ann == [r.message_id for r in waiting if r.recipient == "ann@example.org"]
     sender.close()
+
+
+def test_a_session_refused_at_the_greeting_is_unreachable_not_permanent(intake) -> None:
+    """A 554 greeting (or a failed AUTH) is about the server, not the message: nothing is
+    marked failed, and nothing is sent."""
+    db, config = intake
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+
+    def refuse() -> None:  # one session: the drain must not try again per message
+        conn, _ = listener.accept()
+        conn.sendall(b"554 5.7.1 No SMTP service here\r\n")
+        conn.close()
+
+    thread = threading.Thread(target=refuse, daemon=True)
+    thread.start()
+    sender = SmtpSender(SmtpConfig("127.0.0.1", port, "none", timeout=5), "snl@example.org")
+    report = drain_outbox(db, config, sender, Clock(), worker="w")
+    sender.close()
+    listener.close()
+    assert report.unreachable and "554" in report.unreachable
+    assert report.failed == 0 and all(r.status == "pending" for r in rows(db))
 
 
 def test_give_up_after_the_configured_time(intake, smtp_sink) -> None:
     db, config = intake
-    drain_outbox(db, config, sender_for(smtp_sink), Clock(), worker="w")
+    drain_once(db, config, smtp_sink)
     smtp_sink.handler.script = {"far@example.org": ["451"] * 100}
     queue(db, config, "far@example.org")
     clock = Clock()
