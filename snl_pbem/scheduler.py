@@ -106,6 +106,15 @@ class RoundScheduler:
         return planned
 
     @property
+    def held_check_seconds(self) -> float:
+        """How often held rounds are looked at: every minute, or more often when intake
+        need only be healthy for less than two minutes before they are released."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return HELD_CHECK_SECONDS
+        return min(HELD_CHECK_SECONDS, max(1.0, imap.healthy_within.total_seconds() / 2))
+
+    @property
     def intake_grace(self) -> timedelta:
         """How long after a deadline the close waits, so that mail which reached the
         mailbox before the deadline (its receipt time) is read and counts. LMTP delivery
@@ -136,11 +145,13 @@ class RoundScheduler:
                 replace_existing=True,
                 misfire_grace_time=None,
             )
-        if self.scheduler.get_job("held-check") is None:
+        held_check = self.scheduler.get_job("held-check")
+        every = self.held_check_seconds
+        if held_check is None or held_check.trigger.interval.total_seconds() != every:
             self.scheduler.add_job(
                 self.check_held,
                 "interval",
-                seconds=HELD_CHECK_SECONDS,
+                seconds=every,
                 id="held-check",
                 replace_existing=True,
             )

@@ -123,8 +123,11 @@ class DovecotServer:
         path = self.dir / "run" / "master.pid"
         return int(path.read_text()) if path.exists() else None
 
-    def stop(self) -> None:
+    def stop(self, sessions_too: bool = False) -> None:
+        """Stop the server; with ``sessions_too`` also kill the IMAP sessions, which Dovecot
+        otherwise lets finish on their own (a host going down takes them with it)."""
         pid = self.pid()
+        sessions = self._sessions() if sessions_too else []
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
@@ -134,6 +137,20 @@ class DovecotServer:
                 except ProcessLookupError:
                     break
                 time.sleep(0.05)
+        for session in sessions:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(session, signal.SIGKILL)
+
+    def start_again(self) -> None:
+        """Start a server that was stopped (same port, same mailboxes)."""
+        self._launch()
+
+    def running(self) -> bool:
+        try:
+            with socket.create_connection((self.host, self.port), timeout=1):
+                return True
+        except OSError:
+            return False
 
     def restart(self) -> None:
         self.stop()
@@ -141,7 +158,14 @@ class DovecotServer:
 
     def drop_connections(self) -> None:
         """Kill every IMAP session of this server (as a network failure would)."""
+        for session in self._sessions():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(session, signal.SIGKILL)
+
+    def _sessions(self) -> list[int]:
+        """The pids of this server's IMAP session processes."""
         master = self.pid()
+        found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -151,8 +175,8 @@ class DovecotServer:
             except (OSError, ValueError, IndexError):
                 continue
             if cmdline.startswith(b"dovecot/imap") and parent == master:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(entry.name), signal.SIGKILL)
+                found.append(int(entry.name))
+        return found
 
     def remove(self) -> None:
         self.stop()
@@ -163,6 +187,22 @@ class DovecotServer:
         if not self._users:
             raise DovecotUnavailable(f"all {USERS} test mailboxes are used")
         return self._users.pop()
+
+    def deliver_to_maildir(self, user: str, raw: bytes) -> Path:
+        """Deliver as an MTA's local delivery agent does while IMAP is down: into the user's
+        Maildir (tmp/, then renamed into new/). The file's mtime is its INTERNALDATE."""
+        maildir = self.dir / "mail" / user / "Maildir"
+        owner = pwd.getpwnam("dovecot")
+        name = f"{time.time():.6f}.{uuid.uuid4().hex}.test"
+        for sub in ("tmp", "new", "cur"):
+            (maildir / sub).mkdir(parents=True, exist_ok=True)
+        tmp = maildir / "tmp" / name
+        tmp.write_bytes(raw)
+        os.chown(tmp, owner.pw_uid, owner.pw_gid)
+        os.chmod(tmp, 0o600)
+        final = maildir / "new" / name
+        os.rename(tmp, final)
+        return final
 
     def delete_mailbox(self, user: str) -> None:
         """Remove a user's whole Maildir (the next login recreates it: a new UIDVALIDITY)."""

@@ -134,6 +134,7 @@ def test_circuit_breaker_holds_then_releases(tmp_path) -> None:
     clock.now = DEADLINE - timedelta(hours=2)
     hooks.failed(source, "ConnectionRefusedError: [Errno 111]")  # ... then the mailbox broke
     rs = RoundScheduler(db, config, clock=clock)
+    assert rs.held_check_seconds == 60  # looked at every minute (more often for short limits)
     clock.now = DEADLINE
     assert rs.on_deadline("g1", 1) is None and rs.on_deadline("g1", 1) is None
     assert [k for k in kinds(db)] == [("round-held", "ref")]  # the referee, once
