@@ -105,9 +105,14 @@ class Database:
         target = folder / f"{source.stem}-{stamp}-{label}.sqlite"
         raw = self.engine.raw_connection()
         try:
-            with sqlite3.connect(target) as copy:
+            copy = sqlite3.connect(target)
+            try:
                 raw.driver_connection.backup(copy)  # type: ignore[union-attr]
-            copy.close()
+            finally:
+                copy.close()
+        except BaseException:  # the disk full, say: leave no half-written backup behind
+            target.unlink(missing_ok=True)
+            raise
         finally:
             raw.close()
         backups = sorted(folder.glob(f"{source.stem}-*.sqlite"))
