@@ -24,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
+from snl_pbem.crashpoints import crash_point
 from snl_pbem.keys import hash_key
 from snl_pbem.mail.commands import Commands, LineProblem, parse_commands
 from snl_pbem.mail.parse import ParsedMail, ParseTimeout, message_id_of, parse_message
@@ -89,6 +90,7 @@ def ingest(
         with db.transaction() as session:
             known = _known(session, digest, source, uidvalidity, uid)
             return IngestResult(known.id if known else None, "duplicate", "already stored")
+    crash_point("ingest.stored-not-processed")
     return _process_row(db, config, inbound_id)
 
 

@@ -24,6 +24,7 @@ from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from snl_pbem.config import Config
+from snl_pbem.crashpoints import crash_point
 from snl_pbem.mail.compose import compose, new_message_id
 from snl_pbem.mail.dkim import sign as dkim_sign
 from snl_pbem.mail.render import render
@@ -208,6 +209,7 @@ def drain_outbox(
             try:
                 sender.send(item.recipient, item.message)
                 results.append((item, None))
+                crash_point("send.sent-not-recorded")
             except SendError as exc:
                 results.append((item, exc))
                 if exc.unreachable:

@@ -23,6 +23,7 @@ from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
+from snl_pbem.crashpoints import crash_point
 from snl_pbem.games import LifecycleError, audit, scheduled_deadline
 from snl_pbem.reports import enqueue_round_mail
 from snl_pbem.rules import (
@@ -280,6 +281,8 @@ def close_round(
             return None
         with gc_paused():
             outcome = _adjudicate_and_store(session, game, round_, now, actor, config)
+        crash_point("close.before-commit", prepare=session.flush)
+    crash_point("close.after-commit")
     log.info("%s: round %d closed by %s", game_key, outcome.round, actor)
     return outcome
 

@@ -27,6 +27,8 @@ from typing import Protocol
 from imapclient import IMAPClient
 from imapclient.exceptions import IMAPClientError
 
+from snl_pbem.crashpoints import crash_point
+
 log = logging.getLogger("snl_pbem.imap")
 
 IDLE_RENEW_SECONDS = 9 * 60  # RFC 2177: re-issue IDLE at least every 29 minutes; we do 9
@@ -166,6 +168,7 @@ class ImapPoller:
                     bytes(raw), self.config.source, self.uidvalidity, uid, arrived
                 ):
                     stored.append(uid)
+                    crash_point("imap.stored-not-moved")
             self._move(client, stored)
             stored_total += len(stored)
             if stored:
