@@ -205,6 +205,10 @@ def render_status(game: GameStatus) -> str:
         f"  mail: {game.mail_pending} waiting to be sent, {game.mail_failed} failed; "
         f"{game.inbound_set_aside} incoming message(s) set aside"
     )
+    if game.mail_pending and game.mail_waiting_since_shown:
+        lines.append(f"  the oldest mail waiting was written {game.mail_waiting_since_shown}")
+    if game.mail_pending and game.mail_last_error:
+        lines.append(f"  last sending error: {game.mail_last_error.splitlines()[0][:200]}")
     return "\n".join(lines) + "\n"
 
 

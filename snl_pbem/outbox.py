@@ -233,10 +233,24 @@ def _record(
 ) -> None:
     sent = [item.id for item, error in results if error is None]
     with db.transaction() as session:
-        if untried:  # handed back as they were: the server was down, not their fault
+        if untried:  # handed back as they were: the server was down, not their fault ...
+            down = results[-1][1]
+            assert down is not None and down.unreachable
+            expired = set(
+                session.scalars(
+                    select(OutboxMessage.id).where(
+                        OutboxMessage.id.in_(untried),
+                        OutboxMessage.created_at <= now - give_up_after,
+                    )
+                )
+            )  # ... unless they have waited too long: they fail with it, not one per try
+            results = results + [(Claimed(i, "", b""), down) for i in sorted(expired)]
             session.execute(
                 update(OutboxMessage)
-                .where(OutboxMessage.id.in_(untried), OutboxMessage.claimed_by == worker)
+                .where(
+                    OutboxMessage.id.in_([i for i in untried if i not in expired]),
+                    OutboxMessage.claimed_by == worker,
+                )
                 .values(claimed_by=None, claim_until=None)
                 .execution_options(synchronize_session=False)
             )

@@ -134,10 +134,17 @@ class GameStatus:
     mail_failed: int
     mail_pending: int
     inbound_set_aside: int
+    mail_waiting_since: datetime | None = None
+    """When the oldest message still waiting to be sent was written."""
+    mail_waiting_since_shown: str | None = None
+    mail_last_error: str | None = None
+    """The latest error of a message still waiting (an SMTP outage shows here)."""
 
     def as_json(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["deadline"] = self.deadline.isoformat() if self.deadline else None
+        since = self.mail_waiting_since
+        data["mail_waiting_since"] = since.isoformat() if since else None
         data["players"] = [p.__dict__ for p in self.players]
         return data
 
@@ -183,6 +190,15 @@ def _status(session: Session, game: Game) -> GameStatus:
     def count(model: Any, *conditions: Any) -> int:
         return session.scalar(select(func.count()).select_from(model).where(*conditions)) or 0
 
+    waiting = (OutboxMessage.game_id == game.id, OutboxMessage.status == "pending")
+    since = session.scalar(select(func.min(OutboxMessage.created_at)).where(*waiting))
+    last_error = session.scalar(
+        select(OutboxMessage.last_error)
+        .where(*waiting, OutboxMessage.last_error.is_not(None))
+        .order_by(OutboxMessage.id.desc())
+        .limit(1)
+    )
+
     return GameStatus(
         key=game.key,
         title=game.title,
@@ -204,4 +220,7 @@ def _status(session: Session, game: Game) -> GameStatus:
         inbound_set_aside=count(
             InboundMessage, InboundMessage.game_id == game.id, InboundMessage.status == "failed"
         ),
+        mail_waiting_since=since,
+        mail_waiting_since_shown=show(since, tz) if since else None,
+        mail_last_error=last_error,
     )

@@ -178,6 +178,12 @@ players = [
         waiting = _query(db_path, "select count(*) from outbox where status = 'pending'")[0][0]
         assert waiting >= 4 * (len(PLAYERS) + 1)  # reports and referee summaries, all held
         assert len(smtp_sink.delivered) == 3
+        shown = subprocess.run(
+            [SNL, "status", "out", "--config", str(config)], capture_output=True, text=True
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "waiting to be sent" in shown.stdout and "the oldest mail waiting" in shown.stdout
+        assert "last sending error: cannot open an SMTP session" in shown.stdout, shown.stdout
         back = time.monotonic()
         smtp_sink.start()
         # pause the game so that the rounds stop closing, then wait for the outbox to drain

@@ -120,6 +120,23 @@ def test_smtp_down_then_back(intake, smtp_sink) -> None:
     sender.close()
 
 
+def test_give_up_while_the_server_is_down(intake, smtp_sink) -> None:
+    """Mail that has waited past give_up_after fails when the server is still down: all of
+    it at once, not one message per try."""
+    db, config = intake
+    smtp_sink.stop()
+    clock = Clock()
+    clock.advance(days=3, minutes=1)
+    sender = sender_for(smtp_sink)
+    report = drain_outbox(db, config, sender, clock, worker="w", give_up_after=timedelta(days=3))
+    sender.close()
+    assert report.unreachable and report.failed == 3
+    by_kind = {}
+    for r in rows(db):
+        by_kind.setdefault(r.kind, []).append(r.status)
+    assert by_kind == {"welcome": ["failed"] * 3, "delivery-failure": ["pending"] * 3}
+
+
 def test_a_session_refused_at_the_greeting_is_unreachable_not_permanent(intake) -> None:
     """A 554 greeting (or a failed AUTH) is about the server, not the message: nothing is
     marked failed, and nothing is sent."""
