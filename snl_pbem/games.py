@@ -133,6 +133,7 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
     """Make the database agree with the config (idempotent); report every change."""
     report = SyncReport()
     with db.transaction() as session:
+        db.serialize(session, "sync-games")  # two servers starting (or reloading) together
         known = {g.key: g for g in session.scalars(select(Game))}
         for game_config in config.games:
             game = known.get(game_config.id)

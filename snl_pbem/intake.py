@@ -136,11 +136,17 @@ def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResul
 
 
 def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
-    """Process one stored message; any failure is recorded on it, never raised."""
+    """Process one stored message; any failure is recorded on it, never raised.
+
+    The row is locked and its status checked in the same transaction, so that a message
+    is processed once even when two processes reach it together (one server's poller
+    and another's start-up ``process_pending``, or a referee's ``ingest``)."""
     try:
         with db.transaction() as session:
-            row = session.get(InboundMessage, inbound_id)
+            row = session.get(InboundMessage, inbound_id, with_for_update=True)
             assert row is not None
+            if row.status != "new":
+                return IngestResult(inbound_id, "duplicate", f"already handled: {row.status}")
             status, detail = _process(session, config, row)
             row.status, row.error = status, detail or None
     except Exception as exc:  # kept with its traceback for the referee; the server carries on

@@ -8,6 +8,7 @@ where a state change must happen once (closing a round).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sqlite3
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -72,6 +73,18 @@ class Database:
         """A session in one transaction: committed on success, rolled back on any error."""
         with self._sessions() as session, session.begin():
             yield session
+
+    @staticmethod
+    def serialize(session: Session, name: str) -> None:
+        """Hold a lock named ``name`` until the transaction ends, so that processes doing
+        the same whole-table work (syncing the config) take turns. SQLite: every write
+        transaction already holds the database's one write lock (BEGIN IMMEDIATE)."""
+        if session.get_bind().dialect.name == "postgresql":
+            digest = hashlib.sha256(name.encode()).digest()
+            session.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"),
+                {"key": int.from_bytes(digest[:8], "big", signed=True)},
+            )
 
     def dispose(self) -> None:
         self.engine.dispose()

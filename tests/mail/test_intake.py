@@ -7,13 +7,13 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mailhelpers import T0, orders_of, replies_since
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from snl_pbem import intake as intake_module
 from snl_pbem.intake import ingest, process_pending
 from snl_pbem.referee import pause
 from snl_pbem.rounds import close_round
-from snl_pbem.store import InboundMessage
+from snl_pbem.store import InboundMessage, OrderRecord
 
 
 def mail(
@@ -131,6 +131,49 @@ def test_stored_but_unprocessed_messages_are_processed_at_start(intake) -> None:
     [result] = process_pending(db, config)
     assert result.status == "processed"
     assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "6")]
+
+
+def test_a_stored_message_is_processed_once_when_two_processes_reach_it(intake) -> None:
+    """One server's poller and another's start-up process_pending (or a referee's ingest)
+    on the same stored message: one order, one reply. Found by the two-server chaos test."""
+    import threading
+
+    db, config = intake
+    with db.transaction() as s:
+        row = InboundMessage(
+            sha256="e" * 64,
+            source="t",
+            received_at=T0,
+            status="new",
+            raw=mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="twice"),
+        )
+        s.add(row)
+        s.flush()
+        inbound_id = row.id
+    # the narrow window, made certain: both passed the status check of process_stored
+    first = intake_module._process_row(db, config, inbound_id)
+    second = intake_module._process_row(db, config, inbound_id)
+    assert (first.status, second.status) == ("processed", "duplicate")
+    # and the race itself, from threads that start together
+    with db.transaction() as s:
+        s.get(InboundMessage, inbound_id).status = "new"
+        s.execute(delete(OrderRecord))
+    barrier = threading.Barrier(4)
+    results = []
+
+    def run() -> None:
+        barrier.wait()
+        results.append(intake_module.process_stored(db, config, inbound_id).status)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and set(results) <= {"processed", "duplicate"}, results
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "6")]
+    acks = [m for m in replies_since(db, T0) if m.recipient == "cy@example.org"]
+    assert len(acks) == 2  # one for the first pass above, one for the race
 
 
 def test_a_key_is_never_echoed(intake) -> None:

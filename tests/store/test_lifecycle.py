@@ -47,6 +47,34 @@ def test_sync_adds_games_and_players_and_is_idempotent(db: Database, make_config
         assert s.scalar(select(func.count()).select_from(Player)) == 5
 
 
+def test_concurrent_syncs_add_a_game_once(db: Database, make_config) -> None:
+    """Two servers starting (or reloading) together with a new game in the config: both
+    succeed, and the game and its players exist once."""
+    config = make_config([{"id": "g1"}, {"id": "g2", "players": ["x", "y"]}])
+    barrier = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def syncer() -> None:
+        mine = Database(db.url)
+        try:
+            barrier.wait()
+            sync_games(mine, config, T0)
+        except BaseException as exc:  # collected for the assertion
+            errors.append(exc)
+        finally:
+            mine.dispose()
+
+    threads = [threading.Thread(target=syncer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    with db.transaction() as s:
+        assert s.scalar(select(func.count()).select_from(Game)) == 2
+        assert s.scalar(select(func.count()).select_from(Player)) == 5
+
+
 def test_removed_player_with_history_is_kept(db: Database, make_config) -> None:
     config = make_config()
     started(db, config)
