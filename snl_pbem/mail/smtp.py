@@ -85,11 +85,6 @@ class SmtpSender:
                 code, text = next(iter(exc.recipients.values()))
                 raise self._answer(code, text) from None
             except smtplib.SMTPResponseException as exc:
-                if exc.smtp_code == 421:  # the server is going away: not this message's fault
-                    self.close()
-                    raise SendError(
-                        f"421 {_text(exc.smtp_error)}", permanent=False, unreachable=True
-                    ) from None
                 raise self._answer(exc.smtp_code, exc.smtp_error) from None
             except (smtplib.SMTPServerDisconnected, OSError) as exc:
                 self.close()
@@ -105,6 +100,9 @@ class SmtpSender:
             return
 
     def _answer(self, code: int, text: bytes | str) -> SendError:
+        if code == 421:  # the server is going away (at any step): not this message's fault
+            self.close()
+            return SendError(f"421 {_text(text)}".strip(), permanent=False, unreachable=True)
         return SendError(f"{code} {_text(text)}".strip(), permanent=500 <= code < 600)
 
     def close(self) -> None:
