@@ -223,6 +223,11 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
             "line GAME <id> (or put [id] in the subject).",
         )
         return "rejected", "no game given"
+    # The game row is locked, as a close locks it, and before anything that refers to it is
+    # written (a foreign key's share lock first would let two intakes deadlock): an order is
+    # either stored before a close reads the orders (and counts), or looked at after it (and
+    # refused with the reason), never stored for a round a concurrent close has adjudicated.
+    session.refresh(game, with_for_update=True)
     ctx.row.game_id = game.id
     player = None
     if commands.key is not None:

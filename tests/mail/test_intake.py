@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mailhelpers import T0, orders_of, replies_since
+from mailhelpers import OPENED, T0, orders_of, replies_since
 from sqlalchemy import delete, select
 
 from snl_pbem import intake as intake_module
@@ -174,6 +174,78 @@ def test_a_stored_message_is_processed_once_when_two_processes_reach_it(intake) 
     assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "6")]
     acks = [m for m in replies_since(db, T0) if m.recipient == "cy@example.org"]
     assert len(acks) == 2  # one for the first pass above, one for the race
+
+
+def test_an_order_racing_a_close_counts_or_is_refused_never_lost(intake, monkeypatch) -> None:
+    """An order processed while another connection is closing its round (the scheduler's
+    thread, or another server on PostgreSQL) waits for the close, then is refused with the
+    reason: it is never acknowledged for a round that was adjudicated without it."""
+    import threading
+
+    from snl_pbem import rounds as rounds_module
+
+    db, config = intake
+    inside, release = threading.Event(), threading.Event()
+    adjudicate = rounds_module._adjudicate_and_store
+
+    def slow_adjudicate(*args, **kwargs):
+        inside.set()  # the close holds its locks now
+        release.wait(10)
+        return adjudicate(*args, **kwargs)
+
+    monkeypatch.setattr(rounds_module, "_adjudicate_and_store", slow_adjudicate)
+    after_deadline = T0.replace(year=2030, month=2)
+    closer = threading.Thread(target=close_round, args=(db, "g1", after_deadline))
+    closer.start()
+    assert inside.wait(10)
+    results = []
+    order = threading.Thread(
+        target=lambda: results.append(
+            ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="race"), OPENED, "t")
+        )
+    )
+    order.start()
+    order.join(1.0)
+    assert order.is_alive()  # it waits for the close instead of writing beside it
+    release.set()
+    closer.join(10)
+    order.join(10)
+    [result] = results
+    assert result.status == "rejected"
+    assert "before round 2 opened" in last_reply(db)
+    assert orders_of(db) == []  # nothing stored for round 1 after it was adjudicated
+
+
+def test_concurrent_intakes_neither_deadlock_nor_lose_orders(intake) -> None:
+    """Four connections (the LMTP receiver, the IMAP poller, another server) processing
+    orders for one game at once: every message processed, none set aside."""
+    import threading
+
+    from snl_pbem.store import Database
+
+    db, config = intake
+    barrier = threading.Barrier(4)
+    statuses = []
+
+    def worker(n: int) -> None:
+        mine = Database(db.url)
+        try:
+            barrier.wait()
+            for i in range(8):
+                who = ("ann", "bob", "cy")[(n + i) % 3]
+                raw = mail(f"KEY {who}-key-123\nDICE {1 + i % 6}", f"{who}@example.org",
+                           tag=f"c{n}.{i}")
+                statuses.append(ingest(mine, config, raw, OPENED, "t").status)
+        finally:
+            mine.dispose()
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statuses == ["processed"] * 32
+    assert len(orders_of(db)) == 32
 
 
 def test_a_key_is_never_echoed(intake) -> None:
