@@ -1,12 +1,17 @@
 """Deadlines without a person: APScheduler wakes the server; the database is the truth.
 
 Jobs are rebuilt from the rounds table (at start, after every close, on a
-config reload): one per open round's deadline, one per reminder, with
+config reload, and every ``RESCAN_SECONDS``, so that what the referee's
+commands change while the server runs -- a game started, a round rolled back,
+a game resumed -- is picked up): one per open round's deadline, one per
+reminder, with
 explicit ids, ``replace_existing`` and ``misfire_grace_time=None`` (a job
 that is late still runs). A deadline missed while the server was down is
 closed at start, each exactly once (the guarded close). Every job calls a
 plain method that takes the time from the injected clock, so tests drive
-them directly instead of sleeping.
+them directly instead of sleeping. A deadline job looks at the round again
+before closing it: if the deadline was moved later meanwhile (``extend``),
+it only plans the close for the new time.
 
 The circuit breaker: when an IMAP mailbox is configured and its last good
 poll is older than ``healthy_within`` at a deadline, the round is *held*
@@ -45,6 +50,7 @@ from snl_pbem.timeutil import format_duration, show, utcnow, zone
 log = logging.getLogger("snl_pbem.scheduler")
 
 HELD_CHECK_SECONDS = 60
+RESCAN_SECONDS = 15
 RETRY_SECONDS = 30
 
 
@@ -145,6 +151,14 @@ class RoundScheduler:
                 replace_existing=True,
                 misfire_grace_time=None,
             )
+        if self.scheduler.get_job("rescan") is None:
+            self.scheduler.add_job(
+                self.rebuild,
+                "interval",
+                seconds=RESCAN_SECONDS,
+                id="rescan",
+                replace_existing=True,
+            )
         held_check = self.scheduler.get_job("held-check")
         every = self.held_check_seconds
         if held_check is None or held_check.trigger.interval.total_seconds() != every:
@@ -171,16 +185,33 @@ class RoundScheduler:
         self.rebuild()
         return outcomes
 
-    def on_deadline(self, game_key: str, number: int) -> CloseOutcome | None:
+    def on_deadline(
+        self, game_key: str, number: int, *, early: bool = False
+    ) -> CloseOutcome | None:
         """A round's deadline: close it, unless mail intake is unhealthy (then hold it).
 
-        A paused game's deadline does nothing (the referee may still close-round it). If
-        the database fails (locked, disk full), nothing is half done (one transaction) and
-        the deadline is tried again shortly.
+        A paused game's deadline does nothing (the referee may still close-round it). A
+        deadline moved later since the job was planned (``extend`` while the server runs)
+        only re-plans the close; ``early`` is for close-when-all-in, which closes before
+        the deadline on purpose. If the database fails (locked, disk full), nothing is half
+        done (one transaction) and the deadline is tried again shortly.
         """
         try:
             if not self._running(game_key):
                 return None
+            if not early:
+                due = self._close_due_at(game_key, number)
+                if due is None:  # closed meanwhile (close-round, another server)
+                    return None
+                if self.clock() < due:
+                    log.info(
+                        "%s: round %d's deadline was moved; closing at %s instead",
+                        game_key,
+                        number,
+                        due.isoformat(timespec="seconds"),
+                    )
+                    self.rebuild()
+                    return None
             problem = self.intake_unhealthy()
             if problem is not None:
                 self._hold(game_key, number, problem)
@@ -321,7 +352,7 @@ class RoundScheduler:
             )
             if game is None or round_ is None or not self._all_in(session, game, round_):
                 return None
-        return self.on_deadline(game_key, number)
+        return self.on_deadline(game_key, number, early=True)
 
     @staticmethod
     def _all_in(session: Any, game: Game, round_: Round) -> bool:
@@ -330,6 +361,17 @@ class RoundScheduler:
         return all(
             (r := latest.get(pid)) is not None and r.valid and not r.withdrawn for pid in players
         )
+
+    def _close_due_at(self, game_key: str, number: int) -> datetime | None:
+        """When round ``number`` is to close now (its deadline and the intake grace), or None
+        if it is not open."""
+        with self.db.transaction() as session:
+            deadline = session.scalar(
+                select(Round.deadline)
+                .join(Game, Game.id == Round.game_id)
+                .where(Game.key == game_key, Round.number == number, Round.state == "open")
+            )
+        return None if deadline is None else deadline + self.intake_grace
 
     def _running(self, game_key: str) -> bool:
         with self.db.transaction() as session:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -148,6 +149,49 @@ def test_serve_end_to_end_with_reload_and_stop(tmp_path: Path, dovecot, smtp_sin
     server.send_signal(signal.SIGTERM)
     assert server.wait(30) == 0
     assert len(smtp_sink.delivered) == before
+
+
+@pytest.mark.slow
+def test_referee_commands_while_the_server_runs(tmp_path: Path, dovecot, smtp_sink) -> None:
+    """`start` and `extend` from the command line while `serve` runs (the GM guide's order):
+    the started game's deadline is picked up and closes the round; the extended deadline is
+    kept (whether the rescan or the old deadline's job sees the change first; the second way
+    is tested step by step in tests/mail/test_scheduler.py)."""
+    user = dovecot.new_user()
+    now = datetime.now(UTC).replace(microsecond=0)
+    config = write_config(tmp_path, dovecot, user, smtp_sink, now, games=())
+    text = config.read_text()
+    text += GAME.format(id="new", first=(now + timedelta(seconds=20)).isoformat())
+    text += GAME.format(id="ext", first=(now + timedelta(seconds=12)).isoformat())
+    config.write_text(text)
+    assert run("db", "upgrade", config=config).returncode == 0
+    assert run("start", "ext", config=config).returncode == 0
+    log_path = tmp_path / "serve.log"
+    with log_path.open("wb") as log:
+        server = subprocess.Popen(
+            [SNL, "serve", "--config", str(config), "--log-level", "info"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: "serving 2 game(s)" in log_path.read_text(), 30, "serve", log_path)
+        done = run("start", "new", config=config)
+        assert done.returncode == 0, done.stderr
+        done = run("extend", "ext", "--by", "1h", config=config)
+        assert done.returncode == 0, done.stderr
+
+        def state(game: str) -> str:
+            shown = run("status", game, "--json", config=config)
+            return json.loads(shown.stdout)[0]["rounds_played"]
+
+        wait_for(lambda: state("new") == 1, 90, "the started game's first close", log_path)
+        assert state("ext") == 0  # its old deadline (and grace) passed long ago
+        assert "ext: round 1 closed" not in log_path.read_text()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
 
 
 @pytest.mark.slow

@@ -98,6 +98,27 @@ def test_extend_moves_the_job(tmp_path) -> None:
     scheduler.shutdown(wait=False)
 
 
+def test_a_deadline_extended_while_the_server_runs_does_not_close_early(tmp_path) -> None:
+    """`extend` from the command line while the server runs: the job planned for the old
+    deadline still fires, looks again, and only plans the close for the new time."""
+    db, config = setup(tmp_path)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    clock = Clock()
+    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
+    rs.rebuild()
+    assert scheduler.get_job("rescan").trigger.interval == timedelta(seconds=15)
+    extend(db, "g1", T0, by=timedelta(hours=5))  # another process: no rebuild here
+    clock.now = DEADLINE
+    assert rs.on_deadline("g1", 1) is None  # the old job
+    with db.transaction() as s:
+        assert s.scalar(select(Round.state).where(Round.number == 1)) == "open"
+    assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE + timedelta(hours=5)
+    clock.now = DEADLINE + timedelta(hours=5)
+    assert rs.on_deadline("g1", 1) is not None
+    scheduler.shutdown(wait=False)
+
+
 def test_close_when_all_in_after_the_settle_time(tmp_path) -> None:
     db, config = setup(tmp_path, extra='close_when_all_in = true\nsettle_time = "10m"')
     clock = Clock()
@@ -135,7 +156,7 @@ def test_circuit_breaker_holds_then_releases(tmp_path) -> None:
     hooks.failed(source, "ConnectionRefusedError: [Errno 111]")  # ... then the mailbox broke
     rs = RoundScheduler(db, config, clock=clock)
     assert rs.held_check_seconds == 60  # looked at every minute (more often for short limits)
-    clock.now = DEADLINE
+    clock.now = DEADLINE + rs.intake_grace  # when the close job runs (mail read first)
     assert rs.on_deadline("g1", 1) is None and rs.on_deadline("g1", 1) is None
     assert [k for k in kinds(db)] == [("round-held", "ref")]  # the referee, once
     assert rs.check_held() == []
