@@ -265,7 +265,27 @@ class RoundScheduler:
         return closed
 
     def on_reminder(self, game_key: str, number: int) -> int:
-        """Remind each player without valid orders (and only them); returns how many."""
+        """Remind each player without valid orders (and only them); returns how many.
+
+        A reminder whose deadline was moved later since it was planned only re-plans."""
+        with self.db.transaction() as session:
+            game = session.scalar(select(Game).where(Game.key == game_key))
+            deadline = session.scalar(
+                select(Round.deadline).where(
+                    Round.game_id == (game.id if game else -1), Round.number == number
+                )
+            )
+            early = (
+                game is not None
+                and deadline is not None
+                and self.clock() < deadline - timedelta(seconds=game.remind_before_s or 0)
+            )
+        if early:
+            self.rebuild()
+            return 0
+        return self._remind(game_key, number)
+
+    def _remind(self, game_key: str, number: int) -> int:
         now = self.clock()
         sent = 0
         with self.db.transaction() as session:
