@@ -274,6 +274,7 @@ def _record(
             ).all()
             for scrub in secret:  # the player has the key now: the database forgets it
                 scrub.message = scrub.message.split(b"\r\n\r\n", 1)[0] + b"\r\n" + SCRUBBED
+        lost: dict[int | None, list[dict[str, Any]]] = {}  # failed for good, by game
         for item, error in results:
             if error is None:
                 continue
@@ -288,20 +289,14 @@ def _record(
                 report.failed += 1
                 log.error("mail %s to %s failed for good: %s", row.message_id, row.recipient, error)
                 if row.kind != "delivery-failure":
-                    game = session.get(Game, row.game_id) if row.game_id else None
-                    enqueue_mail(
-                        session,
-                        config,
-                        game=game,
-                        kind="delivery-failure",
-                        to=config.settings.mail.referee,
-                        now=now,
-                        template="referee/delivery_failure.txt.j2",
-                        recipient=row.recipient,
-                        what=row.kind,
-                        error=str(error),
-                        attempts=row.attempts,
-                        message_id=row.message_id,
+                    lost.setdefault(row.game_id, []).append(
+                        {
+                            "recipient": row.recipient,
+                            "what": row.kind,
+                            "error": str(error),
+                            "attempts": row.attempts,
+                            "message_id": row.message_id,
+                        }
                     )
                 continue
             if error.unreachable:  # due again as soon as the server is back
@@ -312,6 +307,17 @@ def _record(
             report.deferred += 1
             log.warning(
                 "mail %s to %s deferred %s: %s", row.message_id, row.recipient, delay, error
+            )
+        for game_id, failures in lost.items():  # one alert per game and batch, not per message
+            enqueue_mail(
+                session,
+                config,
+                game=session.get(Game, game_id) if game_id else None,
+                kind="delivery-failure",
+                to=config.settings.mail.referee,
+                now=now,
+                template="referee/delivery_failure.txt.j2",
+                failures=failures,
             )
 
 

@@ -123,7 +123,7 @@ def test_smtp_down_then_back(intake, smtp_sink) -> None:
 
 def test_give_up_while_the_server_is_down(intake, smtp_sink) -> None:
     """Mail that has waited past give_up_after fails when the server is still down: all of
-    it at once, not one message per try."""
+    it at once, not one message per try, and the referee gets one alert listing it."""
     db, config = intake
     smtp_sink.stop()
     clock = Clock()
@@ -135,7 +135,11 @@ def test_give_up_while_the_server_is_down(intake, smtp_sink) -> None:
     by_kind = {}
     for r in rows(db):
         by_kind.setdefault(r.kind, []).append(r.status)
-    assert by_kind == {"welcome": ["failed"] * 3, "delivery-failure": ["pending"] * 3}
+    assert by_kind == {"welcome": ["failed"] * 3, "delivery-failure": ["pending"]}  # one alert
+    [alert] = [r for r in rows(db) if r.kind == "delivery-failure"]
+    text = alert.message.decode()
+    assert "3 messages could not be delivered" in text and "cannot open an SMTP session" in text
+    assert all(f"{p}@example.org (welcome, " in text for p in ("ann", "bob", "cy"))
 
 
 def test_a_session_refused_at_the_greeting_is_unreachable_not_permanent(intake) -> None:
