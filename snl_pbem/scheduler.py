@@ -153,7 +153,7 @@ class RoundScheduler:
             )
         if self.scheduler.get_job("rescan") is None:
             self.scheduler.add_job(
-                self.rebuild,
+                self._rescan,
                 "interval",
                 seconds=RESCAN_SECONDS,
                 id="rescan",
@@ -170,6 +170,13 @@ class RoundScheduler:
                 replace_existing=True,
             )
         return planned
+
+    def _rescan(self) -> None:
+        """The periodic rebuild: a database that is down for a while is one log line each time."""
+        try:
+            self.rebuild()
+        except Exception as exc:
+            log.warning("rescanning the rounds failed (%s: %s)", type(exc).__name__, exc)
 
     # -- jobs ---------------------------------------------------------------------------
 
