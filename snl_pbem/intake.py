@@ -37,7 +37,10 @@ from snl_pbem.timeutil import show, zone
 log = logging.getLogger("snl_pbem.intake")
 
 MAX_STORED_BYTES = 25 * 1024 * 1024
-MAX_ATTEMPTS = 3
+MAX_ATTEMPTS = 5
+"""Restarts that may find a message still unprocessed before it is set aside (a message
+that kills the server every time must not keep it in a crash loop; a server killed by
+something else now and then must not lose an order)."""
 REPLY_KINDS = ("ack", "notice", "help", "status")
 RECEIPT_RESOLUTION = timedelta(seconds=1)
 
@@ -81,7 +84,7 @@ def ingest(
                 received_at=received_at,
                 raw=raw[:MAX_STORED_BYTES],
                 status="new",
-                attempts=1,
+                attempts=0,  # counts the restarts that found it unprocessed
             )
             session.add(row)
             session.flush()
@@ -121,7 +124,8 @@ def process_pending(db: Database, config: Config) -> list[IngestResult]:
 
 
 def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResult:
-    """Process a stored message again (after a stop); gives up after a few attempts."""
+    """Process a stored message again (after a stop); set aside after MAX_ATTEMPTS such
+    tries, each committed before it starts, so a try the process did not survive counts."""
     with db.transaction() as session:
         row = session.get(InboundMessage, inbound_id)
         assert row is not None

@@ -4,14 +4,13 @@ Jobs are rebuilt from the rounds table (at start, after every close, on a
 config reload, and every ``RESCAN_SECONDS``, so that what the referee's
 commands change while the server runs -- a game started, a round rolled back,
 a game resumed -- is picked up): one per open round's deadline, one per
-reminder, with
-explicit ids, ``replace_existing`` and ``misfire_grace_time=None`` (a job
-that is late still runs). A deadline missed while the server was down is
-closed at start, each exactly once (the guarded close). Every job calls a
-plain method that takes the time from the injected clock, so tests drive
-them directly instead of sleeping. A deadline job looks at the round again
-before closing it: if the deadline was moved later meanwhile (``extend``),
-it only plans the close for the new time.
+reminder, with explicit ids, ``replace_existing`` and
+``misfire_grace_time=None`` (a job that is late still runs). A deadline
+missed while the server was down is closed at start, each exactly once (the
+guarded close). Every job calls a plain method that takes the time from the
+injected clock, so tests drive them directly instead of sleeping. A deadline
+job looks at the round again before closing it: if the deadline was moved
+later meanwhile (``extend``), it only plans the close for the new time.
 
 The circuit breaker: when an IMAP mailbox is configured and its last good
 poll is older than ``healthy_within`` at a deadline, the round is *held*

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 
 from hypothesis import HealthCheck, given, settings
@@ -131,6 +132,46 @@ def test_stored_but_unprocessed_messages_are_processed_at_start(intake) -> None:
     [result] = process_pending(db, config)
     assert result.status == "processed"
     assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "6")]
+
+
+def test_a_message_that_kills_the_server_every_time_is_set_aside(intake, monkeypatch) -> None:
+    """Each restart processes what was stored and not processed; a message during whose
+    processing the server died MAX_ATTEMPTS times is set aside (no crash loop). A kill
+    between storing and processing (nothing of the message run yet) does not count."""
+    db, config = intake
+    with db.transaction() as s:
+        row = InboundMessage(
+            sha256="d" * 64,
+            source="t",
+            received_at=T0,
+            status="new",
+            attempts=0,  # as ingest stores it
+            raw=mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="poison"),
+        )
+        s.add(row)
+        s.flush()
+        inbound_id = row.id
+
+    class Killed(BaseException):  # what SIGKILL does to the processing: nothing after it runs
+        pass
+
+    def die(*_args, **_kwargs):
+        raise Killed
+
+    monkeypatch.setattr(intake_module, "_process_row", die)
+    for _ in range(intake_module.MAX_ATTEMPTS):
+        with contextlib.suppress(Killed):
+            process_pending(db, config)
+    monkeypatch.undo()
+    [result] = process_pending(db, config)
+    assert result.status == "failed" and "interrupted several times" in result.detail
+    assert orders_of(db) == []
+    # one try fewer and it would have been processed
+    with db.transaction() as s:
+        again = s.get(InboundMessage, inbound_id)
+        again.status, again.attempts = "new", intake_module.MAX_ATTEMPTS - 1
+    [result] = process_pending(db, config)
+    assert result.status == "processed" and [o.player for o in orders_of(db)] == ["cy"]
 
 
 def test_a_stored_message_is_processed_once_when_two_processes_reach_it(intake) -> None:
