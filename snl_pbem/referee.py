@@ -58,6 +58,7 @@ def extend(
             raise LifecycleError(f"{game_key}: {show(new, zone(game.timezone))} has already passed")
         old = round_.deadline
         round_.deadline, round_.deadline_source = new, "referee"
+        round_.held_at = None  # a held round with a new deadline is judged again at that time
         audit(
             session,
             now,
@@ -93,6 +94,7 @@ def resume(db: Database, game_key: str, now: datetime, *, actor: str = "referee"
         round_ = _open_round(session, game)
         round_.deadline += shift
         round_.deadline_source = "referee"
+        round_.held_at = None  # judged again at its new deadline
         game.schedule_shift_s += int(shift.total_seconds())
         game.state, game.paused_at = "running", None
         audit(

@@ -99,11 +99,13 @@ class RoundScheduler:
                 .where(Game.state == "running", Round.state == "open")
             ).all()
             for game, round_ in rows:
-                planned.append(
-                    Planned(
-                        f"close:{game.key}:{round_.number}", round_.deadline + self.intake_grace
+                if round_.held_at is None:  # a held round is released by check_held only
+                    planned.append(
+                        Planned(
+                            f"close:{game.key}:{round_.number}",
+                            round_.deadline + self.intake_grace,
+                        )
                     )
-                )
                 if game.remind_before_s and round_.reminded_at is None:
                     at = round_.deadline - timedelta(seconds=game.remind_before_s)
                     if at > round_.opened_at:
@@ -390,12 +392,17 @@ class RoundScheduler:
 
     def _close_due_at(self, game_key: str, number: int) -> datetime | None:
         """When round ``number`` is to close now (its deadline and the intake grace), or None
-        if it is not open."""
+        if it is not open, or held (then check_held releases it)."""
         with self.db.transaction() as session:
             deadline = session.scalar(
                 select(Round.deadline)
                 .join(Game, Game.id == Round.game_id)
-                .where(Game.key == game_key, Round.number == number, Round.state == "open")
+                .where(
+                    Game.key == game_key,
+                    Round.number == number,
+                    Round.state == "open",
+                    Round.held_at.is_(None),
+                )
             )
         return None if deadline is None else deadline + self.intake_grace
 

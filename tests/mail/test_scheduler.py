@@ -137,7 +137,8 @@ def test_close_when_all_in_after_the_settle_time(tmp_path) -> None:
     assert rs.on_all_in("g1", 1) is not None
 
 
-def test_circuit_breaker_holds_then_releases(tmp_path) -> None:
+def imap_game(tmp_path):
+    """A started game whose server reads an IMAP mailbox (healthy_within 30 minutes)."""
     imap = ('\n[mail.imap]\nhost = "127.0.0.1"\nport = 1\ntls = "none"\nusername = "u"\n'
             'password = "p"\nhealthy_within = "30m"\n')
     db = Database(f"sqlite:///{tmp_path / 's.db'}")
@@ -149,6 +150,11 @@ def test_circuit_breaker_holds_then_releases(tmp_path) -> None:
     config = load_config(path)
     sync_games(db, config, T0)
     start_game(db, config, "g1", T0)
+    return db, config
+
+
+def test_circuit_breaker_holds_then_releases(tmp_path) -> None:
+    db, config = imap_game(tmp_path)
     clock = Clock()
     hooks = DatabaseHooks(db, config, clock=clock)
     source = imap_poller(db, config).config.source
@@ -162,15 +168,29 @@ def test_circuit_breaker_holds_then_releases(tmp_path) -> None:
     assert rs.on_deadline("g1", 1) is None and rs.on_deadline("g1", 1) is None
     assert [k for k in kinds(db)] == [("round-held", "ref")]  # the referee, once
     assert rs.check_held() == []
+    assert not [p for p in rs.plan() if p.job_id == "close:g1:1"]  # no deadline job now
     clock.now = DEADLINE + timedelta(hours=1)
     hooks.healthy(source, 1)  # intake works again ...
     clock.now += timedelta(minutes=29)
     assert rs.check_held() == []  # ... but not yet for the limit
+    assert rs.on_deadline("g1", 1) is None  # nor by a deadline job planned before the hold
     clock.now += timedelta(minutes=1)
     [released] = rs.check_held()
     assert released.round == 1
     with db.transaction() as s:
         assert s.scalar(select(Round.state).where(Round.number == 1)) == "closed"
+
+
+def test_extending_a_held_round_judges_it_again_at_the_new_deadline(tmp_path) -> None:
+    db, config = imap_game(tmp_path)
+    rs = RoundScheduler(db, config, clock=Clock(DEADLINE + timedelta(minutes=2)))
+    assert rs.on_deadline("g1", 1) is None  # never read: held
+    assert not [p for p in rs.plan() if p.job_id == "close:g1:1"]
+    extend(db, "g1", DEADLINE, by=timedelta(days=1))
+    [close] = [p for p in rs.plan() if p.job_id == "close:g1:1"]
+    assert close.run_at == DEADLINE + timedelta(days=1) + rs.intake_grace
+    with db.transaction() as s:
+        assert s.scalar(select(Round.held_at).where(Round.number == 1)) is None
 
 
 def test_apscheduler_really_fires(tmp_path) -> None:
