@@ -282,6 +282,12 @@ players = [
             )
         )
         assert results == {"ann": 5, "bob": 1, "cy": 1}  # ann's order counted; R17 for others
+        [(closed_at, healthy_since)] = _query(
+            db_path, "select r.closed_at, m.healthy_since from rounds r, mailbox_state m "
+            "where r.number = 1"
+        )
+        waited = datetime.fromisoformat(closed_at) - datetime.fromisoformat(healthy_since)
+        assert waited >= timedelta(seconds=3), waited  # healthy for healthy_within first
         assert "round 1 held" in log_path.read_text()
     finally:
         _stop(server)
