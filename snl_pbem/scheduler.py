@@ -30,6 +30,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
 from snl_pbem.mailboxes import intake_health
@@ -297,16 +298,7 @@ class RoundScheduler:
         now = self.clock()
         sent = 0
         with self.db.transaction() as session:
-            game = session.scalar(select(Game).where(Game.key == game_key))
-            round_ = session.scalar(
-                select(Round)
-                .where(
-                    Round.game_id == (game.id if game else -1),
-                    Round.number == number,
-                    Round.state == "open",
-                )
-                .with_for_update()
-            )
+            game, round_ = _open_round(session, game_key, number, lock=True)
             if game is None or round_ is None or round_.reminded_at is not None:
                 return 0
             round_.reminded_at = now
@@ -370,14 +362,7 @@ class RoundScheduler:
     def on_all_in(self, game_key: str, number: int) -> CloseOutcome | None:
         """The settle time after everyone's orders: close if all are still valid."""
         with self.db.transaction() as session:
-            game = session.scalar(select(Game).where(Game.key == game_key))
-            round_ = session.scalar(
-                select(Round).where(
-                    Round.game_id == (game.id if game else -1),
-                    Round.number == number,
-                    Round.state == "open",
-                )
-            )
+            game, round_ = _open_round(session, game_key, number)
             if game is None or round_ is None or not self._all_in(session, game, round_):
                 return None
         return self.on_deadline(game_key, number, early=True)
@@ -433,16 +418,7 @@ class RoundScheduler:
     def _hold(self, game_key: str, number: int, problem: str) -> None:
         now = self.clock()
         with self.db.transaction() as session:
-            game = session.scalar(select(Game).where(Game.key == game_key))
-            round_ = session.scalar(
-                select(Round)
-                .where(
-                    Round.game_id == (game.id if game else -1),
-                    Round.number == number,
-                    Round.state == "open",
-                )
-                .with_for_update()
-            )
+            game, round_ = _open_round(session, game_key, number, lock=True)
             if game is None or round_ is None or round_.held_at is not None:
                 return
             round_.held_at = now
@@ -496,3 +472,16 @@ class RoundScheduler:
     def _backup(self) -> dict[str, Any]:
         database = self.config.settings.database
         return {"backups": database.backups, "backup_dir": database.backup_dir}
+
+
+def _open_round(
+    session: Session, game_key: str, number: int, *, lock: bool = False
+) -> tuple[Game | None, Round | None]:
+    """The game and its round ``number`` if that round is open (locked for update if asked)."""
+    game = session.scalar(select(Game).where(Game.key == game_key))
+    if game is None:
+        return None, None
+    query = select(Round).where(
+        Round.game_id == game.id, Round.number == number, Round.state == "open"
+    )
+    return game, session.scalar(query.with_for_update() if lock else query)

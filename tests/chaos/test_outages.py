@@ -134,10 +134,27 @@ def _query(db_path: Path, sql: str) -> list[tuple]:
 PLAYERS = ("ann", "bob", "cy")
 
 
-def _players() -> str:
-    return "\n".join(
+def _config(folder: Path, mail: str, first: datetime, round_length: str) -> Path:
+    """A SQLite server with these [mail] sections and one game "out" of three players."""
+    players = "\n".join(
         f'  {{ name = "{p}", email = "{p}@example.org", key = "{p}-key-123" }},' for p in PLAYERS
     )
+    path = folder / "config.toml"
+    path.write_text(f"""
+timezone = "UTC"
+[database]
+url = "sqlite:///{folder / "out.db"}"
+backups = 0
+{mail}[[games]]
+id = "out"
+board = {{ rows = 10, columns = 10 }}
+first_deadline = "{first.isoformat(timespec="seconds")}"
+round_length = "{round_length}"
+players = [
+{players}
+]
+""")
+    return path
 
 
 @pytest.mark.slow
@@ -146,28 +163,19 @@ def test_smtp_server_down_for_several_round_closes(tmp_path: Path, smtp_sink) ->
     goes out once, in the order written, per player, without waiting out per-message backoff."""
     db_path = tmp_path / "out.db"
     first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=8)
-    config = tmp_path / "config.toml"
-    config.write_text(f"""
-timezone = "UTC"
-[database]
-url = "sqlite:///{db_path}"
-backups = 0
-[mail]
+    config = _config(
+        tmp_path,
+        f"""[mail]
 address = "snl@example.org"
 referee = "ref@example.org"
 [mail.smtp]
 host = "{smtp_sink.host}"
 port = {smtp_sink.port}
 tls = "none"
-[[games]]
-id = "out"
-board = {{ rows = 10, columns = 10 }}
-first_deadline = "{first.isoformat(timespec="seconds")}"
-round_length = "3s"
-players = [
-{_players()}
-]
-""")
+""",
+        first,
+        "3s",
+    )
     log_path = tmp_path / "serve.log"
     server = _start(config, log_path)
     try:
@@ -193,8 +201,10 @@ players = [
         assert done.returncode == 0, done.stderr
         pending = "select count(*) from outbox where status != 'sent'"
         wait_for(lambda: _query(db_path, pending)[0][0] == 0, 90, "the outbox to drain", log_path)
-        print(f"{waiting}+ messages held by the outage; all sent {time.monotonic() - back:.1f}s "
-              "after the SMTP server came back")
+        print(
+            f"{waiting}+ messages held by the outage; all sent {time.monotonic() - back:.1f}s "
+            "after the SMTP server came back"
+        )
     finally:
         _stop(server)
     assert server.returncode == 0
@@ -226,24 +236,10 @@ def test_dovecot_down_over_a_deadline(tmp_path: Path, dovecot, smtp_sink) -> Non
     user = dovecot.new_user()
     db_path = tmp_path / "out.db"
     first = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=20)
-    config = tmp_path / "config.toml"
     mail = server_mail_config(dovecot, user, smtp_sink, 20).replace(
         'poll_interval = "1s"', 'poll_interval = "1s"\nhealthy_within = "3s"'
     )
-    config.write_text(f"""
-timezone = "UTC"
-[database]
-url = "sqlite:///{db_path}"
-backups = 0
-{mail}[[games]]
-id = "out"
-board = {{ rows = 10, columns = 10 }}
-first_deadline = "{first.isoformat(timespec="seconds")}"
-round_length = "1h"
-players = [
-{_players()}
-]
-""")
+    config = _config(tmp_path, mail, first, "1h")
     log_path = tmp_path / "serve.log"
     server = _start(config, log_path)
     try:
@@ -283,8 +279,8 @@ players = [
         )
         assert results == {"ann": 5, "bob": 1, "cy": 1}  # ann's order counted; R17 for others
         [(closed_at, healthy_since)] = _query(
-            db_path, "select r.closed_at, m.healthy_since from rounds r, mailbox_state m "
-            "where r.number = 1"
+            db_path,
+            "select r.closed_at, m.healthy_since from rounds r, mailbox_state m where r.number = 1",
         )
         waited = datetime.fromisoformat(closed_at) - datetime.fromisoformat(healthy_since)
         assert waited >= timedelta(seconds=3), waited  # healthy for healthy_within first
