@@ -1,5 +1,5 @@
 """The referee's and GM's commands: check-config, db upgrade, start, status, close-round,
-extend, pause, resume, rollback. Each takes ``--config FILE``."""
+extend, ingest, inbound, pause, resume, rollback. Each takes ``--config FILE``."""
 
 from __future__ import annotations
 
@@ -53,6 +53,15 @@ def add_commands(sub: Any) -> None:
     ext.add_argument("--until", metavar="TIME", help="a time, in the game's time zone")
     ing = command("ingest", cmd_ingest, "feed saved .eml files through the mail intake")
     ing.add_argument("files", nargs="+", metavar="FILE")
+    inb = command(
+        "inbound",
+        cmd_inbound,
+        "incoming mail: 'inbound list' shows what was set aside, 'inbound show ID' one "
+        "message as received, 'inbound retry ID' runs a set-aside message again",
+    )
+    inb.add_argument("action", choices=["list", "show", "retry"])
+    inb.add_argument("id", nargs="?", type=int, help="the message's number (from 'list')")
+    inb.add_argument("--all", action="store_true", help="list: the latest 50 of any status")
     command("pause", cmd_pause, "stop the game's clock", game=True)
     command("resume", cmd_resume, "restart the clock; the deadline moves by the pause", game=True)
     rb = command("rollback", cmd_rollback, "reopen the last closed round", game=True)
@@ -290,6 +299,73 @@ def cmd_extend(args: argparse.Namespace) -> int:
         db.dispose()
     print(f"{args.game}: deadline now {show(new, tz)}")
     return 0
+
+
+def cmd_inbound(args: argparse.Namespace) -> int:
+    """Set-aside incoming mail: see it, read it, run it again (after fixing the cause)."""
+    from sqlalchemy import select
+
+    from snl_pbem.intake import retry_set_aside
+    from snl_pbem.store import InboundMessage
+
+    if args.action != "list" and args.id is None:
+        raise CommandError(f"inbound {args.action}: give the message's number (see 'inbound list')")
+    config = _config(args)
+    db = _database(config)
+    try:
+        if args.action == "retry":
+            try:
+                result = retry_set_aside(db, config, args.id, utcnow())
+            except LookupError as exc:
+                raise CommandError(str(exc)) from None
+            print(
+                f"inbound {args.id}: {result.status}"
+                + (f" ({result.detail})" if result.detail else "")
+            )
+            return 1 if result.status == "failed" else 0
+        with db.transaction() as session:
+            if args.action == "show":
+                row = session.get(InboundMessage, args.id)
+                if row is None:
+                    raise CommandError(f"inbound {args.id}: no such message")
+                print(
+                    f"inbound {row.id}: {row.status}, received {row.received_at.isoformat()} "
+                    f"from {row.sender or '?'} via {row.source}",
+                    file=sys.stderr,
+                )
+                if row.error:
+                    print(row.error.rstrip(), file=sys.stderr)
+                sys.stdout.buffer.write(row.raw)  # as received: save it with > message.eml
+                sys.stdout.flush()
+                return 0
+            query = select(InboundMessage).order_by(InboundMessage.id.desc()).limit(50)
+            if not args.all:
+                query = query.where(InboundMessage.status == "failed")
+            rows = list(session.scalars(query))
+            if not rows:
+                print("no incoming mail set aside" if not args.all else "no incoming mail")
+            for row in reversed(rows):
+                why = (row.error or "").strip().splitlines()
+                sender = (row.sender or _from_header(row.raw))[:40]
+                print(
+                    f"{row.id:>6}  {row.received_at:%Y-%m-%d %H:%M} UTC  {row.status:<9} "
+                    f"{sender:<40}  {why[-1][:80] if why else ''}"
+                )
+            return 0
+    finally:
+        db.dispose()
+
+
+def _from_header(raw: bytes) -> str:
+    """The From header of a message that was never parsed (set aside), for the list only."""
+    from email import policy
+    from email.parser import BytesHeaderParser
+
+    try:
+        value = BytesHeaderParser(policy=policy.compat32).parsebytes(raw[:65536])["From"]
+    except Exception:  # a broken header: the list still shows the message
+        return "?"
+    return " ".join(str(value).split()) if value else "?"
 
 
 def _simple(action: Callable[..., Any], done: str) -> Callable[[argparse.Namespace], int]:

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
+from snl_pbem.games import audit
 from snl_pbem.keys import hash_key
 from snl_pbem.mail.commands import Commands, LineProblem, parse_commands
 from snl_pbem.mail.parse import ParsedMail, ParseTimeout, message_id_of, parse_message
@@ -136,6 +137,22 @@ def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResul
             row.status, row.error = "failed", "processing was interrupted several times"
             log.error("inbound %d set aside: %s", inbound_id, row.error)
             return IngestResult(inbound_id, "failed", row.error)
+    return _process_row(db, config, inbound_id)
+
+
+def retry_set_aside(
+    db: Database, config: Config, inbound_id: int, now: datetime, actor: str = "referee"
+) -> IngestResult:
+    """The referee runs a set-aside message again (after fixing what stopped it), judged by
+    its original receipt time. Raises LookupError if there is no such set-aside message."""
+    with db.transaction() as session:
+        row = session.get(InboundMessage, inbound_id, with_for_update=True)
+        if row is None or row.status != "failed":
+            state = "no such message" if row is None else f"it is {row.status}, not set aside"
+            raise LookupError(f"inbound {inbound_id}: {state}")
+        row.status, row.error, row.attempts = "new", None, 0
+        game = session.get(Game, row.game_id) if row.game_id else None
+        audit(session, now, actor, "inbound-retry", game, inbound=inbound_id)
     return _process_row(db, config, inbound_id)
 
 

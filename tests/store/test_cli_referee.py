@@ -67,3 +67,45 @@ def test_ingest_command_replays_saved_mail(make_config, capsys, tmp_path) -> Non
     assert f"{eml}: processed (orders for round 1 (valid))" in out
     assert f"{eml}: duplicate (already stored)" in out
     assert "valid orders from 1 of 3" in run(capsys, "status", "g1", *cfg)[1]
+
+
+def test_inbound_set_aside_mail_is_listed_shown_and_retried(
+    make_config, capsys, tmp_path, monkeypatch
+) -> None:
+    """A message that processing could not handle (a bug, here made on purpose) is set aside;
+    the referee lists it, reads it as received, and runs it again once the cause is fixed."""
+    from snl_pbem import intake
+
+    config = make_config([{"keys": True}])
+    cfg = ("--config", str(config.path))
+    assert run(capsys, "db", "upgrade", *cfg)[0] == 0
+    assert run(capsys, "start", "g1", *cfg)[0] == 0
+    assert run(capsys, "inbound", "list", *cfg)[1] == "no incoming mail set aside\n"
+    eml = tmp_path / "ann.eml"
+    eml.write_bytes(b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <s1@x.org>\r\n\r\n"
+                    b"KEY ann-key-123\r\nDICE 5\r\n")
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("a bug in processing")
+
+    monkeypatch.setattr(intake, "_process", broken)
+    code, out, _ = run(capsys, "ingest", str(eml), *cfg)
+    assert code == 1 and "failed (RuntimeError: a bug in processing)" in out
+    code, out, _ = run(capsys, "inbound", "list", *cfg)
+    [line] = out.splitlines()
+    number = line.split()[0]
+    assert "failed" in line and "ann@example.org" in line and "a bug in processing" in line
+    code, out, err = run(capsys, "inbound", "show", number, *cfg)
+    assert code == 0 and out.startswith("From: ann@example.org") and "DICE 5" in out
+    assert f"inbound {number}: failed" in err and "RuntimeError: a bug in processing" in err
+    assert run(capsys, "inbound", "retry", number, *cfg)[0] == 1  # not fixed yet: still aside
+    monkeypatch.undo()
+    code, out, _ = run(capsys, "inbound", "retry", number, *cfg)
+    assert code == 0 and f"inbound {number}: processed (orders for round 1 (valid))" in out
+    assert "valid orders from 1 of 3" in run(capsys, "status", "g1", *cfg)[1]
+    code, _, err = run(capsys, "inbound", "retry", number, *cfg)
+    assert code == 2 and "it is processed, not set aside" in err
+    code, _, err = run(capsys, "inbound", "show", *cfg)
+    assert code == 2 and "give the message's number" in err
+    assert run(capsys, "inbound", "list", *cfg)[1] == "no incoming mail set aside\n"
+    assert "processed" in run(capsys, "inbound", "list", "--all", *cfg)[1]
