@@ -55,46 +55,34 @@ players = [
   {{ name = "bob", email = "bob@example.org", key = "bob-key-123" }},
 ]
 """)
-    for command in (["db", "upgrade"], ["start", "pg"]):
-        done = subprocess.run(
-            [SNL, *command, "--config", str(config)], capture_output=True, text=True, check=False
-        )
-        assert done.returncode == 0, done.stderr
     log_path = tmp_path / "serve.log"
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [SNL, "serve", "--config", str(config), "--log-level", "info"],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_for(lambda: len(smtp_sink.delivered) == 2, 60, "the welcomes", log_path)
+    server = _start(config, log_path, game="pg")
+    try:
+        wait_for(lambda: len(smtp_sink.delivered) == 2, 60, "the welcomes", log_path)
 
-            def append(name: str, tag: str) -> None:
-                client = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=30)
-                client.login(user, "secret")
-                client.append(
-                    "INBOX",
-                    (
-                        f"From: {name}@example.org\r\nSubject: [pg]\r\n"
-                        f"Message-ID: <{tag}@pg.test>\r\n\r\n"
-                        f"KEY {name}-key-123\r\nDICE 3\r\n"
-                    ).encode(),
-                )
-                client.logout()
-
-            append("ann", "before")
-            wait_for(lambda: len(smtp_sink.delivered) == 3, 60, "the first ack", log_path)
-            postgres.restart()  # every connection of the server is dropped
-            append("bob", "after")
-            wait_for(
-                lambda: len(smtp_sink.delivered) == 4, 90, "the ack after the restart", log_path
+        def append(name: str, tag: str) -> None:
+            client = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=30)
+            client.login(user, "secret")
+            client.append(
+                "INBOX",
+                (
+                    f"From: {name}@example.org\r\nSubject: [pg]\r\n"
+                    f"Message-ID: <{tag}@pg.test>\r\n\r\n"
+                    f"KEY {name}-key-123\r\nDICE 3\r\n"
+                ).encode(),
             )
-            server.send_signal(signal.SIGTERM)
-            assert server.wait(30) == 0
-        finally:
-            if server.poll() is None:
-                server.kill()
+            client.logout()
+
+        append("ann", "before")
+        wait_for(lambda: len(smtp_sink.delivered) == 3, 60, "the first ack", log_path)
+        postgres.restart()  # every connection of the server is dropped
+        append("bob", "after")
+        wait_for(lambda: len(smtp_sink.delivered) == 4, 90, "the ack after the restart", log_path)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
     db = Database(url)
     with db.transaction() as s:
         assert s.scalar(select(func.count()).select_from(OrderRecord)) == 2
@@ -102,8 +90,9 @@ players = [
     assert set(Counter(d.message_id for d in smtp_sink.delivered).values()) == {1}
 
 
-def _start(config: Path, log_path: Path) -> subprocess.Popen[bytes]:
-    for command in (["db", "upgrade"], ["start", "out"]):
+def _start(config: Path, log_path: Path, game: str = "out") -> subprocess.Popen[bytes]:
+    """Migrate, start the game, and launch `serve` logging to ``log_path``."""
+    for command in (["db", "upgrade"], ["start", game]):
         done = subprocess.run(
             [SNL, *command, "--config", str(config)], capture_output=True, text=True, check=False
         )

@@ -26,6 +26,18 @@ def mail(
     ).encode()
 
 
+def stored_unprocessed(db, raw: bytes, fill: str) -> int:
+    """A message stored and never processed (the server died right after the first commit),
+    as ingest stores it; returns its number."""
+    with db.transaction() as s:
+        row = InboundMessage(
+            sha256=fill * 64, source="t", received_at=T0, status="new", attempts=0, raw=raw
+        )
+        s.add(row)
+        s.flush()
+        return row.id
+
+
 def last_reply(db) -> str:
     replies = replies_since(db, T0)
     return replies[-1].message.decode() if replies else ""
@@ -119,16 +131,7 @@ def test_a_crash_in_processing_is_kept_for_the_referee(intake, monkeypatch) -> N
 
 def test_stored_but_unprocessed_messages_are_processed_at_start(intake) -> None:
     db, config = intake
-    with db.transaction() as s:  # the server died right after the first commit
-        s.add(
-            InboundMessage(
-                sha256="f" * 64,
-                source="t",
-                received_at=T0,
-                status="new",
-                raw=mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="p"),
-            )
-        )
+    stored_unprocessed(db, mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="p"), "f")
     [result] = process_pending(db, config)
     assert result.status == "processed"
     assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "6")]
@@ -139,16 +142,7 @@ def test_a_message_that_kills_the_server_every_time_is_set_aside(intake, monkeyp
     processing the server died MAX_ATTEMPTS times is set aside (no crash loop). A kill
     between storing and processing (nothing of the message run yet) does not count."""
     db, config = intake
-    with db.transaction() as s:
-        row = InboundMessage(
-            sha256="d" * 64,
-            source="t",
-            received_at=T0,
-            status="new",
-            attempts=0,  # as ingest stores it
-            raw=mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="poison"),
-        )
-        s.add(row)
+    stored_unprocessed(db, mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="poison"), "d")
 
     class Killed(BaseException):  # what SIGKILL does to the processing: nothing after it runs
         pass
@@ -182,17 +176,8 @@ def test_a_stored_message_is_processed_once_when_two_processes_reach_it(intake) 
     import threading
 
     db, config = intake
-    with db.transaction() as s:
-        row = InboundMessage(
-            sha256="e" * 64,
-            source="t",
-            received_at=T0,
-            status="new",
-            raw=mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="twice"),
-        )
-        s.add(row)
-        s.flush()
-        inbound_id = row.id
+    raw = mail("KEY cy-key-123\nDICE 6", "cy@example.org", tag="twice")
+    inbound_id = stored_unprocessed(db, raw, "e")
     # the narrow window, made certain: both passed the status check of process_stored
     first = intake_module._process_row(db, config, inbound_id)
     second = intake_module._process_row(db, config, inbound_id)
