@@ -35,9 +35,9 @@ from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
 ENV_CONFIG = "SNL_PBEM_CONFIG"
 
-_EMAIL = re.compile(
-    r"^[^@\s<>(),;:\"\[\]\\]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+$"
+_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+_ATEXT = frozenset(
+    "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-/=?^_`{|}~."
 )
 _GAME_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
@@ -51,10 +51,114 @@ class ConfigError(Exception):
 
 
 def _email(value: object) -> str:
-    if not isinstance(value, str) or len(value) > 254 or not _EMAIL.match(value.strip()):
-        raise ValueError(f"{value!r} is not an email address")
-    local, domain = value.strip().rsplit("@", 1)
+    """An address the server can send to as it is: plain ASCII (no SMTPUTF8), no spaces or
+    control characters, one @, a dot-atom before it and a domain name after it."""
+    if not isinstance(value, str):
+        raise ValueError(f'{value!r} is not an email address (write e.g. "ann@example.org")')
+    problem = _not_ascii(value) or _address_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    local, domain = value.rsplit("@", 1)
     return f"{local}@{domain.lower()}"
+
+
+def _not_ascii(address: str) -> str | None:
+    """Why an address with non-ASCII characters cannot be used, and how to write it."""
+    if address.isascii():
+        return None
+    odd = list(dict.fromkeys(ch for ch in address if not ch.isascii()))
+    chars = ", ".join(repr(ch) for ch in odd)
+    local, at, domain = address.rpartition("@")
+    if any(ch.isspace() or not ch.isprintable() for ch in odd):
+        return (
+            f"{address!r} has an invisible non-ASCII character ({chars}), perhaps copied from "
+            "a web page or a document: write the address in ASCII (type it again); for an "
+            "internationalized domain use its xn-- form, e.g. 'ann@xn--mnchen-3ya.de'"
+        )
+    fix = (
+        "write the address in ASCII; for an internationalized domain use its xn-- form, "
+        "e.g. 'ann@xn--mnchen-3ya.de' for 'ann@münchen.de'"
+    )
+    ascii_domain = _idna(domain) if at else None
+    if local.isascii() and ascii_domain is not None:
+        fix = (
+            "write the address in ASCII; for an internationalized domain use its xn-- form, "
+            f"here {local + '@' + ascii_domain!r}"
+        )
+    elif at and not local.isascii():
+        fix += " (the part before the @ has no ASCII form: ask the player for another address)"
+    return (
+        f"{address!r} has non-ASCII characters ({chars}) and mail is sent without SMTPUTF8: " + fix
+    )
+
+
+def _idna(domain: str) -> str | None:
+    """The xn-- form of a domain, when Python's IDNA codec gives it without changing the
+    name (it follows IDNA 2003, which maps e.g. 'ß' to 'ss': then it is not suggested)."""
+    try:
+        ascii_domain = domain.encode("idna").decode("ascii")
+        same = ascii_domain.encode("ascii").decode("idna") == domain.lower()
+    except UnicodeError:
+        return None
+    return ascii_domain.lower() if same and _domain_problem(ascii_domain) is None else None
+
+
+def _address_problem(address: str) -> str | None:
+    """Why an ASCII string is not an address the server can send to, or None."""
+    bad = f"{address!r} is not an email address"
+    if not address:
+        return f"{bad}: it is empty"
+    control = [ch for ch in address if ord(ch) < 32 or ord(ch) == 127]
+    if control:
+        return f"{bad}: it has a control character ({control[0]!r})"
+    if " " in address:
+        return f"{bad}: it has a space in it"
+    if len(address) > 254:
+        return f"{bad}: it is longer than 254 characters"
+    ats = address.count("@")
+    if ats == 0:
+        return f"{bad}: it has no @ (write it as name@domain, e.g. ann@example.org)"
+    if ats > 1:
+        return f"{bad}: it has more than one @"
+    local, domain = address.split("@")
+    if not local:
+        return f"{bad}: nothing before the @"
+    if not domain:
+        return f"{bad}: no domain after the @ (e.g. example.org)"
+    wrong = [ch for ch in local if ch not in _ATEXT]
+    if wrong:
+        return f"{bad}: {wrong[0]!r} cannot be used before the @"
+    if local.startswith(".") or local.endswith(".") or ".." in local:
+        return f"{bad}: the part before the @ cannot start or end with a dot, or have two together"
+    if len(local) > 64:
+        return f"{bad}: the part before the @ is longer than 64 characters"
+    problem = _domain_problem(domain)
+    return f"{bad}: {problem}" if problem else None
+
+
+def _domain_problem(domain: str) -> str | None:
+    """Why a string is not a full ASCII domain name (``example.org``), or None."""
+    labels = domain.split(".")
+    if len(domain) > 253 or not all(_LABEL.match(label) for label in labels):
+        return f"{domain!r} is not a domain name (letters, digits and '-' between dots)"
+    if len(labels) < 2:
+        return f"{domain!r} is not a full domain name (e.g. example.org)"
+    return None
+
+
+def _ascii_domain(value: object) -> object:
+    if not isinstance(value, str):
+        return value  # the str type says what is wrong
+    if not value.isascii():
+        ascii_domain = _idna(value)
+        raise ValueError(
+            f"{value!r} has non-ASCII characters: write the domain in ASCII, in its xn-- form"
+            + (f", here {ascii_domain!r}" if ascii_domain else " (e.g. 'xn--mnchen-3ya.de')")
+        )
+    problem = _domain_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value.lower()
 
 
 def _duration(value: object) -> timedelta:
@@ -69,6 +173,8 @@ def _positive_duration(value: object) -> timedelta:
 
 
 Email = Annotated[str, BeforeValidator(_email)]
+"""An address as the server sends to it: ASCII only (no SMTPUTF8); see ``_email``."""
+Domain = Annotated[str, BeforeValidator(_ascii_domain)]
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
 PositiveDuration = Annotated[timedelta, BeforeValidator(_positive_duration)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -132,8 +238,8 @@ class DkimSettings(_Section):
     selector: str
     private_key_file: Path
     """A PEM RSA private key; relative to the config file."""
-    domain: str | None = None
-    """The signing domain (default: the game address's domain)."""
+    domain: Domain | None = None
+    """The signing domain (default: the game address's domain); ASCII (xn-- form)."""
 
 
 class MailSettings(_Section):
