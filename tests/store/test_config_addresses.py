@@ -122,6 +122,8 @@ def test_an_internationalized_domain_gets_its_xn_form(
         ("bob@example.org.", "'example.org.' is not a domain name"),
         ("<bob@example.org>", "'<' cannot be used before the @"),
         ("bob..b@example.org", "cannot start or end with a dot, or have two together"),
+        (".bob@example.org", "cannot start or end with a dot, or have two together"),
+        ("b" * 65 + "@example.org", "the part before the @ is longer than 64 characters"),
         ("", "'' is not an email address: it is empty"),
         ("bob\u00a0@example.org", "has an invisible non-ASCII character ('\\xa0')"),
         ("bob\u200b@example.org", "has an invisible non-ASCII character ('\\u200b')"),
@@ -245,19 +247,15 @@ def test_a_reload_with_a_non_ascii_address_is_refused_and_the_old_config_kept(
     try:
         start_game(server.db, server.config, "g1", utcnow())
         running = server.config
-        write(
-            tmp_path,
-            url=db_url,
-            **{"ann@example.org": "jürgen@example.org", "ref@example.org": "referee@exämple.org"},
-        )
+        # before: accepted, the player's address changed in the database, closes failed
+        write(tmp_path, url=db_url, **{"ann@example.org": "jürgen@example.org"})
         with caplog.at_level(logging.INFO):
             server.reload()
         assert server.config is running and server.rounds.config is running
+        assert _emails(server.db) == {"ann": "ann@example.org", "bob": "bob@example.org"}
         assert "reload refused, keeping the running config" in caplog.text
         assert "games[0].players[0].email: 'jürgen@example.org' has non-ASCII" in caplog.text
-        assert "mail.referee: 'referee@exämple.org' has non-ASCII" in caplog.text
         assert "config reloaded" not in caplog.text
-        assert _emails(server.db) == {"ann": "ann@example.org", "bob": "bob@example.org"}
 
         # a round close still works (before: every close failed composing the report)
         now = utcnow()
