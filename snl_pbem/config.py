@@ -25,6 +25,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -172,9 +173,25 @@ def _positive_duration(value: object) -> timedelta:
     return delta
 
 
+def _keep_duration(value: object) -> timedelta | None:
+    """keep_processed_mail: a duration of at least a day, or false (keep forever)."""
+    if value is False:
+        return None
+    if isinstance(value, bool):
+        raise ValueError('write a duration such as "90d", or false to keep mail forever')
+    delta = parse_duration(value)
+    if delta < timedelta(days=1):
+        raise ValueError(
+            f"{value!r} is shorter than 1d: keep mail at least a day (the per-sender daily "
+            "limits look at the last day's mail), or write false to keep it forever"
+        )
+    return delta
+
+
 Email = Annotated[str, BeforeValidator(_email)]
 """An address as the server sends to it: ASCII only (no SMTPUTF8); see ``_email``."""
 Domain = Annotated[str, BeforeValidator(_ascii_domain)]
+KeepDuration = Annotated[timedelta | None, BeforeValidator(_keep_duration)]
 Duration = Annotated[timedelta, BeforeValidator(_duration)]
 PositiveDuration = Annotated[timedelta, BeforeValidator(_positive_duration)]
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -251,10 +268,31 @@ class MailSettings(_Section):
     replies_per_hour: Annotated[int, Field(ge=1)] = 20
     authserv_id: str | None = None
     """The referee's own MTA's authserv-id, whose Authentication-Results may be recorded."""
+    keep_processed_mail: KeepDuration = timedelta(days=90)
+    """How long the raw bytes of handled inbound mail (processed, rejected, ignored,
+    duplicate) are kept whole; after that only their headers are kept (who sent what,
+    when). Mail set aside (failed) or not yet processed is never trimmed. At least 1d;
+    ``false`` (None here) keeps mail forever. See snl_pbem.retention."""
+    max_stored_per_sender: Annotated[int, Field(ge=1)] = 200
+    """Inbound messages stored from one sender per day, at most (enforced by the intake)."""
+    max_stored_bytes_per_sender: Annotated[int, Field(ge=1024)] = 20 * 1024 * 1024
+    """Bytes of inbound mail stored from one sender per day, at most (enforced by the
+    intake); not less than max_message_size, so one message of the largest size fits."""
     imap: ImapSettings | None = None
     lmtp: LmtpSettings | None = None
     smtp: SmtpSettings | None = None
     dkim: DkimSettings | None = None
+
+    @field_validator("max_stored_bytes_per_sender")
+    @classmethod
+    def _daily_bytes_hold_a_message(cls, value: int, info: ValidationInfo) -> int:
+        largest = info.data.get("max_message_size")
+        if largest is not None and value < largest:
+            raise ValueError(
+                f"{value} is smaller than max_message_size ({largest}): a sender could not "
+                "send one message of the largest size; raise it or lower max_message_size"
+            )
+        return value
 
 
 class DatabaseSettings(_Section):

@@ -16,6 +16,10 @@ The circuit breaker: when an IMAP mailbox is configured and its last good
 poll is older than ``healthy_within`` at a deadline, the round is *held*
 (the referee is mailed once) and closes only once intake has been healthy
 again for that long, or when the referee runs ``close-round``.
+
+Housekeeping: handled inbound mail older than ``[mail] keep_processed_mail`` is
+trimmed to its headers (``snl_pbem.retention``) when the scheduler starts and
+then once a day, in short transactions on the same worker thread as the closes.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.executors.pool import ThreadPoolExecutor
@@ -35,6 +39,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.config import Config
 from snl_pbem.mailboxes import intake_health
 from snl_pbem.outbox import enqueue_mail
+from snl_pbem.retention import purge_raw_mail
 from snl_pbem.rounds import (
     CloseOutcome,
     close_due_rounds,
@@ -52,6 +57,10 @@ log = logging.getLogger("snl_pbem.scheduler")
 HELD_CHECK_SECONDS = 60
 RESCAN_SECONDS = 15
 RETRY_SECONDS = 30
+PURGE_EVERY = timedelta(days=1)
+PURGE_RETRY = timedelta(hours=1)
+PURGE_BATCH = 500
+"""Messages trimmed per transaction: a long first purge never holds a lock for long."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +170,15 @@ class RoundScheduler:
                 id="rescan",
                 replace_existing=True,
             )
+        if self.scheduler.get_job("purge-mail") is None:  # now (start-up), then daily
+            self.scheduler.add_job(
+                self._purge_job,
+                "interval",
+                seconds=PURGE_EVERY.total_seconds(),
+                next_run_time=datetime.now(UTC),
+                id="purge-mail",
+                replace_existing=True,
+            )
         held_check = self.scheduler.get_job("held-check")
         every = self.held_check_seconds
         if held_check is None or held_check.trigger.interval.total_seconds() != every:
@@ -181,6 +199,50 @@ class RoundScheduler:
             log.warning("rescanning the rounds failed (%s: %s)", type(exc).__name__, exc)
 
     # -- jobs ---------------------------------------------------------------------------
+
+    def purge_mail(self) -> int:
+        """Trim handled inbound mail older than keep_processed_mail to its headers (in
+        transactions of PURGE_BATCH messages); logs and returns how many were trimmed."""
+        keep = self.config.settings.mail.keep_processed_mail
+        if keep is None:
+            log.info("inbound mail is kept whole (keep_processed_mail = false)")
+            return 0
+        now = self.clock()
+        total = 0
+        while True:
+            with self.db.transaction() as session:
+                trimmed = purge_raw_mail(session, now, keep, limit=PURGE_BATCH)
+            total += trimmed
+            if trimmed < PURGE_BATCH:
+                break
+        log.info(
+            "trimmed %d inbound message(s) handled more than %s ago to their headers",
+            total,
+            format_duration(keep),
+        )
+        return total
+
+    def _purge_job(self) -> None:
+        """The daily purge: a failure (the database down) is one log line, tried again in
+        an hour."""
+        try:
+            self.purge_mail()
+        except Exception as exc:
+            log.warning(
+                "trimming old inbound mail failed (%s: %s); trying again in %s",
+                type(exc).__name__,
+                exc,
+                format_duration(PURGE_RETRY),
+            )
+            if self.scheduler is not None:
+                self.scheduler.add_job(
+                    self._purge_job,
+                    "date",
+                    run_date=datetime.now(UTC) + PURGE_RETRY,
+                    id="purge-mail-retry",
+                    replace_existing=True,
+                    misfire_grace_time=None,
+                )
 
     def catch_up(self) -> list[CloseOutcome]:
         """At start: close every round whose deadline passed while nothing ran."""
@@ -402,11 +464,16 @@ class RoundScheduler:
         imap = self.config.settings.mail.imap
         if imap is None:
             return None
-        last_ok, _ = self._health()
+        last_ok, since = self._health()
         now = self.clock()
         if last_ok is None or now - last_ok > imap.healthy_within:
             when = "never" if last_ok is None else f"{format_duration(now - last_ok)} ago"
             return f"the mailbox was last read successfully {when}"
+        if since is None:  # the latest read failed (a message could not be stored, ...)
+            return (
+                "the last read of the mailbox failed (it was last read successfully "
+                f"{format_duration(now - last_ok)} ago)"
+            )
         return None
 
     def _health(self) -> tuple[datetime | None, datetime | None]:
