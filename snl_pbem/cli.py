@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.exc import DBAPIError
 
 from snl_pbem import __version__
 from snl_pbem.boardview import render_svg, render_text
@@ -89,8 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_TEMPORARY = 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    started = time.monotonic()
     try:
         code: int = args.handler(args)
     except (CommandError, ReplayError, RefereeCommandError) as exc:
@@ -98,7 +105,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BrokenPipeError:
         return 0
+    except DBAPIError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        print(
+            f"snl-pbem {args.command}: the database is locked by another process (waited "
+            f"{time.monotonic() - started:.1f} s); try again",
+            file=sys.stderr,
+        )
+        return EXIT_TEMPORARY
     return code
+
+
+def is_lock_timeout(exc: DBAPIError) -> bool:
+    """SQLite's "database is locked" (its busy timeout ran out) or PostgreSQL's
+    lock_timeout (SQLSTATE 55P03, lock_not_available)."""
+    original = exc.orig
+    if getattr(original, "sqlstate", None) == "55P03":
+        return True
+    text = str(original).lower()
+    return "database is locked" in text or "database table is locked" in text
 
 
 def _write(data: bytes | str) -> None:

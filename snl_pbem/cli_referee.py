@@ -1,5 +1,5 @@
 """The referee's and GM's commands: check-config, db upgrade, start, status, close-round,
-extend, ingest, inbound, pause, resume, rollback. Each takes ``--config FILE``."""
+extend, ingest, inbound, outbox, pause, resume, rollback. Each takes ``--config FILE``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from sqlalchemy.engine import make_url
 
 from snl_pbem.config import Config, ConfigError, config_path, load_config
 from snl_pbem.games import LifecycleError, start_game, sync_games
@@ -21,6 +23,13 @@ from snl_pbem.timeutil import format_duration, parse_duration, parse_time, show,
 
 class CommandError(Exception):
     """Reported in one line (or a few) on stderr, with exit status 2."""
+
+
+LOCK_WAIT_SECONDS = 30.0
+"""How long a command waits for a lock another process holds (SQLite's busy timeout,
+PostgreSQL's lock_timeout) before it gives up and says so."""
+OUTBOX_STATES = ("failed", "bounced", "pending", "sent")
+OUTBOX_LIST_LIMIT = 200
 
 
 def add_commands(sub: Any) -> None:
@@ -62,6 +71,23 @@ def add_commands(sub: Any) -> None:
     inb.add_argument("action", choices=["list", "show", "retry"])
     inb.add_argument("id", nargs="?", type=int, help="the message's number (from 'list')")
     inb.add_argument("--all", action="store_true", help="list: the latest 50 of any status")
+    out = command(
+        "outbox",
+        cmd_outbox,
+        "outgoing mail: 'outbox list' shows what failed, 'outbox show ID' one message "
+        "(headers only if it holds an order key), 'outbox retry ID' (or --all-failed) "
+        "queues failed mail again for the running server to send",
+    )
+    out.add_argument("action", choices=["list", "show", "retry"])
+    out.add_argument("id", nargs="?", type=int, help="the message's number (from 'list')")
+    out.add_argument(
+        "--status",
+        choices=[*OUTBOX_STATES, "all"],
+        default="failed",
+        help="list: mail in this state (default: failed)",
+    )
+    out.add_argument("--game", help="list, retry --all-failed: only this game's mail")
+    out.add_argument("--all-failed", action="store_true", help="retry: every failed message")
     command("pause", cmd_pause, "stop the game's clock", game=True)
     command("resume", cmd_resume, "restart the clock; the deadline moves by the pause", game=True)
     rb = command("rollback", cmd_rollback, "reopen the last closed round", game=True)
@@ -81,7 +107,11 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def _database(config: Config, *, check: bool = True) -> Database:
-    db = Database(config.database_url)
+    wait_ms = int(LOCK_WAIT_SECONDS * 1000)
+    if make_url(config.database_url).get_backend_name() == "sqlite":
+        db = Database(config.database_url, sqlite_busy_ms=wait_ms)
+    else:  # PostgreSQL waits for a lock for ever unless told not to
+        db = Database(config.database_url, connect_args={"options": f"-c lock_timeout={wait_ms}"})
     if check:
         try:
             db.check_schema()
@@ -218,6 +248,11 @@ def render_status(game: GameStatus) -> str:
         lines.append(f"  the oldest mail waiting was written {game.mail_waiting_since_shown}")
     if game.mail_pending and game.mail_last_error:
         lines.append(f"  last sending error: {game.mail_last_error.splitlines()[0][:200]}")
+    if game.mail_failed:
+        lines.append(
+            f"  failed mail: snl-pbem outbox list --game {game.key}; "
+            "send it again with outbox retry ID"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -354,6 +389,121 @@ def cmd_inbound(args: argparse.Namespace) -> int:
             return 0
     finally:
         db.dispose()
+
+
+def cmd_outbox(args: argparse.Namespace) -> int:
+    """Outgoing mail: what failed (or bounced), one message as stored, and sending again."""
+    if args.action == "show" and args.id is None:
+        raise CommandError("outbox show: give the message's number (see 'outbox list')")
+    if args.action == "retry" and (args.id is None) == (not args.all_failed):
+        raise CommandError("outbox retry: give a message's number or --all-failed (not both)")
+    config = _config(args)
+    db = _database(config)
+    try:
+        if args.action == "retry":
+            return _outbox_retry(db, config, args)
+        with db.transaction() as session:
+            if args.action == "show":
+                return _outbox_show(session, args.id)
+            return _outbox_list(session, args.status, args.game)
+    finally:
+        db.dispose()
+
+
+def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int:
+    from snl_pbem.referee import retry_mail
+
+    try:
+        done = _run(
+            lambda: retry_mail(
+                db,
+                utcnow(),
+                referee=config.settings.mail.referee,
+                outbox_id=args.id,
+                game_key=args.game if args.all_failed else None,
+            )
+        )
+    except LookupError as exc:
+        raise CommandError(str(exc)) from None
+    if args.id is not None and done[0].refused is not None:
+        raise CommandError(f"outbox {args.id}: left failed: {done[0].refused}")
+    if not done:
+        print("no failed mail to retry")
+    for item in done:
+        if item.refused is not None:
+            print(f"outbox {item.id}: left failed: {item.refused}", file=sys.stderr)
+        else:
+            print(f"outbox {item.id}: {item.kind} to {item.recipient} queued again")
+    if any(item.refused is None for item in done):
+        print("the running server sends it within 15 seconds (snl-pbem status shows what waits)")
+    return 0
+
+
+def _outbox_show(session: Any, outbox_id: int) -> int:
+    from snl_pbem.store import Game, OutboxMessage
+
+    row = session.get(OutboxMessage, outbox_id)
+    if row is None:
+        raise CommandError(f"outbox {outbox_id}: no such message")
+    game = session.get(Game, row.game_id) if row.game_id is not None else None
+    print(
+        f"outbox {row.id}: {row.status}, {row.kind} to {row.recipient}"
+        + (f" (game {game.key})" if game else "")
+        + f", {row.attempts} attempt(s), written {row.created_at:%Y-%m-%d %H:%M} UTC"
+        + (f", sent {row.sent_at:%Y-%m-%d %H:%M} UTC" if row.sent_at else ""),
+        file=sys.stderr,
+    )
+    if row.last_error:
+        print(f"last error: {row.last_error.rstrip()}", file=sys.stderr)
+    if row.secret:  # an order key: never on a terminal, in a scrollback or a pasted log
+        print(
+            f"outbox {row.id}: headers only: the body holds {row.recipient}'s order key",
+            file=sys.stderr,
+        )
+        sys.stdout.buffer.write(row.message.split(b"\r\n\r\n", 1)[0] + b"\r\n")
+    else:
+        sys.stdout.buffer.write(row.message)  # as sent: save it with > message.eml
+    sys.stdout.flush()
+    return 0
+
+
+def _outbox_list(session: Any, state: str, game_key: str | None) -> int:
+    from sqlalchemy import func, select
+
+    from snl_pbem.store import Game, OutboxMessage
+
+    conditions = [] if state == "all" else [OutboxMessage.status == state]
+    if game_key is not None:
+        game_id = session.scalar(select(Game.id).where(Game.key == game_key))
+        if game_id is None:
+            raise CommandError(f"outbox list: no game {game_key!r} in the database")
+        conditions.append(OutboxMessage.game_id == game_id)
+    rows = session.execute(
+        select(OutboxMessage, Game.key)
+        .outerjoin(Game, Game.id == OutboxMessage.game_id)
+        .where(*conditions)
+        .order_by(OutboxMessage.id.desc())
+        .limit(OUTBOX_LIST_LIMIT)
+    ).all()
+    what = "mail" if state == "all" else f"{state} mail"
+    if not rows:
+        print(f"no {what}" + (f" for {game_key}" if game_key else ""))
+        return 0
+    print(
+        f"{'id':>6}  {'game':<10} {'kind':<16} {'recipient':<32} {'status':<8} tries "
+        f"{'created (UTC)':<16}  last error"
+    )
+    for row, key in reversed(rows):
+        error = (row.last_error or "").strip().splitlines()
+        print(
+            f"{row.id:>6}  {(key or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
+            f"{row.status:<8} {row.attempts:>5} {row.created_at:%Y-%m-%d %H:%M}  "
+            f"{error[0][:100] if error else ''}"
+        )
+    total = session.scalar(select(func.count()).select_from(OutboxMessage).where(*conditions))
+    if total and total > len(rows):
+        print(f"(the newest {len(rows)} of {total} shown)")
+    return 0
 
 
 def _from_header(raw: bytes) -> str:

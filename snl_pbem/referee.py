@@ -1,4 +1,5 @@
-"""The referee's commands on a running game: status, extend, pause and resume.
+"""The referee's commands on a running game: status, extend, pause, resume, and
+sending failed mail again.
 
 Each change is audit-logged. ``status`` is the referee's private view: who
 has orders in and whether they are valid — never sent to players.
@@ -107,6 +108,89 @@ def resume(db: Database, game_key: str, now: datetime, *, actor: str = "referee"
             deadline=round_.deadline.isoformat(),
         )
         return round_.deadline
+
+
+@dataclass(frozen=True)
+class MailRetry:
+    """One failed outbox message the referee asked to send again."""
+
+    id: int
+    kind: str
+    recipient: str
+    refused: str | None = None
+    """Why it was left failed, or None when it is back in the queue."""
+
+
+def retry_mail(
+    db: Database,
+    now: datetime,
+    *,
+    referee: str,
+    outbox_id: int | None = None,
+    game_key: str | None = None,
+    actor: str = "referee",
+) -> list[MailRetry]:
+    """Failed mail back to pending: attempts 0, due now, and a fresh ``give_up_after``
+    (counted from ``created_at``, which becomes now; the original time is in the audit
+    log). The running server's sender sends it within 15 seconds.
+
+    One message (``outbox_id``; LookupError if there is none, or it is not failed) or every
+    failed one (of ``game_key``). A message written to a player's address that is no longer
+    theirs (the config was corrected since) stays failed: it may hold an order key, and
+    the old address may be a stranger's.
+    """
+    with db.transaction() as session:
+        query = select(OutboxMessage).where(OutboxMessage.status == "failed")
+        if outbox_id is not None:
+            row = session.get(OutboxMessage, outbox_id, with_for_update=True)
+            if row is None or row.status != "failed":
+                state = "no such message" if row is None else f"it is {row.status}, not failed"
+                raise LookupError(f"outbox {outbox_id}: {state}")
+            rows = [row]
+        else:
+            if game_key is not None:
+                query = query.where(OutboxMessage.game_id == _game(session, game_key).id)
+            rows = list(session.scalars(query.order_by(OutboxMessage.id).with_for_update()))
+        done = []
+        for row in rows:
+            refused = _stale_address(session, row, referee)
+            done.append(MailRetry(row.id, row.kind, row.recipient, refused))
+            if refused is not None:
+                continue
+            game = session.get(Game, row.game_id) if row.game_id is not None else None
+            audit(
+                session,
+                now,
+                actor,
+                "mail-retry",
+                game,
+                outbox=row.id,
+                kind=row.kind,
+                recipient=row.recipient,
+                attempts=row.attempts,
+                created=row.created_at.isoformat(),
+                last_error=(row.last_error or "")[:500],
+            )
+            row.status, row.attempts, row.last_error = "pending", 0, None
+            row.next_attempt_at = row.created_at = now
+            row.claimed_by = row.claim_until = None
+        return done
+
+
+def _stale_address(session: Session, row: OutboxMessage, referee: str) -> str | None:
+    """Why ``row`` must not go to its recipient any more, or None."""
+    if row.game_id is None or row.recipient.lower() == referee.lower():
+        return None
+    players = session.scalars(select(Player).where(Player.game_id == row.game_id)).all()
+    owner = next((p for p in players if p.email.lower() == row.recipient.lower()), None)
+    if owner is not None and owner.active:
+        return None
+    if owner is not None:
+        return f"{owner.name} is no longer in the game (not in the config)"
+    return (
+        f"{row.recipient} is no longer a player's address (the config was changed since): "
+        "it is not sent there"
+    )
 
 
 @dataclass
