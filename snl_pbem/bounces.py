@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
 from snl_pbem.games import audit
-from snl_pbem.mail.dsn import DeliveryReport, parse_dsn, status_code
+from snl_pbem.mail.dsn import DeliveryReport, status_code
 from snl_pbem.outbox import enqueue_mail
 from snl_pbem.store import Game, InboundMessage, OutboxMessage, Player
 
@@ -46,7 +46,11 @@ WHAT = {
 
 
 def record_bounce(
-    session: Session, config: Config, inbound: InboundMessage, raw: bytes, now: datetime
+    session: Session,
+    config: Config,
+    inbound: InboundMessage,
+    report: DeliveryReport | None,
+    now: datetime,
 ) -> str | None:
     """Tie a bounce to the outbox message it returns; None when it returns none of ours.
 
@@ -55,8 +59,7 @@ def record_bounce(
     relay refused it) and the referee gets one alert, unless the bounced mail was the
     referee's own (an alert about it would go to the same address, and could bounce too).
     """
-    report = parse_dsn(raw)
-    if report is None:
+    if report is None:  # read in the parsing sandbox (mail.parse: ParsedMail.delivery_report)
         return None
     row = _returned_message(session, report)
     if row is None:

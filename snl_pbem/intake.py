@@ -7,6 +7,13 @@ authenticate, apply, reply. A message already stored (same bytes, same
 mailbox UID, or a Message-ID already processed) is recognised and not applied
 twice. A message whose processing fails is kept with its traceback, marked
 for the referee, and the server carries on.
+
+No one message can cost other players their orders: it is read in a worker
+process bounded in time and memory (``snl_pbem.mail.sandbox``), never inside a
+database transaction; what the database cannot hold (a NUL, a lone surrogate)
+is cleaned before it is written; a message that cannot be stored as received
+is stored as a stub and set aside; and a flood from one address is stored
+trimmed, never whole.
 """
 
 from __future__ import annotations
@@ -23,27 +30,55 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from snl_pbem.bounces import record_bounce
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.games import audit
 from snl_pbem.keys import hash_key
+from snl_pbem.mail import sandbox
 from snl_pbem.mail.commands import Commands, LineProblem, parse_commands
-from snl_pbem.mail.parse import ParsedMail, ParseTimeout, message_id_of, parse_message
+from snl_pbem.mail.parse import ParsedMail, ParseTimeout, clean_text, envelope_of, headers_only
 from snl_pbem.outbox import enqueue_mail
 from snl_pbem.rounds import game_players, load_state, submit_orders
-from snl_pbem.store import Database, Game, InboundMessage, OrderRecord, OutboxMessage, Player, Round
+from snl_pbem.rules import Board
+from snl_pbem.store import (
+    Database,
+    Game,
+    InboundMessage,
+    OrderRecord,
+    OutboxMessage,
+    Player,
+    Round,
+)
 from snl_pbem.store.models import dice_values
 from snl_pbem.timeutil import show, zone
 
 log = logging.getLogger("snl_pbem.intake")
 
 MAX_STORED_BYTES = 25 * 1024 * 1024
+TRIMMED_BYTES = 64 * 1024
+"""What is kept of a message from a sender over their daily cap (any order fits in it)."""
+TOO_LARGE = "too large"
+"""The start of the error noted on a message stored as its headers only (over the size
+limit): processing rejects it with a notice instead of reading it."""
 MAX_ATTEMPTS = 5
 """Restarts that may find a message still unprocessed before it is set aside (a message
 that kills the server every time must not keep it in a crash loop; a server killed by
 something else now and then must not lose an order)."""
 REPLY_KINDS = ("ack", "notice", "help", "status")
+"""Replies to authenticated players: ``replies_per_hour`` each (an order's ack always)."""
+GUEST_KINDS = ("guest-notice", "guest-help")
+"""Replies to mail without a valid key: their own, smaller budget (a forged flood from a
+player's address must not use up that player's replies)."""
+GUEST_REPLIES_PER_ADDRESS_PER_HOUR = 3
+GUEST_HELP_PER_ADDRESS_PER_DAY = 2
+GUEST_REPLIES_PER_HOUR = 60
+"""All replies to unauthenticated mail, every address together (backscatter bound)."""
+WRONG_KEYS_PER_SENDER_PER_HOUR = 5
+WRONG_KEYS_PER_GAME_PER_HOUR = 20
+"""Past these, wrong keys get no more notices and the referee is told (once an hour)."""
 RECEIPT_RESOLUTION = timedelta(seconds=1)
+WRONG_KEY = "authentication failed (wrong key)"
 
 
 @dataclass(frozen=True)
@@ -69,23 +104,30 @@ def ingest(
     uidvalidity: int | None = None,
     uid: int | None = None,
 ) -> IngestResult:
-    """Store, then process, one message. Raises only if it could not be stored."""
+    """Store, then process, one message. Raises only if it could not be stored at all
+    (the database is down): a message the database refuses as it is, is stored as a
+    stub and set aside, so that no message stops the mailbox."""
     digest = hashlib.sha256(raw).hexdigest()
+    message_id, sender = envelope_of(raw)  # headers only, bounded; before any lock
+    source = clean_text(source, 200)
     try:
         with db.transaction() as session:
             known = _known(session, digest, source, uidvalidity, uid)
             if known is not None:
                 return IngestResult(known.id, "duplicate", "already stored")
+            kept, note = _kept_bytes(session, config, raw, sender, received_at)
             row = InboundMessage(
-                message_id=message_id_of(raw),
+                message_id=message_id,
                 sha256=digest,
-                source=source[:200],
+                source=source,
                 uidvalidity=uidvalidity,
                 uid=uid,
                 received_at=received_at,
-                raw=raw[:MAX_STORED_BYTES],
+                raw=kept,
                 status="new",
+                error=note,
                 attempts=0,  # counts the restarts that found it unprocessed
+                sender=sender,
             )
             session.add(row)
             session.flush()
@@ -93,9 +135,91 @@ def ingest(
     except IntegrityError:  # another process stored it at the same moment
         with db.transaction() as session:
             known = _known(session, digest, source, uidvalidity, uid)
-            return IngestResult(known.id if known else None, "duplicate", "already stored")
+            if known is not None:
+                return IngestResult(known.id, "duplicate", "already stored")
+        return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid)
+    except Exception as exc:
+        if not _refused_as_data(exc):
+            raise  # the database is unreachable or locked: the source keeps the message
+        log.error("a message could not be stored as received (%s): storing a stub", exc)
+        return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid, exc)
     crash_point("ingest.stored-not-processed")
     return _process_row(db, config, inbound_id)
+
+
+def _refused_as_data(exc: Exception) -> bool:
+    """True when the database refused the row for its content, not for being away."""
+    from sqlalchemy.exc import DataError, OperationalError, StatementError
+
+    if isinstance(exc, OperationalError):
+        return False
+    return isinstance(exc, (DataError, StatementError, ValueError, UnicodeError))
+
+
+def _store_stub(
+    db: Database,
+    raw: bytes,
+    digest: str,
+    source: str,
+    received_at: datetime,
+    uidvalidity: int | None,
+    uid: int | None,
+    exc: Exception | None = None,
+) -> IngestResult:
+    """Store a message the database would not take as it was: its bytes, nothing read from
+    them, set aside for the referee. Raises if even that fails (the database is away)."""
+    reason = "it could not be stored as received"
+    if exc is not None:
+        reason += f" ({type(exc).__name__}: {clean_text(str(exc), 300)})"
+    with db.transaction() as session:
+        known = _known(session, digest, source, uidvalidity, uid)
+        if known is not None:
+            return IngestResult(known.id, "duplicate", "already stored")
+        row = InboundMessage(
+            message_id=None,
+            sha256=digest,
+            source=source,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            received_at=received_at,
+            raw=raw[:MAX_STORED_BYTES],
+            status="failed",
+            error=f"set aside: {reason}",
+            attempts=0,
+        )
+        session.add(row)
+        session.flush()
+        log.error("inbound %d set aside: %s", row.id, reason)
+        return IngestResult(row.id, "failed", reason)
+
+
+def _kept_bytes(
+    session: Session, config: Config, raw: bytes, sender: str | None, now: datetime
+) -> tuple[bytes, str | None]:
+    """What is stored of a message, and a note when it is not all of it: a message over
+    the size limit keeps its headers only; past a sender's daily cap, the first 64 KiB."""
+    mail_settings = config.settings.mail
+    if len(raw) > mail_settings.max_message_size:
+        note = (
+            f"{TOO_LARGE} ({len(raw)} bytes; the limit is {mail_settings.max_message_size}): "
+            "only its headers are kept"
+        )
+        return headers_only(raw), note
+    if sender is None:
+        return raw[:MAX_STORED_BYTES], None
+    count, size = session.execute(
+        select(func.count(), func.coalesce(func.sum(func.length(InboundMessage.raw)), 0)).where(
+            InboundMessage.sender == sender,
+            InboundMessage.received_at > now - timedelta(days=1),
+        )
+    ).one()
+    if (
+        count >= mail_settings.max_stored_per_sender
+        or size + len(raw) > mail_settings.max_stored_bytes_per_sender
+    ) and len(raw) > TRIMMED_BYTES:
+        log.warning("mail from %s over its daily cap: stored trimmed", sender)
+        return raw[:TRIMMED_BYTES], None
+    return raw, None
 
 
 def _known(
@@ -156,32 +280,80 @@ def retry_set_aside(
     return _process_row(db, config, inbound_id)
 
 
+def _read(raw: bytes, config: Config) -> ParsedMail | str:
+    """The parsed message, or why it could not be read (in the sandbox: bounded)."""
+    try:
+        return sandbox.parse(raw, config.settings.mail.address)
+    except ParseTimeout as exc:
+        return f"set aside: {exc}"
+    except sandbox.ParseFailed as exc:
+        return f"set aside: it could not be read: {exc}"
+
+
 def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
     """Process one stored message; any failure is recorded on it, never raised.
 
-    The row is locked and its status checked in the same transaction, so that a message
-    is processed once even when two processes reach it together (one server's poller
-    and another's start-up ``process_pending``, or a referee's ``ingest``)."""
+    The message is read (parsed) first, outside any transaction, so no lock is held
+    while a hostile message is taken apart. Then the row is locked and its status
+    checked in the processing transaction, so that a message is processed once even
+    when two processes reach it together (one server's poller and another's start-up
+    ``process_pending``, or a referee's ``ingest``)."""
+    with db.transaction() as session:
+        row = session.get(InboundMessage, inbound_id)
+        assert row is not None
+        status, raw, note = row.status, row.raw, row.error
+    if status != "new":
+        return IngestResult(inbound_id, "duplicate", f"already handled: {status}")
+    too_large = bool(note and note.startswith(TOO_LARGE))
+    mail = _read(raw, config)
+    secrets: tuple[str, ...] = ()
     try:
         with db.transaction() as session:
             row = session.get(InboundMessage, inbound_id, with_for_update=True)
             assert row is not None
             if row.status != "new":
                 return IngestResult(inbound_id, "duplicate", f"already handled: {row.status}")
-            status, detail = _process(session, config, row)
-            row.status, row.error = status, detail or None
+            if isinstance(mail, str):
+                row.status, row.error = "failed", mail
+                status, detail = "failed", mail
+                log.error("inbound %d %s", inbound_id, mail)
+            else:
+                outcome = _process(session, config, row, mail, note if too_large else None)
+                status, detail, secrets = outcome
+                row.status, row.error = status, clean_text(detail) or None
     except Exception as exc:  # kept with its traceback for the referee; the server carries on
         trace = traceback.format_exc(limit=20)
         with db.transaction() as session:
             row = session.get(InboundMessage, inbound_id)
             assert row is not None
-            row.status, row.error = "failed", trace[-8000:]
+            row.status, row.error = "failed", clean_text(trace[-8000:])
         log.error(
             "inbound %d set aside for the referee: %s: %s", inbound_id, type(exc).__name__, exc
         )
         return IngestResult(inbound_id, "failed", f"{type(exc).__name__}: {exc}")
-    log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
+    if secrets:
+        _redact_stored(db, inbound_id, raw, secrets)
+    if status != "failed":
+        log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
     return IngestResult(inbound_id, status, detail)
+
+
+def _redact_stored(db: Database, inbound_id: int, raw: bytes, secrets: tuple[str, ...]) -> None:
+    """Order keys are kept only as hashes: the stored copy of a processed message has
+    every KEY value it gave replaced by ****. (The digest of the original bytes stays, so
+    the same message arriving again is still recognised.)"""
+    try:
+        redacted = sandbox.redact(raw, list(secrets))
+    except (ParseTimeout, sandbox.ParseFailed) as exc:
+        log.warning("inbound %d: keys not redacted by part (%s); bytes redacted", inbound_id, exc)
+        redacted = raw
+        for secret in secrets:
+            redacted = re.sub(re.escape(secret.encode()), b"****", redacted, flags=re.IGNORECASE)
+    if redacted != raw:
+        with db.transaction() as session:
+            row = session.get(InboundMessage, inbound_id)
+            if row is not None:
+                row.raw = redacted
 
 
 @dataclass
@@ -194,17 +366,15 @@ class _Context:
     now: datetime
 
 
-def _process(session: Session, config: Config, row: InboundMessage) -> tuple[str, str]:
+def _process(
+    session: Session,
+    config: Config,
+    row: InboundMessage,
+    mail: ParsedMail,
+    too_large: str | None,
+) -> tuple[str, str, tuple[str, ...]]:
+    """(status, detail, the keys it gave) for one parsed message."""
     mail_settings = config.settings.mail
-    if len(row.raw) > mail_settings.max_message_size:
-        return (
-            "rejected",
-            f"too large ({len(row.raw)} bytes; limit {mail_settings.max_message_size})",
-        )
-    try:
-        mail = parse_message(row.raw, mail_settings.address)
-    except ParseTimeout as exc:
-        return "rejected", str(exc)
     row.sender = mail.sender
     if mail_settings.authserv_id:
         ours = [
@@ -222,24 +392,40 @@ def _process(session: Session, config: Config, row: InboundMessage) -> tuple[str
             )
         )
         if earlier is not None:
-            return "duplicate", f"Message-ID already seen in inbound {earlier}"
+            return "duplicate", f"Message-ID already seen in inbound {earlier}", ()
     if mail.automated:
-        return "ignored", f"automated mail, not answered: {mail.automated}"
+        # a bounce of our own mail tells the referee; keys quoted in robots' mail (a bounced
+        # welcome returns its key) are redacted like a player's own
+        bounce = record_bounce(session, config, row, mail.delivery_report, row.received_at)
+        if bounce is not None:
+            return "ignored", bounce, mail.quoted_keys
+        return "ignored", f"automated mail, not answered: {mail.automated}", mail.quoted_keys
     commands = parse_commands(mail.text, mail.subject)
     ctx = _Context(session, config, row, mail, commands, row.received_at)
-    return _dispatch(ctx)
+    if too_large is not None:
+        _guest_notice(
+            ctx,
+            "Your message was too large to read "
+            f"({config.settings.mail.max_message_size // 1024} KiB at most), so nothing in "
+            "it was applied. Send your orders as plain text, without attachments.",
+        )
+        return "rejected", too_large, ()
+    status, detail = _dispatch(ctx)
+    return status, detail, commands.keys
 
 
 def _dispatch(ctx: _Context) -> tuple[str, str]:
     session, mail, commands = ctx.session, ctx.mail, ctx.commands
     game = _find_game(session, commands, mail.sender)
     if game is None:
+        if commands.help and commands.key is None:
+            _guest_help(ctx, None)
+            return "processed", "help sent"
         if commands.game is not None:
-            _notice_to_sender(ctx, None, f"There is no game called {commands.game!r} here.")
+            _guest_notice(ctx, f"There is no game called {commands.game!r} here.")
             return "rejected", f"unknown game {commands.game!r}"
-        _notice_to_sender(
+        _guest_notice(
             ctx,
-            None,
             "Your message did not say which game it is for: add a "
             "line GAME <id> (or put [id] in the subject).",
         )
@@ -250,46 +436,42 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
     # refused with the reason), never stored for a round a concurrent close has adjudicated.
     session.refresh(game, with_for_update=True)
     ctx.row.game_id = game.id
+    if commands.conflict is not None:
+        _guest_notice(
+            ctx,
+            f"Your message was not applied: {commands.conflict}. Send one order set "
+            "per message, with one GAME and one KEY line.",
+            game,
+        )
+        return "rejected", f"not one order set: {commands.conflict}"
+    if commands.help and commands.key is None:
+        _guest_help(ctx, game)
+        return "processed", "help sent"
     player = None
     if commands.key is not None:
         player = session.scalar(
             select(Player).where(
-                Player.game_id == game.id, Player.key_hash == hash_key(commands.key, game.key_salt)
+                Player.game_id == game.id,
+                Player.active,
+                Player.key_hash == hash_key(commands.key, game.key_salt),
             )
         )
     if player is None:
-        registered = _registered(session, game, mail.sender)
-        reason = "no KEY line" if commands.key is None else "wrong key"
-        log.warning(
-            "inbound %d for %s: authentication failed (%s) from %s",
-            ctx.row.id,
-            game.key,
-            reason,
-            mail.sender,
-        )
-        if registered is not None:
-            _reply(
-                ctx,
-                game,
-                registered,
-                "notice",
-                "player/notice.txt.j2",
-                message=f"Your message had {'no' if commands.key is None else 'a wrong'} "
-                "order key, so nothing in it was applied. Every order needs the line KEY "
-                "followed by your order key (see your welcome message).",
-                line_problems=(),
-            )
-        return "rejected", f"authentication failed ({reason})"
+        return _not_authenticated(ctx, game)
     ctx.row.player_id = player.id
-    other = mail.sender if mail.sender and mail.sender != player.email.lower() else None
+    other = _other_address(mail, player)
     if other:
-        log.warning("inbound %d: %s's key used from another address", ctx.row.id, player.name)
+        log.warning("inbound %d: %s's key used from %s", ctx.row.id, player.name, other)
+        audit(
+            session, ctx.now, "intake", "key-elsewhere", game,
+            player=player.name, address=other, inbound=ctx.row.id,
+        )
     if commands.help:
-        _reply(ctx, game, player, "help", "player/help.txt.j2")
+        _reply(ctx, game, player, "help", "player/help.txt.j2", other_sender=other)
     if commands.has_orders or commands.clear:
         return _orders(ctx, game, player, other)
     if commands.status:
-        _status_reply(ctx, game, player)
+        _status_reply(ctx, game, player, other)
         return "processed", "status sent"
     if commands.help:
         return "processed", "help sent"
@@ -300,14 +482,122 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         "notice",
         "player/notice.txt.j2",
         message="Your message had no orders (no DICE or TRAPDOOR line).",
-        line_problems=_redacted(commands.problems, commands.key),
+        line_problems=_redacted(commands.problems, commands.keys),
+        other_sender=other,
     )
     return "processed", "no orders in it"
 
 
+def _other_address(mail: ParsedMail, player: Player) -> str | None:
+    """The address the key was used from, when it is not plainly the player's own: another
+    address, none we could read, or a From header whose name shows another address."""
+    if mail.sender is None:
+        return f"an address we could not read ({mail.sender_doubt or 'no From address'})"
+    if mail.sender != player.email.lower():
+        return mail.sender
+    if mail.sender_doubt:
+        return f"{mail.sender} ({mail.sender_doubt})"
+    return None
+
+
+def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
+    """No active player has this key: refused; the registered sender is told (within the
+    guests' budget), and key guessing is counted and reported."""
+    session, commands, mail = ctx.session, ctx.commands, ctx.mail
+    reason = "no KEY line" if commands.key is None else "wrong key"
+    log.warning(
+        "inbound %d for %s: authentication failed (%s) from %s",
+        ctx.row.id,
+        game.key,
+        reason,
+        mail.sender,
+    )
+    quiet = False
+    if commands.key is not None:
+        audit(
+            session, ctx.now, "intake", "wrong-key", game, address=mail.sender, inbound=ctx.row.id
+        )
+        quiet = _key_guessing(ctx, game)
+    if not quiet:
+        _guest_notice(
+            ctx,
+            f"Your message had {'no' if commands.key is None else 'a wrong'} order key, so "
+            "nothing in it was applied. Every order needs the line KEY followed by your "
+            "order key (see your welcome message).",
+            game,
+            line_problems=tuple(p for p in commands.problems if p.line.startswith("KEY")),
+        )
+    return "rejected", f"authentication failed ({reason})"
+
+
+def _key_guessing(ctx: _Context, game: Game) -> bool:
+    """Count wrong keys; past the limits the sender gets no more notices and the referee
+    is told (once an hour per game). True when this message should go unanswered.
+
+    A right key is never refused for it: a forger could otherwise lock a player out by
+    sending wrong keys from the player's address. Guessing gains nothing in any case:
+    every reply goes to a registered address, never to the guesser."""
+    session, sender = ctx.session, ctx.mail.sender
+    since = ctx.now - timedelta(hours=1)
+    wrong = (
+        InboundMessage.game_id == game.id,
+        InboundMessage.error == WRONG_KEY,
+        InboundMessage.received_at > since,
+        InboundMessage.id != ctx.row.id,
+    )
+
+    def bounded_count(*conditions: Any, limit: int) -> int:
+        """How many (this message included), counted only up to just past ``limit``."""
+        ids = select(InboundMessage.id).where(*conditions).limit(limit + 1).subquery()
+        return 1 + (session.scalar(select(func.count()).select_from(ids)) or 0)
+
+    over_sender = sender is not None and bounded_count(
+        *wrong, InboundMessage.sender == sender, limit=WRONG_KEYS_PER_SENDER_PER_HOUR
+    ) > WRONG_KEYS_PER_SENDER_PER_HOUR
+    over_game = bounded_count(*wrong, limit=WRONG_KEYS_PER_GAME_PER_HOUR) > (
+        WRONG_KEYS_PER_GAME_PER_HOUR
+    )
+    if not (over_sender or over_game):
+        return False
+    already = session.scalar(
+        select(func.count())
+        .select_from(OutboxMessage)
+        .where(
+            OutboxMessage.game_id == game.id,
+            OutboxMessage.kind == "key-guessing",
+            OutboxMessage.created_at > since,
+        )
+    )
+    if not already:
+        counts = session.execute(
+            select(InboundMessage.sender, func.count())
+            .where(*wrong)
+            .group_by(InboundMessage.sender)
+            .order_by(func.count().desc())
+            .limit(20)
+        ).all()
+        senders = {address or "(no address)": n for address, n in counts}
+        senders[sender or "(no address)"] = senders.get(sender or "(no address)", 0) + 1
+        enqueue_mail(
+            session,
+            ctx.config,
+            game=game,
+            kind="key-guessing",
+            to=ctx.config.settings.mail.referee,
+            now=ctx.now,
+            template="referee/key_guessing.txt.j2",
+            total=sum(senders.values()),
+            senders=sorted(senders.items(), key=lambda item: -item[1]),
+            per_sender=WRONG_KEYS_PER_SENDER_PER_HOUR,
+            per_game=WRONG_KEYS_PER_GAME_PER_HOUR,
+        )
+        log.warning("%s: many wrong order keys in the last hour: referee told", game.key)
+    return True
+
+
 def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tuple[str, str]:
     session, commands = ctx.session, ctx.commands
-    round_ = session.scalar(select(Round).where(Round.game_id == game.id, Round.state == "open"))
+    round_ = open_round(session, game)
     refusal = None
     if game.state == "paused":
         refusal = "The game is paused: orders cannot be accepted until the referee resumes it."
@@ -335,17 +625,40 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         )
     if refusal is not None:
         _reply(
-            ctx, game, player, "notice", "player/notice.txt.j2", message=refusal, line_problems=()
+            ctx,
+            game,
+            player,
+            "notice",
+            "player/notice.txt.j2",
+            message=refusal,
+            line_problems=(),
+            other_sender=other,
+            always=True,
         )
-        return "rejected", refusal.split(":")[0].split(".")[0]
+        return "rejected", refusal
     assert round_ is not None
+    last = last_space(game)
+    line_problems = _redacted(commands.problems, commands.keys)
+    trapdoor = commands.trapdoor
+    first = "first " if round_.turns == 2 else ""
+    r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
+    if trapdoor is not None and not 1 <= trapdoor <= last:
+        line_problems.insert(
+            0,
+            LineProblem(
+                f"TRAPDOOR {trapdoor}",
+                f"there is no space {trapdoor}: the board's spaces are 1 to {last}, so this "
+                f"is not a nomination; unless you send another, {r16}",
+            ),
+        )
+        trapdoor = None
     dice = commands.dice if commands.dice is not None else ()
     receipt = submit_orders(
         session,
         game,
         player,
         dice=dice,
-        trapdoor=commands.trapdoor,
+        trapdoor=trapdoor,
         received_at=ctx.now,
         inbound_id=ctx.row.id,
         withdraw=commands.clear and not commands.has_orders,
@@ -356,12 +669,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
             0,
             "no DICE line: this message replaces your earlier orders as a whole, so it has no dice",
         )
-    first = "first " if round_.turns == 2 else ""
-    trapdoor_text = (
-        f"space {commands.trapdoor}"
-        if commands.trapdoor is not None
-        else f"none (the space your {first}move lands on counts, rule 16)"
-    )
+    trapdoor_text = f"space {trapdoor}" if trapdoor is not None else f"none ({r16})"
     if receipt.valid:
         open_label = "Still open in your set of six after these dice"
         open_after = receipt.open_after
@@ -375,6 +683,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         player,
         "ack",
         "player/orders_ack.txt.j2",
+        always=True,
         cleared=commands.clear and not commands.has_orders,
         round=round_,
         dice_ok=receipt.valid and commands.dice is not None,
@@ -382,13 +691,17 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         turns=list(zip(range(first_turn, first_turn + len(dice)), dice, strict=False)),
         dice_problems=problems,
         trapdoor_text=trapdoor_text,
-        line_problems=_redacted(commands.problems, commands.key),
-        ignored=[_redact(x, commands.key) for x in commands.ignored][:20],
+        line_problems=line_problems,
+        replaced=[
+            (_redact(a, commands.keys), _redact(b, commands.keys)) for a, b in commands.replaced
+        ],
+        ignored=[_redact(x, commands.keys) for x in commands.ignored][:20],
         dropped=commands.dropped_lines,
         open_label=open_label,
         open_values=", ".join(map(str, open_after)),
         deadline=show(round_.deadline, zone(game.timezone)),
         other_sender=other,
+        note=ctx.mail.note if ctx.mail.note and "attachment" in ctx.mail.note else None,
     )
     return "processed", (
         "orders withdrawn"
@@ -397,11 +710,20 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     )
 
 
-def _status_reply(ctx: _Context, game: Game, player: Player) -> None:
+def open_round(session: Session, game: Game) -> Round | None:
+    return session.scalar(select(Round).where(Round.game_id == game.id, Round.state == "open"))
+
+
+def last_space(game: Game) -> int:
+    """The board's last space L (a player may be told it: the welcome mail says it)."""
+    return Board.from_mapping(game.board).last
+
+
+def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) -> None:
     session = ctx.session
     players = game_players(session, game)
     state = load_state(session, game, players)
-    round_ = session.scalar(select(Round).where(Round.game_id == game.id, Round.state == "open"))
+    round_ = open_round(session, game)
     orders_text = "none yet"
     if round_ is not None:
         latest = session.scalar(
@@ -436,6 +758,7 @@ def _status_reply(ctx: _Context, game: Game, player: Player) -> None:
         round=round_,
         orders_text=orders_text,
         deadline=show(round_.deadline, zone(game.timezone)) if round_ else "",
+        other_sender=other,
     )
 
 
@@ -447,7 +770,11 @@ def _find_game(session: Session, commands: Commands, sender: str | None) -> Game
     games = session.scalars(
         select(Game)
         .join(Player, Player.game_id == Game.id)
-        .where(func.lower(Player.email) == sender, Game.state.in_(("running", "paused")))
+        .where(
+            func.lower(Player.email) == sender,
+            Player.active,
+            Game.state.in_(("running", "paused")),
+        )
     ).all()
     return games[0] if len(set(g.id for g in games)) == 1 else None
 
@@ -461,20 +788,112 @@ def _registered(session: Session, game: Game | None, sender: str | None) -> Play
     return session.scalars(query.limit(1)).first()
 
 
-def _notice_to_sender(ctx: _Context, game: Game | None, message: str) -> None:
-    """Only a registered player's address ever gets a reply: no backscatter to forgeries."""
+def _guest_budget(ctx: _Context, address: str, kind: str) -> bool:
+    """True if a reply to unauthenticated mail may go to ``address`` now."""
+    session, now = ctx.session, ctx.now
+    per_address = (
+        (GUEST_HELP_PER_ADDRESS_PER_DAY, now - timedelta(days=1))
+        if kind == "guest-help"
+        else (GUEST_REPLIES_PER_ADDRESS_PER_HOUR, now - timedelta(hours=1))
+    )
+    sent_to = session.scalar(
+        select(func.count())
+        .select_from(OutboxMessage)
+        .where(
+            OutboxMessage.recipient == address,
+            OutboxMessage.kind == kind,
+            OutboxMessage.created_at > per_address[1],
+        )
+    )
+    sent_all = session.scalar(
+        select(func.count())
+        .select_from(OutboxMessage)
+        .where(
+            OutboxMessage.kind.in_(GUEST_KINDS),
+            OutboxMessage.created_at > now - timedelta(hours=1),
+        )
+    )
+    if (sent_to or 0) >= per_address[0] or (sent_all or 0) >= GUEST_REPLIES_PER_HOUR:
+        log.warning(
+            "inbound %d: no reply to %s (unauthenticated replies' budget)", ctx.row.id, address
+        )
+        return False
+    return True
+
+
+def _guest_notice(
+    ctx: _Context,
+    message: str,
+    game: Game | None = None,
+    line_problems: tuple[LineProblem, ...] = (),
+) -> None:
+    """A notice about unauthenticated mail: only ever to a registered player's address
+    (no backscatter to forgeries), within the guests' own budget."""
     player = _registered(ctx.session, game, ctx.mail.sender)
     if player is None:
         log.info("inbound %d: no reply to unregistered sender %s", ctx.row.id, ctx.mail.sender)
         return
+    if not _guest_budget(ctx, player.email, "guest-notice"):
+        return
     owner = ctx.session.get(Game, player.game_id)
-    _reply(ctx, owner, player, "notice", "player/notice.txt.j2", message=message, line_problems=())
+    _send(
+        ctx,
+        owner,
+        player.email,
+        "guest-notice",
+        "player/notice.txt.j2",
+        subject=_subject(owner, "About your message"),
+        player=player,
+        message=message,
+        line_problems=_redacted(line_problems, ctx.commands.keys),
+    )
+
+
+def _guest_help(ctx: _Context, game: Game | None) -> None:
+    """HELP from anyone, key or not: the help text to the sender (a few a day each)."""
+    address = ctx.mail.sender
+    if address is None or ctx.mail.sender_doubt:
+        log.info("inbound %d: HELP from an unusable address: not answered", ctx.row.id)
+        return
+    if not _guest_budget(ctx, address, "guest-help"):
+        return
+    player = _registered(ctx.session, game, address)
+    _send(
+        ctx,
+        game,
+        address,
+        "guest-help",
+        "player/help.txt.j2",
+        subject=_subject(game, "How to send orders"),
+        player=player,
+        other_sender=None,
+    )
+
+
+SUBJECTS = {
+    "ack": "Orders received",
+    "notice": "About your message",
+    "help": "How to send orders",
+    "status": "Your status",
+}
+
+
+def _subject(game: Game | None, text: str) -> str:
+    """Our own subject line: never an echo of what the sender wrote."""
+    return f"[{game.key}] {text}" if game is not None else f"Snakes and Ladders: {text}"
 
 
 def _reply(
-    ctx: _Context, game: Game | None, player: Player, kind: str, template: str, **context: Any
+    ctx: _Context,
+    game: Game | None,
+    player: Player,
+    kind: str,
+    template: str,
+    always: bool = False,
+    **context: Any,
 ) -> None:
-    """A reply to the player's registered address, threaded, unless the rate limit holds."""
+    """A reply to an authenticated player's registered address, threaded, unless the
+    rate limit holds; ``always`` (an order's acknowledgement) is sent whatever the count."""
     limit = ctx.config.settings.mail.replies_per_hour
     recent = (
         ctx.session.scalar(
@@ -488,36 +907,51 @@ def _reply(
         )
         or 0
     )
-    if recent >= limit:
+    if recent >= limit and not always:
         log.warning(
             "reply to %s held: %d replies in the last hour (limit %d)", player.name, recent, limit
         )
         return
-    subject = ctx.mail.subject or "your orders"
-    subject = subject if subject.lower().startswith("re:") else f"Re: {subject}"
-    enqueue_mail(
-        ctx.session,
-        ctx.config,
-        game=game,
-        kind=kind,
-        to=player.email,
-        now=ctx.now,
-        template=template,
-        auto_submitted="auto-replied",
-        in_reply_to=ctx.mail.message_id,
-        references=ctx.mail.references,
-        subject=subject,
+    subject = SUBJECTS[kind]
+    if kind == "ack" and "round" in context and context["round"] is not None:
+        subject = f"Orders received for round {context['round'].number}"
+    _send(
+        ctx,
+        game,
+        player.email,
+        kind,
+        template,
+        subject=_subject(game, subject),
         player=player,
         **context,
     )
 
 
-def _redact(line: str, key: str | None) -> str:
-    """Never echo a key: any occurrence of it in an echoed line becomes ****."""
-    if key and len(key) >= 3:
-        return re.sub(re.escape(key), "****", line, flags=re.IGNORECASE)
+def _send(
+    ctx: _Context, game: Game | None, to: str, kind: str, template: str, **context: Any
+) -> None:
+    enqueue_mail(
+        ctx.session,
+        ctx.config,
+        game=game,
+        kind=kind,
+        to=to,
+        now=ctx.now,
+        template=template,
+        auto_submitted="auto-replied",
+        in_reply_to=ctx.mail.message_id,
+        references=ctx.mail.references,
+        **context,
+    )
+
+
+def _redact(line: str, keys: tuple[str, ...]) -> str:
+    """Never echo a key: any occurrence of one in an echoed line becomes ****."""
+    for key in keys:
+        if key and len(key) >= 3:
+            line = re.sub(re.escape(key), "****", line, flags=re.IGNORECASE)
     return line
 
 
-def _redacted(problems: tuple[LineProblem, ...], key: str | None) -> list[LineProblem]:
-    return [LineProblem(_redact(p.line, key), p.reason) for p in problems]
+def _redacted(problems: tuple[LineProblem, ...], keys: tuple[str, ...]) -> list[LineProblem]:
+    return [LineProblem(_redact(p.line, keys), p.reason) for p in problems]

@@ -21,6 +21,7 @@ from snl_pbem.outbox import enqueue_mail
 from snl_pbem.rules import Board, Position, RoundResult
 from snl_pbem.rules.dice import lowest_legal_dice, open_values, used_in_set
 from snl_pbem.store import (
+    AuditEntry,
     Game,
     InboundMessage,
     OutboxMessage,
@@ -191,6 +192,23 @@ def enqueue_referee_summary(
         f"{(m.error or '').splitlines()[0][:120] if m.error else ''}"
         for m in session.scalars(rejected_query.order_by(InboundMessage.id).limit(50))
     ]
+    since = previous_close or round_.opened_at
+    key_uses = session.scalars(
+        select(AuditEntry)
+        .where(
+            AuditEntry.game_id == game.id,
+            AuditEntry.action.in_(("key-elsewhere", "wrong-key")),
+            AuditEntry.at > since,
+        )
+        .order_by(AuditEntry.id)
+    ).all()
+    elsewhere = [
+        f"{e.detail.get('player')}'s key from {e.detail.get('address')} (inbound "
+        f"#{e.detail.get('inbound')})"
+        for e in key_uses
+        if e.action == "key-elsewhere"
+    ][:50]
+    wrong_keys = sum(1 for e in key_uses if e.action == "wrong-key")
     failed_mail = (
         session.scalar(
             select(func.count())
@@ -219,6 +237,8 @@ def enqueue_referee_summary(
         moves=moves,
         nmr=sorted((n, str(why)) for n, why in result.nmr.items()),
         rejected=rejected,
+        elsewhere=elsewhere,
+        wrong_keys=wrong_keys,
         failed_mail=failed_mail,
         positions=", ".join(f"{r.name} {r.position}" for r in standings(dict(result.positions))),
         result=headline,

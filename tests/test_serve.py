@@ -108,7 +108,7 @@ def test_serve_end_to_end_with_reload_and_stop(tmp_path: Path, dovecot, smtp_sin
                 ).encode(),
             )
         client.logout()
-        acks = lambda: sum(b"Re: [live]" in d.raw for d in smtp_sink.delivered)  # noqa: E731
+        acks = lambda: sum(b"[live] Orders received" in d.raw for d in smtp_sink.delivered)  # noqa: E731
         wait_for(lambda: acks() == 2, 60, "the acknowledgements", tmp_path / "serve.log")
         reports = lambda: [d for d in smtp_sink.delivered if b"Round 1 report" in d.raw]  # noqa: E731
         wait_for(
@@ -272,3 +272,89 @@ def test_the_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
     )
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     assert " passed" in tests.stdout
+
+
+POISONS = (
+    # a NUL in the Message-ID (PostgreSQL refused the row; the poller died on it for ever)
+    b"From: ann@example.org\r\nSubject: [live]\r\nMessage-ID: =?utf-8?q?=00?=\r\n\r\nhello\r\n",
+    # HTML-only, unclosed tags (took minutes with the old parser, under a write lock)
+    b"From: ann@example.org\r\nSubject: [live]\r\nMessage-ID: <html@x.org>\r\n"
+    b"Content-Type: text/html\r\n\r\n" + b"\r\n".join([b"<b>" * 300] * 210) + b"\r\n",
+    # a text part in a quadratic codec
+    b"From: bob@example.org\r\nSubject: [live]\r\nMessage-ID: <puny@x.org>\r\n"
+    b"Content-Type: text/plain; charset=punycode\r\n\r\n" + b"a-\r\n" * 20000,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_serve_reads_past_poisonous_mail_on_both_intakes(
+    tmp_path: Path, dovecot, smtp_sink, request: pytest.FixtureRequest, database: str
+) -> None:
+    """Poisonous messages first, through IMAP and LMTP at once; the orders behind them are
+    acknowledged and counted, and nothing is left unprocessed."""
+    import smtplib
+    import socket
+
+    user = dovecot.new_user()
+    first = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    config = write_config(tmp_path, dovecot, user, smtp_sink, first)
+    if database == "postgresql":
+        server_pg = request.getfixturevalue("postgres")
+        url = server_pg.url(server_pg.create_database())
+        config.write_text(config.read_text().replace(f"sqlite:///{tmp_path / 'snl.db'}", url))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config.write_text(
+        config.read_text().replace(
+            "[mail.smtp]", f'[mail.lmtp]\nhost = "127.0.0.1"\nport = {port}\n[mail.smtp]'
+        )
+    )
+    assert run("db", "upgrade", config=config).returncode == 0
+    assert run("start", "live", config=config).returncode == 0
+    log_path = tmp_path / "serve.log"
+    log = open(log_path, "w")  # noqa: SIM115 (closed in finally)
+    server = subprocess.Popen(
+        [SNL, "serve", "--config", str(config), "--log-level", "info"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        listening = lambda: "receiving LMTP" in log_path.read_text()  # noqa: E731
+        wait_for(listening, 60, "the LMTP receiver", log_path)
+        client = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=10)
+        client.login(user, "secret")
+        for raw in POISONS:
+            client.append("INBOX", raw)
+        client.append(
+            "INBOX",
+            b"From: ann@example.org\r\nSubject: [live]\r\nMessage-ID: <ann-ok@x.org>\r\n\r\n"
+            b"KEY ann-key-123\r\nDICE 4\r\n",
+        )
+        client.logout()
+        with smtplib.LMTP("127.0.0.1", port, timeout=60) as lmtp:
+            for raw in POISONS:
+                lmtp.sendmail("x@example.org", ["snl@example.org"], raw.replace(b">\r", b"-l>\r"))
+            refused = lmtp.sendmail(
+                "bob@example.org",
+                ["snl@example.org"],
+                b"From: bob@example.org\r\nSubject: [live]\r\nMessage-ID: <bob-ok@x.org>\r\n\r\n"
+                b"KEY bob-key-123\r\nDICE 2\r\n",
+            )
+        assert refused == {}
+        acks = lambda: [d for d in smtp_sink.delivered if b"[live] Orders received" in d.raw]  # noqa: E731
+        wait_for(lambda: len(acks()) == 2, 90, "both acknowledgements", log_path)
+        [game] = json.loads(run("status", "live", "--json", config=config).stdout)
+        assert {p["name"]: p["orders"] for p in game["players"]} == {
+            "ann": "valid",
+            "bob": "valid",
+        }
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+        log.close()
+    text = log_path.read_text()
+    assert "Traceback" not in text and "stopped unexpectedly" not in text, text[-3000:]

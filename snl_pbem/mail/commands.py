@@ -38,16 +38,49 @@ COMMAND_WORDS = (
     "CLEAR",
 )
 
-_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
+_INVISIBLE = re.compile(
+    # format characters (Unicode category Cf): zero-width spaces and joiners, the soft
+    # hyphen, direction marks, embeddings, overrides and isolates, the BOM, tags
+    "[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
+    "\ufff9-\ufffb\U000e0001\U000e0020-\U000e007f]"
+)
 _SPACES = re.compile(r"[\s\u00a0\u2000-\u200a\u202f\u205f\u3000]+")
+_WROTE = (
+    r"wrote|a écrit|a ecrit|schrieb|escribió|escribio|ha scritto|schreef|escreveu|skrev|"
+    r"pisze|napisał\(a\)|napisał|kirjoitti|пишет|написал\(а\)|написал|yazdı|írta"  # noqa: RUF001 (Cyrillic and Turkish, as written)
+)
 _REPLY_HEADER = re.compile(
-    r"^(on|le|am|el|il|op|em)\b.*\b(wrote|a écrit|schrieb|escribió|ha scritto|schreef|escreveu)"
-    r"\s*:?\s*$",
+    # "On Mon, 30 Nov 2026 at 09:00, Ann <ann@x> wrote:", "Am 30.11.2026 um 09:00 schrieb
+    # Ann <ann@x>:", "Le lun. 30 nov. 2026 à 09:00, Ann <ann@x> a écrit :", ...
+    rf"^(?=.*[\d@]).{{0,300}}\b({_WROTE})\b(\s*[^:]{{0,120}})?\s*:\s*$"
+    rf"|^(?=.*[\d@]).{{0,300}}\b({_WROTE})\s*$",
     re.IGNORECASE,
 )
+_INTRO = re.compile(
+    r"^(on|le|am|el|il|op|em|den|dne|w dniu|в|el día|op \w+ \d)\b", re.IGNORECASE
+)
+"""How a wrapped reply header's first line begins ("On Mon, ...", "Am 30.11.2026 ...")."""
 _SEPARATORS = re.compile(
-    r"^(-{2,}\s*original message\s*-{2,}|_{10,}|begin forwarded message:|"
-    r"-{2,}\s*forwarded message\s*-{2,})$",
+    r"^(?:[-=_*]{2,}\s*(?:original message|ursprüngliche nachricht|message d'origine|"
+    r"mensaje original|messaggio originale|oorspronkelijk bericht|mensagem original|"
+    r"originalmeddelande|original meddelelse|opprinnelig melding|alkuperäinen viesti|"
+    r"oryginalna wiadomość|původní zpráva|исходное сообщение|eredeti üzenet|"
+    r"forwarded message|weitergeleitete nachricht|message transféré|mensaje reenviado|"
+    r"messaggio inoltrato|doorgestuurd bericht|mensagem encaminhada|"
+    r"videresendt melding|vidarebefordrat meddelande)\s*[-=_*]{2,}|_{10,}|-{10,}|"
+    r"begin forwarded message:|anfang der weitergeleiteten nachricht:|"
+    r"début du message réexpédié\s?:|inicio del mensaje reenviado:)$",
+    re.IGNORECASE,
+)
+_HEADER_FROM = re.compile(
+    r"^\**\s*(from|von|de|da|van|fra|från|od|kimden|от|lähettäjä|feladó)\s*:\**\s*\S",
+    re.IGNORECASE,
+)
+_HEADER_SENT = re.compile(
+    r"^\**\s*(sent|date|gesendet|datum|envoyé|enviado|fecha|inviato|data|verzonden|"
+    r"skickat|sendt|wysłano|odesláno|отправлено|gönderildi|lähetetty|elküldve|to|an|à|a|"
+    r"aan|para|til|till|do|кому|subject|betreff|objet|asunto|oggetto|onderwerp|assunto)"
+    r"\s*:",
     re.IGNORECASE,
 )
 _WORD = re.compile(r"^([A-Za-z]+)\s*[:=]?\s*(.*)$")
@@ -83,6 +116,13 @@ class Commands:
     dropped_lines: int = 0
     """Non-blank lines after the first 50 (not read)."""
     game_from_subject: bool = False
+    replaced: tuple[tuple[str, str], ...] = ()
+    """(earlier line, the later line that replaced it) for each repeated order line: a
+    message with more than one order block counts its last one."""
+    keys: tuple[str, ...] = ()
+    """Every KEY value given (all are redacted from what is kept and echoed)."""
+    conflict: str | None = None
+    """Why the message cannot be read as one order set (two games, two keys)."""
 
     @property
     def has_orders(self) -> bool:
@@ -91,34 +131,77 @@ class Commands:
 
 def clean_line(line: str) -> str:
     """A line as a person meant it: invisible characters gone, odd spaces made plain."""
-    return _SPACES.sub(" ", line.translate(_INVISIBLE)).strip()
+    return _SPACES.sub(" ", _INVISIBLE.sub("", line)).strip()
+
+
+def _quoted(line: str) -> bool:
+    return line.startswith(">") or line.startswith("|")
+
+
+def _reply_header(lines: list[str], index: int) -> int:
+    """How many lines the reply header starting at ``index`` takes (0: none there).
+
+    A header may be wrapped over up to three lines ("On Mon, 30 Nov 2026 at 09:00, Ann <"
+    / "ann@example.org> wrote:"); an Outlook header block is "From:" followed by "Sent:"
+    or "Date:" (in many languages) within the next lines."""
+    line = lines[index]
+    if _SEPARATORS.match(line):
+        return 1
+    joined = line
+    for extra in range(3 if _INTRO.match(line) else 1):
+        if extra:
+            if index + extra >= len(lines) or not lines[index + extra]:
+                break
+            joined = f"{joined} {lines[index + extra]}"
+        if len(joined) <= 400 and _REPLY_HEADER.match(joined):
+            return extra + 1
+    if _HEADER_FROM.match(line):
+        following = [x for x in lines[index + 1 : index + 5] if x]
+        if following and _HEADER_SENT.match(following[0]):
+            size = 1
+            for x in lines[index + 1 : index + 8]:
+                if x and not (_HEADER_SENT.match(x) or _HEADER_FROM.match(x)):
+                    break
+                size += 1
+            return size
+    return 0
 
 
 def command_lines(text: str) -> tuple[list[str], int]:
-    """The lines to read as commands, and how many non-blank lines were left unread."""
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    """The lines the player wrote now, to read as commands, and how many non-blank lines
+    were left unread (past MAX_COMMAND_LINES).
+
+    Quoted text never counts: ``>`` lines are skipped wherever they stand (so a reply
+    written below the quote, or between quoted lines, is read), a reply header followed
+    by ``>`` lines is skipped with them, and a reply header or separator followed by
+    text that is not marked as quoted (Outlook, "-----Ursprüngliche Nachricht-----",
+    forwarded mail) ends the reading: everything below it is the old message."""
+    raw_lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    lines = [clean_line(raw) for raw in raw_lines]
     kept: list[str] = []
     dropped = 0
-    for index, raw in enumerate(lines):
+    index = 0
+    while index < len(lines):
+        raw, line = raw_lines[index], lines[index]
         if raw.rstrip("\n") in ("-- ", "--"):  # RFC 3676 signature separator
             break
-        line = clean_line(raw)
-        if not line or line.startswith(">") or line.startswith("|"):
+        if not line or _quoted(line):
+            index += 1
             continue
-        if _SEPARATORS.match(line) or _REPLY_HEADER.match(line):
-            break
-        nxt = clean_line(lines[index + 1]) if index + 1 < len(lines) else ""
-        if line.lower().startswith("on ") and _REPLY_HEADER.match(f"{line} {nxt}"):
-            break  # "On Mon, 1 Dec 2026 at 10:00, Bob <" / "bob@x> wrote:"
-        if line.lower().startswith("from:") and any(
-            clean_line(x).lower().startswith(("sent:", "date:"))
-            for x in lines[index + 1 : index + 4]
-        ):
-            break  # an Outlook reply header block
+        header_size = _reply_header(lines, index)
+        if header_size:
+            after = index + header_size
+            while after < len(lines) and not lines[after]:
+                after += 1
+            if after < len(lines) and _quoted(lines[after]):
+                index = after  # a marked quote: skip it and read on below it
+                continue
+            break  # an unmarked quote: the rest is the old message
         if len(kept) >= MAX_COMMAND_LINES:
             dropped += 1
-            continue
-        kept.append(line[:MAX_LINE_LENGTH])
+        else:
+            kept.append(line[:MAX_LINE_LENGTH])
+        index += 1
     return kept, dropped
 
 
@@ -132,14 +215,23 @@ class _Builder:
     values: dict[str, object] = field(default_factory=dict)
     problems: list[LineProblem] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)
+    last_line: dict[str, str] = field(default_factory=dict)
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
 
     def once(self, word: str, line: str) -> None:
-        if word in self.seen:
-            self.problems.append(
-                LineProblem(line, f"{word} given more than once: the last one counts")
-            )
-        self.seen.add(word)
+        """Note a line of ``word``; a repeated one replaces the earlier (the last block
+        counts), except GAME and KEY, which must not differ within one message."""
+        earlier = self.last_line.get(word)
+        if earlier is not None:
+            self.replaced.append((earlier, line))
+        self.last_line[word] = line
+
+    def conflict(self, word: str, value: str, what: str) -> None:
+        """A second GAME or KEY line with another value: the message is refused whole."""
+        earlier = self.values.get(word)
+        if earlier is not None and earlier != value and what not in self.conflicts:
+            self.conflicts.append(what)
 
 
 def parse_commands(text: str, subject: str = "") -> Commands:
@@ -175,6 +267,13 @@ def parse_commands(text: str, subject: str = "") -> Commands:
         ignored=tuple(b.ignored),
         dropped_lines=dropped,
         game_from_subject=from_subject,
+        replaced=tuple(b.replaced),
+        keys=tuple(values.get("keys", ())),  # type: ignore[arg-type]
+        conflict=(
+            "it has " + " and ".join(b.conflicts) + ", so it cannot be read as one order set"
+            if b.conflicts
+            else None
+        ),
     )
 
 
@@ -188,28 +287,49 @@ def _unknown(b: _Builder, line: str, word: str) -> None:
         b.ignored.append(line)
 
 
+def _not_ascii_digits(token: str) -> bool:
+    """A number written with digits other than 0-9 (superscripts, other scripts)."""
+    return any(ch.isdigit() or ch.isnumeric() for ch in token) and not (
+        token.isascii() and token.isdigit()
+    )
+
+
+def _number_problem(token: str, what: str) -> str:
+    if _not_ascii_digits(token):
+        return f"{token!r} is not written with the digits 0 to 9: write {what} with them"
+    return ""
+
+
 def _game(b: _Builder, line: str, rest: str) -> None:
-    b.once("GAME", line)
     token = rest.split()[0].strip("[]").lower() if rest else ""
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", token):
         b.problems.append(LineProblem(line, "GAME needs the game's id, e.g. GAME spring26"))
         return
+    b.conflict("game", token, f"two different GAME lines ({b.values.get('game')}, {token})")
     b.values["game"] = token
 
 
 def _key(b: _Builder, line: str, rest: str) -> None:
-    b.once("KEY", "KEY ****")
     if not rest:
         b.problems.append(LineProblem("KEY", "KEY needs your order key after it"))
         return
-    b.values["key"] = rest.split()[0]
+    key = rest.split()[0]
+    b.conflict("key", key, "two different KEY lines")
+    b.values.setdefault("keys", [])
+    keys = b.values["keys"]
+    assert isinstance(keys, list)
+    keys.append(key)
+    b.values["key"] = key
 
 
 def _round(b: _Builder, line: str, rest: str) -> None:
     b.once("ROUND", line)
     token = rest.split()[0].rstrip(".") if rest else ""
-    if not token.isdigit():
-        b.problems.append(LineProblem(line, "ROUND needs a round number, e.g. ROUND 8"))
+    if not (token.isascii() and token.isdigit()) or len(token) > 6:
+        reason = _number_problem(token, "the round number") or (
+            "ROUND needs a round number, e.g. ROUND 8"
+        )
+        b.problems.append(LineProblem(line, reason))
         return
     b.values["round"] = int(token)
 
@@ -223,8 +343,9 @@ def _dice(b: _Builder, line: str, rest: str) -> None:
         return
     values = []
     for token in tokens:
-        if not token.isdigit() or len(token) > 3:
-            b.problems.append(LineProblem(line, f"{token!r} is not a die value (1 to 6)"))
+        if not (token.isascii() and token.isdigit()) or len(token) > 3:
+            reason = _number_problem(token, "each die") or f"{token!r} is not a die value (1 to 6)"
+            b.problems.append(LineProblem(line, reason))
             b.values["dice"] = ()  # an unreadable die makes the dice invalid (R18)
             return
         values.append(int(token))
@@ -238,8 +359,11 @@ def _trapdoor(b: _Builder, line: str, rest: str) -> None:
         b.values["no_trapdoor"] = True
         b.values.pop("trapdoor", None)
         return
-    if not token.isdigit() or len(token) > 6:
-        b.problems.append(LineProblem(line, "TRAPDOOR needs a space number, e.g. TRAPDOOR 37"))
+    if not (token.isascii() and token.isdigit()) or len(token) > 6:
+        reason = _number_problem(token, "the space number") or (
+            "TRAPDOOR needs a space number, e.g. TRAPDOOR 37"
+        )
+        b.problems.append(LineProblem(line, reason))
         return
     b.values["trapdoor"] = int(token)
     b.values.pop("no_trapdoor", None)

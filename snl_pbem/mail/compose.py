@@ -116,7 +116,9 @@ def _encoded(text: str) -> str:
     return Header(text, "utf-8", header_name="Subject").encode(linesep="\r\n")
 
 
-_MSGID = re.compile(r"<[^<>\s]{1,250}@[^<>\s]{1,250}>")
+_MSGID = re.compile(r"<[\x21-\x3b\x3d\x3f-\x7e]{1,250}@[\x21-\x3b\x3d\x3f-\x7e]{1,250}>")
+"""ASCII only: a UTF-8 Message-ID (RFC 6532) of incoming mail is not put in our headers,
+which are ASCII; the reply then threads by its subject alone."""
 
 
 def _message_id(value: str) -> str | None:

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from imapclient import IMAPClient
-from imapclient.exceptions import IMAPClientError
 
 from snl_pbem.crashpoints import crash_point
 
@@ -51,6 +50,10 @@ class MailboxConfig:
     @property
     def source(self) -> str:
         return f"imap:{self.username}@{self.host}:{self.port}/{self.folder}"
+
+
+class DeliveryFailed(Exception):
+    """A fetched message could not be stored (``deliver`` raised): this poll ends here."""
 
 
 class MailboxHooks(Protocol):
@@ -158,18 +161,30 @@ class ImapPoller:
             batch = sorted(uids[start : start + BATCH])
             fetched = client.fetch(batch, ["BODY.PEEK[]", "INTERNALDATE"])
             stored: list[int] = []
+            failure: Exception | None = None
             for uid in batch:
                 item = fetched.get(uid)
                 raw = item.get(b"BODY[]") if item else None
                 if raw is None:
                     continue  # expunged meanwhile
                 arrived = _aware(item.get(b"INTERNALDATE"))
-                if self.hooks.deliver(
-                    bytes(raw), self.config.source, self.uidvalidity, uid, arrived
-                ):
+                try:
+                    delivered = self.hooks.deliver(
+                        bytes(raw), self.config.source, self.uidvalidity, uid, arrived
+                    )
+                except Exception as exc:  # could not even be set aside: the database is away
+                    failure = exc
+                    break  # the rest waits in the mailbox, in order, for the next poll
+                if delivered:
                     stored.append(uid)
                     crash_point("imap.stored-not-moved")
             self._move(client, stored)
+            if failure is not None:
+                if stored:
+                    self.last_uid = max(self.last_uid, *stored)
+                raise DeliveryFailed(
+                    f"could not store UID {uid}: {type(failure).__name__}: {failure}"
+                ) from failure
             stored_total += len(stored)
             if stored:
                 self.last_uid = max(self.last_uid, *stored)
@@ -200,11 +215,14 @@ class ImapPoller:
                 self.poll_once()
                 failures = 0
                 self._wait_for_mail(stop)
-            except (OSError, IMAPClientError, ssl.SSLError) as exc:
+            except Exception as exc:  # any failure: never a dead thread, always reported
                 failures += 1
                 self.close()
                 message = f"{type(exc).__name__}: {exc}"
-                self.hooks.failed(self.config.source, message)
+                try:
+                    self.hooks.failed(self.config.source, message)
+                except Exception as report:  # the database is away too: logged below
+                    log.error("%s: could not record the failure: %s", self.config.source, report)
                 delay = min(300.0, 2.0 ** min(failures, 8)) * random.uniform(0.5, 1.0)
                 log.warning("%s: %s; reconnecting in %.0fs", self.config.source, message, delay)
                 stop.wait(delay)

@@ -70,7 +70,7 @@ class DiceProblem:
             return f"{self.value} is not a die value (1 to 6)"
         if self.kind is DiceProblemKind.ALREADY_USED:
             return f"{self.value} is already used in this set of six (still open: {left})"
-        return f"{self.value} is given twice in one set of six (still open: {left})"
+        return f"{self.value} is given twice in one set of six (each value once per set)"
 
 
 def _dice(n: int | None) -> str:
@@ -107,11 +107,12 @@ def _check(used: tuple[Die, ...], dice: tuple[int, ...], turns: int) -> DiceChec
     if len(dice) != turns:
         problems.append(DiceProblem(DiceProblemKind.WRONG_COUNT, value=len(dice), expected=turns))
     in_set = set(used)
+    before: set[int] = set(used)  # the set as it stood before this order (what is open)
     from_order: set[int] = set()
     for index, value in enumerate(dice):
         if len(in_set) == SET_SIZE:  # this turn opens a new set
-            in_set, from_order = set(), set()
-        still_open = tuple(v for v in DIE_VALUES if v not in in_set)
+            in_set, before, from_order = set(), set(), set()
+        still_open = tuple(v for v in DIE_VALUES if v not in before)
         if value not in DIE_VALUES:
             problems.append(DiceProblem(DiceProblemKind.NOT_A_DIE, value, index))
             continue  # an impossible value does not use up a turn's slot

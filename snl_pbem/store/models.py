@@ -240,7 +240,11 @@ class InboundMessage(Base):
     """Every message that reached the server, stored before it is acted on."""
 
     __tablename__ = "inbound_messages"
-    __table_args__ = (UniqueConstraint("source", "uidvalidity", "uid"),)
+    __table_args__ = (
+        UniqueConstraint("source", "uidvalidity", "uid"),
+        # a sender's mail of the last day (the per-sender storage cap), and the wrong keys
+        Index("ix_inbound_messages_sender_received_at", "sender", "received_at"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     message_id: Mapped[str | None] = mapped_column(String(998), index=True)

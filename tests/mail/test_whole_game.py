@@ -97,7 +97,7 @@ def test_scripted_game_to_the_end(tmp_path, smtp_sink) -> None:
         reports = [s for s in subjects if re.fullmatch(r"\[g1\] Round \d+ report", s)]
         assert len(reports) == closed - 1  # every round but the last, which ends the game
         assert subjects[-1].startswith("[g1] Game over")
-        acks = [s for s in subjects if s.startswith("Re: ")]
+        acks = [s for s in subjects if s.startswith("[g1] Orders received for round ")]
         assert len(acks) == sum(1 for r in rounds if name in r)
         for msg in inbox[name][:-1]:  # everything before the game-over mail
             assert_reveals_nothing(name, msg)
