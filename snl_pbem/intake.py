@@ -66,7 +66,9 @@ MAX_ATTEMPTS = 5
 that kills the server every time must not keep it in a crash loop; a server killed by
 something else now and then must not lose an order)."""
 REPLY_KINDS = ("ack", "notice", "help", "status")
-"""Replies to authenticated players: ``replies_per_hour`` each (an order's ack always)."""
+"""Replies to authenticated players: ``replies_per_hour`` each, but an order is always
+acknowledged (up to ACKS_PER_HOUR, a bound only a flood with the player's key meets)."""
+ACKS_PER_HOUR = 100
 GUEST_KINDS = ("guest-notice", "guest-help")
 """Replies to mail without a valid key: their own, smaller budget (a forged flood from a
 player's address must not use up that player's replies)."""
@@ -893,7 +895,7 @@ def _reply(
     **context: Any,
 ) -> None:
     """A reply to an authenticated player's registered address, threaded, unless the
-    rate limit holds; ``always`` (an order's acknowledgement) is sent whatever the count."""
+    rate limit holds; ``always`` (an order's acknowledgement) has its own, larger bound."""
     limit = ctx.config.settings.mail.replies_per_hour
     recent = (
         ctx.session.scalar(
@@ -907,7 +909,21 @@ def _reply(
         )
         or 0
     )
-    if recent >= limit and not always:
+    if always:  # an acknowledgement: counted apart, so other replies never use it up
+        limit = ACKS_PER_HOUR
+        recent = (
+            ctx.session.scalar(
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(
+                    OutboxMessage.recipient == player.email,
+                    OutboxMessage.kind == kind,
+                    OutboxMessage.created_at > ctx.now - timedelta(hours=1),
+                )
+            )
+            or 0
+        )
+    if recent >= limit:
         log.warning(
             "reply to %s held: %d replies in the last hour (limit %d)", player.name, recent, limit
         )
