@@ -16,7 +16,7 @@ the purge at start-up and once a day.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import LargeBinary, and_, func, literal, not_, select, update
 from sqlalchemy.orm import Session
@@ -50,9 +50,10 @@ def headers_only(raw: bytes, now: datetime, keep: timedelta) -> bytes:
         cut = f"; headers cut at {len(head)} bytes"
     if head and not head.endswith(b"\n"):
         head += eol
+    when = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     mark = (
-        f"body removed {now.strftime('%Y-%m-%dT%H:%M:%SZ')}, kept {format_duration(keep)} "
-        f"(keep_processed_mail); {len(raw)} bytes as received{cut}"
+        f"body removed {when}, kept {format_duration(keep)} (keep_processed_mail); "
+        f"{len(raw)} bytes as received{cut}"
     )
     return TRIMMED_HEADER + mark.encode("ascii") + eol + head + eol
 

@@ -216,7 +216,7 @@ class RoundScheduler:
             if trimmed < PURGE_BATCH:
                 break
         log.info(
-            "trimmed %d inbound message(s) handled more than %s ago to their headers",
+            "trimmed %d handled inbound message(s) received more than %s ago to their headers",
             total,
             format_duration(keep),
         )

@@ -161,7 +161,10 @@ def test_the_scheduler_purges_in_batches_and_logs_how_many(
     rs = RoundScheduler(db, config, clock=lambda: NOW)
     with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
         assert rs.purge_mail() == PURGE_BATCH + 3
-    assert f"trimmed {PURGE_BATCH + 3} inbound message(s) handled more than 30d ago" in caplog.text
+    assert (
+        f"trimmed {PURGE_BATCH + 3} handled inbound message(s) received more than 30d ago"
+        in caplog.text
+    )
     off = load_config(_config(tmp_path, db.url, "keep_processed_mail = false"))
     rs.config = off  # as a reload does
     with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
