@@ -28,6 +28,7 @@ from snl_pbem.games import sync_games
 from snl_pbem.intake import IngestResult, process_pending
 from snl_pbem.mail.imap import ImapPoller
 from snl_pbem.mail.lmtp import ReceiverController
+from snl_pbem.mail.sandbox import default_sandbox
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
 from snl_pbem.mailboxes import DatabaseHooks, imap_poller, lmtp_receiver
 from snl_pbem.outbox import drain_parallel
@@ -103,6 +104,9 @@ class Server:
             raise StartupError(str(exc)) from None
         for line in sync_games(self.db, self.config, self.clock(), actor="serve").lines:
             log.info("config: %s", line)
+        # the parse workers, forked now, while this process has one thread (milliseconds;
+        # a worker spawned later, from a threaded process, costs a new interpreter)
+        default_sandbox().warm()
         for result in process_pending(self.db, self.config):
             log.info("inbound %s processed after a restart: %s", result.inbound_id, result.status)
         self.scheduler = make_scheduler()

@@ -7,9 +7,12 @@ MemoryError in the worker, not in the server. Both raise
 :class:`~snl_pbem.mail.parse.ParseTimeout` or :class:`ParseFailed` here, so the
 caller can set the message aside with the reason and go on with the next.
 
-Workers are separate processes (started with ``spawn``, so no lock held by
-another of the server's threads is inherited), kept and reused; a worker that
-timed out or died is killed and replaced. Any thread may call :func:`parse`
+Workers are separate processes, kept and reused; a worker that timed out or
+died is killed and replaced. A worker is forked while the process has a single
+thread (the server warms two up at start-up, before its threads: a fork costs
+milliseconds), and spawned otherwise (a fresh interpreter: no lock held by
+another thread is inherited); a forked worker closes every descriptor it
+inherited but its pipe. Any thread may call :func:`parse`
 (the IMAP poller, the LMTP receiver's workers, ``ingest`` from the command
 line); at most ``MAX_WORKERS`` parse at once, the others wait their turn.
 """
@@ -19,7 +22,9 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+import os
 import queue
+import signal
 import threading
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -31,8 +36,8 @@ log = logging.getLogger("snl_pbem.sandbox")
 
 PARSE_SECONDS = 10.0
 """The hard limit on reading one message (a real one takes milliseconds)."""
-MEMORY_BYTES = 1024 * 1024 * 1024
-"""The worker's address-space limit (the interpreter itself takes a fraction of it)."""
+MEMORY_BYTES = 768 * 1024 * 1024
+"""How much a worker's address space may grow while it reads messages."""
 MAX_WORKERS = 2
 START_SECONDS = 120.0
 
@@ -43,10 +48,19 @@ class ParseFailed(Exception):
 
 def _serve(conn: Connection, memory: int) -> None:
     """The worker's loop: read (raw, address) pairs, answer ParsedMail or an error."""
-    try:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # not the server's handlers
+        signal.signal(signum, signal.SIG_DFL)
+    # a forked worker holds copies of the server's descriptors (database and mail sockets):
+    # closed here at the OS level, so nothing in this process can ever use them
+    keep = conn.fileno()
+    os.closerange(3, keep)
+    os.closerange(keep + 1, _max_fd())
+    try:  # the address space as it stands (a forked worker starts as big as the server)
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        with open("/proc/self/statm") as statm:
+            in_use = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (in_use + memory, in_use + memory))
     except (ImportError, ValueError, OSError):  # not on this platform: time still bounds it
         pass
     try:
@@ -58,7 +72,11 @@ def _serve(conn: Connection, memory: int) -> None:
             operation, raw, argument = conn.recv()
         except (EOFError, OSError):  # the server went away
             return
+        except MemoryError:
+            operation, raw, argument = "too big", b"", None
         try:
+            if operation == "too big":
+                raise MemoryError
             if operation == "redact":
                 answer: tuple[str, Any] = ("ok", redact_secrets(raw, argument))
             else:
@@ -73,9 +91,25 @@ def _serve(conn: Connection, memory: int) -> None:
             return
 
 
+def _max_fd() -> int:
+    try:
+        return int(os.sysconf("SC_OPEN_MAX"))
+    except (ValueError, OSError):
+        return 4096
+
+
+def _start_method() -> str:
+    """``fork`` while this process has a single thread (fast: no new interpreter, and safe:
+    no lock can be held by another thread), else ``spawn``. The server warms its workers
+    up at start-up, before its threads; a worker replaced later is spawned."""
+    if hasattr(os, "fork") and threading.active_count() == 1:
+        return "fork"
+    return "spawn"
+
+
 class _Worker:
     def __init__(self, memory: int) -> None:
-        context = multiprocessing.get_context("spawn")
+        context = multiprocessing.get_context(_start_method())
         self.conn, child = context.Pipe()
         self.process: BaseProcess = context.Process(
             target=_serve, args=(child, memory), name="snl-pbem-parse", daemon=True
@@ -145,6 +179,19 @@ class Sandbox:
         if status != "ok":
             raise ParseFailed(str(value))
         return value
+
+    def warm(self, count: int = MAX_WORKERS) -> None:
+        """Start ``count`` workers now (the server does, before it starts its threads)."""
+        started = []
+        with self._lock:
+            missing = count - len(self._all)
+        for _ in range(max(0, missing)):
+            worker = _Worker(self.memory)
+            with self._lock:
+                self._all.add(worker)
+            started.append(worker)
+        for worker in started:
+            self._idle.put(worker)
 
     def _take(self) -> _Worker:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mailhelpers import OPENED, T0, orders_of, replies_since
@@ -433,3 +434,20 @@ def test_only_our_own_authentication_results_are_recorded(tmp_path) -> None:
         row = s.get(InboundMessage, result.inbound_id)
         assert row.auth_results == "mx.example.org; spf=pass smtp.mailfrom=example.org"
     db.dispose()
+
+
+def test_reading_a_message_has_a_memory_limit() -> None:
+    """A message that needs more memory than the worker may grow by fails in the worker,
+    with the reason; the server's own memory is untouched and the next message is read."""
+    from snl_pbem.mail.sandbox import ParseFailed, Sandbox
+
+    sandbox = Sandbox(memory=64 * 1024 * 1024)
+    big = (
+        b"From: a@example.org\r\nContent-Type: text/plain\r\n"
+        b"Content-Transfer-Encoding: base64\r\n\r\n" + b"QUFB\r\n" * 8_000_000
+    )  # 48 MB: received, parsed and decoded it needs several times its size
+    with pytest.raises(ParseFailed, match="more memory than the limit"):
+        sandbox.parse(big, "snl@example.org")
+    ok = sandbox.parse(b"From: ann@example.org\r\n\r\nDICE 4\r\n", "snl@example.org")
+    assert ok.text.strip() == "DICE 4"
+    sandbox.close()
