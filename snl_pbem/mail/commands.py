@@ -67,7 +67,7 @@ _SEPARATORS = re.compile(
     r"oryginalna wiadomość|původní zpráva|исходное сообщение|eredeti üzenet|"
     r"forwarded message|weitergeleitete nachricht|message transféré|mensaje reenviado|"
     r"messaggio inoltrato|doorgestuurd bericht|mensagem encaminhada|"
-    r"videresendt melding|vidarebefordrat meddelande)\s*[-=_*]{2,}|_{10,}|-{10,}|"
+    r"videresendt melding|vidarebefordrat meddelande)\s*[-=_*]{2,}|_{10,}|"
     r"begin forwarded message:|anfang der weitergeleiteten nachricht:|"
     r"début du message réexpédié\s?:|inicio del mensaje reenviado:)$",
     re.IGNORECASE,

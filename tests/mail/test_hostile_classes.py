@@ -305,6 +305,10 @@ QUOTE_STYLES = {
         "KEY ann-key-123\nDICE 4\nEl lun, 30 nov 2026 a las 9:00, Referee "
         "(<snl@example.org>) escribió:\n> DICE 6\n"
     ),
+    "own_divider_and_words": (
+        "Hi referee,\n----------\nOn second thought, at 9:00 I changed my mind:\nKEY ann-key-123\n"
+        "DICE 4\n=========="
+    ),
     "forwarded_inline": (
         "KEY ann-key-123\nDICE 4\n\n---------- Forwarded message ---------\nFrom: cy\n"
         "DICE 6\nKEY cy-key-123\n"
