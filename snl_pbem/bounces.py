@@ -37,6 +37,7 @@ WHAT = {
     "report": "a round report",
     "game-over": "the game-over mail",
     "reminder": "a deadline reminder",
+    "deadline": "the notice of a moved deadline",
     "ack": "a reply to their orders",
     "notice": "a reply to their mail",
     "help": "the HELP reply",

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from snl_pbem import __version__
-from snl_pbem.boardview import render_svg, render_text
+from snl_pbem.boardview import no_orders_line, render_svg, render_text
 from snl_pbem.cli_referee import CommandError as RefereeCommandError
 from snl_pbem.cli_referee import add_commands
 from snl_pbem.replay import (
@@ -161,6 +161,7 @@ def cmd_board(args: argparse.Namespace) -> int:
         if len(boards) > 1:
             _write(f"== {name} ==\n")
         _write(render_text(board))
+        _write(no_orders_line(board) + "\n")
     if args.svg is not None:
         name, board = boards[0]
         try:

@@ -80,11 +80,13 @@ def scheduled_deadline(game: Game, round_number: int, now: datetime) -> datetime
 
 @dataclass
 class SyncReport:
+    """Every change a sync made, one line each. Not logged here: the caller shows them once
+    (``serve`` logs ``config: ...``, ``start`` prints them)."""
+
     lines: list[str] = field(default_factory=list)
 
     def add(self, line: str) -> None:
         self.lines.append(line)
-        log.info("config sync: %s", line)
 
 
 def _apply_settings(game: Game, config: GameConfig) -> list[str]:

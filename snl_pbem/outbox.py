@@ -48,12 +48,18 @@ def enqueue_mail(
     template: str,
     secret: bool = False,
     auto_submitted: str = "auto-generated",
+    broadcast: bool = False,
     in_reply_to: str | None = None,
     references: tuple[str, ...] = (),
     attachments: tuple[tuple[str, str, bytes], ...] = (),
     **context: Any,
 ) -> OutboxMessage:
-    """Render ``template`` and store the message for sending; returns the outbox row."""
+    """Render ``template`` and store the message for sending; returns the outbox row.
+
+    ``broadcast`` marks mail that every player of the game gets alike (reports, game
+    over, a moved deadline): it carries list headers. Anything else is personal
+    (``snl_pbem.mail.compose``).
+    """
     address = config.settings.mail.address
     subject, body = render(template, game=game, **context)
     message_id = new_message_id(address.rpartition("@")[2])
@@ -67,6 +73,7 @@ def enqueue_mail(
         message_id=message_id,
         game_key=game.key if game else None,
         auto_submitted=auto_submitted,
+        broadcast=broadcast and game is not None,
         in_reply_to=in_reply_to,
         references=references,
         attachments=attachments,

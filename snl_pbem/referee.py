@@ -2,7 +2,9 @@
 sending failed mail again.
 
 Each change is audit-logged. ``status`` is the referee's private view: who
-has orders in and whether they are valid — never sent to players.
+has orders in and whether they are valid — never sent to players. Given the
+config, ``extend`` and ``resume`` tell every active player of a moved deadline
+in one notice each, in the same transaction (nothing when it did not move).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.config import Config
 from snl_pbem.games import LifecycleError, audit
+from snl_pbem.reports import enqueue_deadline_notice
 from snl_pbem.rounds import latest_orders, load_state
 from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player, Round
 from snl_pbem.timeutil import show, zone
@@ -46,8 +50,10 @@ def extend(
     by: timedelta | None = None,
     until: datetime | None = None,
     actor: str = "referee",
+    config: Config | None = None,
 ) -> datetime:
-    """Move the open round's deadline later (by a duration, or to a time)."""
+    """Move the open round's deadline later (by a duration, or to a time); with ``config``,
+    every active player is told (when it moved)."""
     if (by is None) == (until is None):
         raise LifecycleError("give either --by DURATION or --until TIME")
     with db.transaction() as session:
@@ -70,6 +76,11 @@ def extend(
             old=old.isoformat(),
             new=new.isoformat(),
         )
+        if config is not None:
+            reason = "extended" if new > old else "earlier"
+            enqueue_deadline_notice(
+                session, config, game, round_, old=old, new=new, reason=reason, now=now
+            )
         return new
 
 
@@ -85,14 +96,23 @@ def pause(db: Database, game_key: str, now: datetime, *, actor: str = "referee")
         audit(session, now, actor, "pause", game)
 
 
-def resume(db: Database, game_key: str, now: datetime, *, actor: str = "referee") -> datetime:
-    """Restart the clock: the open deadline, and the schedule after it, move by the pause."""
+def resume(
+    db: Database,
+    game_key: str,
+    now: datetime,
+    *,
+    actor: str = "referee",
+    config: Config | None = None,
+) -> datetime:
+    """Restart the clock: the open deadline, and the schedule after it, move by the pause
+    (in whole seconds); with ``config``, every active player is told (when it moved)."""
     with db.transaction() as session:
         game = _game(session, game_key, lock=True)
         if game.state != "paused" or game.paused_at is None:
             raise LifecycleError(f"{game_key}: not paused (it is {game.state})")
-        shift = now - game.paused_at
+        shift = timedelta(seconds=int((now - game.paused_at).total_seconds()))
         round_ = _open_round(session, game)
+        old = round_.deadline
         round_.deadline += shift
         round_.deadline_source = "referee"
         round_.held_at = None  # judged again at its new deadline
@@ -107,6 +127,17 @@ def resume(db: Database, game_key: str, now: datetime, *, actor: str = "referee"
             shifted_s=int(shift.total_seconds()),
             deadline=round_.deadline.isoformat(),
         )
+        if config is not None:
+            enqueue_deadline_notice(
+                session,
+                config,
+                game,
+                round_,
+                old=old,
+                new=round_.deadline,
+                reason="resumed",
+                now=now,
+            )
         return round_.deadline
 
 

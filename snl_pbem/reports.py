@@ -1,9 +1,11 @@
-"""The mail a round close sends: each player's report, the referee's summary, game over.
+"""The mail a round close sends: each player's report, the referee's summary, game over;
+and the notice of a moved deadline.
 
 Enqueued in the close's own transaction, so a round is never closed without
 its reports, nor reported without being closed. A player's report holds only
 what R19 allows: every position, the next round's kind and deadline, and the
 reader's own dice of the current set. The referee's summary holds everything.
+A deadline notice holds the game, the round, the old and new deadline and why.
 """
 
 from __future__ import annotations
@@ -49,6 +51,52 @@ def standings(positions: dict[str, Position]) -> list[Standing]:
         shared = sum(1 for _, p in ordered if p == position) > 1
         rows.append(Standing(f"{first + 1}{'=' if shared else ''}", name, position))
     return rows
+
+
+DEADLINE_REASONS = ("extended", "earlier", "resumed", "closed")
+"""Why a deadline moved: extended (or moved ``earlier``) by the referee, the game paused
+and resumed, or the round closed before its deadline by the referee."""
+
+
+def enqueue_deadline_notice(
+    session: Session,
+    config: Config,
+    game: Game,
+    round_: Round,
+    *,
+    old: datetime,
+    new: datetime,
+    reason: str,
+    now: datetime,
+) -> int:
+    """Tell every active player, in one message each, that the open round's deadline moved
+    from ``old`` to ``new`` (for ``closed``: the round closed at ``new``). Nothing is sent
+    when the deadline did not change. Returns how many messages were queued."""
+    if reason not in DEADLINE_REASONS:
+        raise ValueError(f"unknown reason for a deadline notice: {reason!r}")
+    if old == new:
+        return 0
+    tz = zone(game.timezone)
+    players = session.scalars(
+        select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)
+    ).all()
+    for player in players:
+        enqueue_mail(
+            session,
+            config,
+            game=game,
+            kind="deadline",
+            to=player.email,
+            now=now,
+            template="player/deadline.txt.j2",
+            broadcast=True,
+            player=player,
+            round=round_.number,
+            reason=reason,
+            old=show(old, tz),
+            new=show(new, tz),
+        )
+    return len(players)
 
 
 def enqueue_round_mail(
@@ -105,6 +153,7 @@ def enqueue_round_mail(
                 to=player.email,
                 now=now,
                 template="player/game_over.txt.j2",
+                broadcast=True,
                 player=player,
                 round=round_.number,
                 headline=headline,
@@ -123,6 +172,7 @@ def enqueue_round_mail(
             to=player.email,
             now=now,
             template="player/round_report.txt.j2",
+            broadcast=True,
             player=player,
             round=round_.number,
             over=False,

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.games import LifecycleError, audit, scheduled_deadline
-from snl_pbem.reports import enqueue_round_mail
+from snl_pbem.reports import enqueue_deadline_notice, enqueue_round_mail
 from snl_pbem.rules import (
     Board,
     GameRules,
@@ -257,7 +257,8 @@ def close_round(
     """Close the game's open round exactly once; None if there is none (already closed).
 
     With ``config``, the round's mail (reports, referee summary) is enqueued in the
-    same transaction.
+    same transaction; a close by the referee before the round's deadline is first
+    announced to every active player (the deadline notice, "closed early").
 
     ``expect_round`` guards a scheduled close: if the open round is another one
     (closed and reopened meanwhile), nothing happens.
@@ -362,6 +363,10 @@ def _adjudicate_and_store(
                 deadline=next_deadline,
                 opened_at=now,
             )
+        )
+    if config is not None and actor == "referee" and now < round_.deadline:
+        enqueue_deadline_notice(
+            session, config, game, round_, old=round_.deadline, new=now, reason="closed", now=now
         )
     if config is not None:
         next_turns = None

@@ -78,9 +78,14 @@ def wall_clock_add(start: datetime, delta: timedelta, tz: ZoneInfo) -> datetime:
 
 
 def show(moment: datetime, tz: ZoneInfo) -> str:
-    """A time for people: ``Sat 5 Dec 2026 18:00 GMT``."""
+    """A time for people, in ``tz``: ``Sat 5 Dec 2026 18:00 GMT``, with the seconds when it
+    has any (``Sat 5 Dec 2026 18:03:27 GMT``: a deadline moved by a pause keeps them).
+
+    The one format of every time the commands print and the mail shows.
+    """
     local = moment.astimezone(tz)
-    return f"{local:%a} {local.day} {local:%b %Y %H:%M} {local.tzname()}"
+    clock = f"{local:%H:%M:%S}" if local.second else f"{local:%H:%M}"
+    return f"{local:%a} {local.day} {local:%b %Y} {clock} {local.tzname()}"
 
 
 def utcnow() -> datetime:

@@ -182,6 +182,37 @@ def test_board_bad_file(tmp_path: Path, capsysbinary) -> None:
     assert code == 2 and "no [board] table found" in err
 
 
+BOARDS = Path(__file__).parents[1] / "deploy" / "boards"
+
+
+@pytest.mark.parametrize(
+    ("board", "stands_at"),
+    [
+        ("standard.toml", "38 (1^38), 40, 43, 26 (47v26), 31, 37"),
+        ("columns.toml", "1, 12 (3^12), 15, 19, 24, 30"),
+        ("columns-and-digits.toml", "1, 3, 6, 10, 15, 21"),
+    ],
+)
+def test_board_says_where_the_no_orders_default_leads(board, stands_at, capsysbinary) -> None:
+    """R17 plays the lowest die: 1 to 6 in the first set (the GM's guide quotes these)."""
+    code, out, _ = run(["board", str(BOARDS / board)], capsysbinary)
+    last = out.decode().splitlines()[-1]
+    assert code == 0 and last == (
+        "No orders (R17): a player who never writes plays 1 2 3 4 5 6 in the first six turns "
+        f"and stands at {stands_at} (with no trapdoor under them)"
+    )
+
+
+def test_board_no_orders_line_stops_at_the_end(tmp_path: Path, capsysbinary) -> None:
+    bare = write(tmp_path, "b.toml", 'rows = 2\ncolumns = 5\nladders = { "3" = 12 }\n')
+    code, out, _ = run(["board", str(bare)], capsysbinary)
+    assert code == 0 and out.decode().splitlines()[-1] == (
+        "No orders (R17): a player who never writes plays 1 2 in the first 2 turn(s) and "
+        "stands at 1, 12 (3^12), at or past the last space 10: the game ends "
+        "(with no trapdoor under them)"
+    )
+
+
 def test_demo_plays_the_bundled_game(capsysbinary) -> None:
     code, out, _ = run(["example"], capsysbinary)
     text = out.decode()

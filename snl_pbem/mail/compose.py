@@ -2,7 +2,18 @@
 
 Every message gets its Message-ID when it is enqueued (so a resend after a
 crash is recognisable), ``Auto-Submitted`` (RFC 3834) so that no robot
-answers it, and a ``List-Id``-style game header so players can filter.
+answers it, ``X-Auto-Response-Suppress`` (Exchange and Outlook honour it, not
+always Auto-Submitted) against out-of-office replies, and an
+``X-SNL-PBEM-Game`` header naming the game so players can filter.
+
+Personal mail (a welcome with its key, replies, reminders, anything to one
+player or the referee) looks personal: no ``Precedence`` and no ``List-Id``,
+which make filters file a message as list mail. Only a ``broadcast``, the same
+mail to every player of a game (round reports, game over, a moved deadline),
+carries ``List-Id`` (RFC 2919: it is one distribution to the game's players,
+which a player may file in one folder) and ``Precedence: bulk`` (older vacation
+programs check only that; RFC 3834 responders skip both).
+
 Player-supplied text never reaches a header unchecked: CR/LF are removed and
 the length is capped.
 """
@@ -44,12 +55,15 @@ def compose(
     message_id: str,
     game_key: str | None = None,
     auto_submitted: str = "auto-generated",
+    broadcast: bool = False,
     in_reply_to: str | None = None,
     references: Sequence[str] = (),
     attachments: Sequence[tuple[str, str, bytes]] = (),
 ) -> bytes:
     """A plain-text message as bytes, ready for SMTP (CRLF lines, UTF-8, quoted-printable).
 
+    ``broadcast``: the same mail goes to every player of the game (list headers, see
+    above); otherwise the message is personal.
     ``attachments`` are ``(filename, content type, bytes)``, sent base64 after the text.
 
     Built directly rather than through ``EmailMessage``, which costs more than
@@ -64,10 +78,13 @@ def compose(
         ("Date", format_datetime(now)),
         ("Message-ID", message_id),
         ("Auto-Submitted", auto_submitted),  # RFC 3834: robots must not answer
-        ("Precedence", "bulk" if auto_submitted == "auto-generated" else "auto_reply"),
+        ("X-Auto-Response-Suppress", "OOF, AutoReply"),  # bounces (NDR) still come back
     ]
     if game_key is not None:
-        fields.append(("List-Id", f"Snakes and Ladders game {game_key} <{game_key}.{domain}>"))
+        fields.append(("X-SNL-PBEM-Game", header_text(game_key, 100)))
+        if broadcast:
+            fields.append(("Precedence", "bulk"))
+            fields.append(("List-Id", f"Snakes and Ladders game {game_key} <{game_key}.{domain}>"))
     if in_reply_to is not None:
         parent = _message_id(in_reply_to)
         if parent is not None:

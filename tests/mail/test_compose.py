@@ -37,7 +37,8 @@ def test_a_reply_is_well_formed_and_threaded() -> None:
     assert msg["From"] == "Snakes and Ladders referee <snl@example.org>"
     assert msg["Reply-To"] == "snl@example.org" and msg["Auto-Submitted"] == "auto-replied"
     assert msg["In-Reply-To"] == "<a@x.org>" and msg["References"] == "<root@x.org> <a@x.org>"
-    assert msg["List-Id"] == "Snakes and Ladders game g1 <g1.example.org>"
+    assert msg["List-Id"] is None and msg["Precedence"] is None  # personal, not list mail
+    assert msg["X-SNL-PBEM-Game"] == "g1"
     assert msg.get_content().replace("\r\n", "\n") == "Hello ann,\n\nDice: 4\n"
     assert all(line.endswith(b"\r") or not line for line in raw.split(b"\n")[:-1])
     assert max(len(line) for line in raw.split(b"\r\n")) <= 78

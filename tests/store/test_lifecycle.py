@@ -108,7 +108,8 @@ def test_start_makes_keys_round_one_and_welcome_mail(db: Database, make_config) 
     assert not verify_key(key, players[1].key_hash, salt)
     assert key not in (players[0].key_hash or "")
     assert "Round 1 deadline: Fri 4 Jan 2030 18:00 GMT" in body
-    assert "Auto-Submitted: auto-generated" in body and "List-Id:" in body
+    assert "Auto-Submitted: auto-generated" in body and "X-SNL-PBEM-Game: g1" in body
+    assert "List-Id:" not in body and "Precedence:" not in body  # personal, not list mail
     assert [(r.number, r.turns, r.state, r.deadline) for r in rounds] == [
         (1, 1, "open", datetime(2030, 1, 4, 18, 0, tzinfo=UTC))
     ]
