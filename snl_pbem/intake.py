@@ -74,8 +74,10 @@ GUEST_KINDS = ("guest-notice", "guest-help")
 player's address must not use up that player's replies)."""
 GUEST_REPLIES_PER_ADDRESS_PER_HOUR = 3
 GUEST_HELP_PER_ADDRESS_PER_DAY = 2
-GUEST_REPLIES_PER_HOUR = 60
-"""All replies to unauthenticated mail, every address together (backscatter bound)."""
+GUEST_HELP_PER_HOUR = 30
+"""HELP answered to any address, all of them together (a bound on backscatter). Notices
+go only to registered players' addresses: they have a per-address budget only, so a
+flood of HELP from strangers cannot silence the notices a player needs."""
 WRONG_KEYS_PER_SENDER_PER_HOUR = 5
 WRONG_KEYS_PER_GAME_PER_HOUR = 20
 """Past these, wrong keys get no more notices and the referee is told (once an hour)."""
@@ -105,10 +107,13 @@ def ingest(
     *,
     uidvalidity: int | None = None,
     uid: int | None = None,
+    size: int | None = None,
 ) -> IngestResult:
     """Store, then process, one message. Raises only if it could not be stored at all
     (the database is down): a message the database refuses as it is, is stored as a
-    stub and set aside, so that no message stops the mailbox."""
+    stub and set aside, so that no message stops the mailbox. ``size``: ``raw`` is only
+    the header of a message that large (the IMAP poller never fetches one over the
+    limit whole)."""
     digest = hashlib.sha256(raw).hexdigest()
     message_id, sender = envelope_of(raw)  # headers only, bounded; before any lock
     source = clean_text(source, 200)
@@ -117,7 +122,7 @@ def ingest(
             known = _known(session, digest, source, uidvalidity, uid)
             if known is not None:
                 return IngestResult(known.id, "duplicate", "already stored")
-            kept, note = _kept_bytes(session, config, raw, sender, received_at)
+            kept, note = _kept_bytes(config, raw, size)
             row = InboundMessage(
                 message_id=message_id,
                 sha256=digest,
@@ -195,33 +200,38 @@ def _store_stub(
         return IngestResult(row.id, "failed", reason)
 
 
-def _kept_bytes(
-    session: Session, config: Config, raw: bytes, sender: str | None, now: datetime
-) -> tuple[bytes, str | None]:
+def _kept_bytes(config: Config, raw: bytes, size: int | None) -> tuple[bytes, str | None]:
     """What is stored of a message, and a note when it is not all of it: a message over
-    the size limit keeps its headers only; past a sender's daily cap, the first 64 KiB."""
+    the size limit keeps its headers only. (A sender's daily cap trims what is kept only
+    after the message was read: a forged flood must not cut a player's real orders.)"""
     mail_settings = config.settings.mail
-    if len(raw) > mail_settings.max_message_size:
+    size = max(len(raw), size or 0)
+    if size > mail_settings.max_message_size:
         note = (
-            f"{TOO_LARGE} ({len(raw)} bytes; the limit is {mail_settings.max_message_size}): "
+            f"{TOO_LARGE} ({size} bytes; the limit is {mail_settings.max_message_size}): "
             "only its headers are kept"
         )
         return headers_only(raw), note
-    if sender is None:
-        return raw[:MAX_STORED_BYTES], None
+    return raw[:MAX_STORED_BYTES], None
+
+
+def _over_daily_cap(session: Session, config: Config, row: InboundMessage) -> bool:
+    """True when the sender's mail of the last day, this message included, is past
+    ``max_stored_per_sender`` or ``max_stored_bytes_per_sender``."""
+    if row.sender is None:
+        return False
     count, size = session.execute(
         select(func.count(), func.coalesce(func.sum(func.length(InboundMessage.raw)), 0)).where(
-            InboundMessage.sender == sender,
-            InboundMessage.received_at > now - timedelta(days=1),
+            InboundMessage.sender == row.sender,
+            InboundMessage.received_at > row.received_at - timedelta(days=1),
+            InboundMessage.id <= row.id,
         )
     ).one()
-    if (
-        count >= mail_settings.max_stored_per_sender
-        or size + len(raw) > mail_settings.max_stored_bytes_per_sender
-    ) and len(raw) > TRIMMED_BYTES:
-        log.warning("mail from %s over its daily cap: stored trimmed", sender)
-        return raw[:TRIMMED_BYTES], None
-    return raw, None
+    mail_settings = config.settings.mail
+    return bool(
+        count > mail_settings.max_stored_per_sender
+        or size > mail_settings.max_stored_bytes_per_sender
+    )
 
 
 def _known(
@@ -263,6 +273,13 @@ def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResul
             row.status, row.error = "failed", "processing was interrupted several times"
             log.error("inbound %d set aside: %s", inbound_id, row.error)
             return IngestResult(inbound_id, "failed", row.error)
+    return _process_row(db, config, inbound_id)
+
+
+def process_now(db: Database, config: Config, inbound_id: int) -> IngestResult:
+    """Process a stored message now, if nobody has (a round is about to close and the
+    message reached us before its deadline). Safe beside another thread or process
+    processing the same message: the row is locked and its status checked."""
     return _process_row(db, config, inbound_id)
 
 
@@ -333,29 +350,37 @@ def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
             "inbound %d set aside for the referee: %s: %s", inbound_id, type(exc).__name__, exc
         )
         return IngestResult(inbound_id, "failed", f"{type(exc).__name__}: {exc}")
-    if secrets:
-        _redact_stored(db, inbound_id, raw, secrets)
     if status != "failed":
+        _after_reading(db, config, inbound_id, raw, secrets)
         log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
     return IngestResult(inbound_id, status, detail)
 
 
-def _redact_stored(db: Database, inbound_id: int, raw: bytes, secrets: tuple[str, ...]) -> None:
-    """Order keys are kept only as hashes: the stored copy of a processed message has
-    every KEY value it gave replaced by ****. (The digest of the original bytes stays, so
-    the same message arriving again is still recognised.)"""
-    try:
-        redacted = sandbox.redact(raw, list(secrets))
-    except (ParseTimeout, sandbox.ParseFailed) as exc:
-        log.warning("inbound %d: keys not redacted by part (%s); bytes redacted", inbound_id, exc)
-        redacted = raw
-        for secret in secrets:
-            redacted = re.sub(re.escape(secret.encode()), b"****", redacted, flags=re.IGNORECASE)
-    if redacted != raw:
-        with db.transaction() as session:
-            row = session.get(InboundMessage, inbound_id)
-            if row is not None:
-                row.raw = redacted
+def _after_reading(
+    db: Database, config: Config, inbound_id: int, raw: bytes, secrets: tuple[str, ...]
+) -> None:
+    """What is kept of a message once it has been read. Order keys are kept only as
+    hashes: every key it shows is replaced by ****. Past its sender's daily cap it is cut
+    to its first 64 KiB (under an X-SNL-PBEM-Trimmed line). The digest of the original
+    bytes stays, so the same message arriving again is still recognised."""
+    kept = raw
+    if secrets:
+        try:
+            kept = sandbox.redact(raw, list(secrets))
+        except (ParseTimeout, sandbox.ParseFailed) as exc:
+            log.warning("inbound %d: keys redacted as bytes only (%s)", inbound_id, exc)
+            for secret in secrets:
+                kept = re.sub(re.escape(secret.encode()), b"****", kept, flags=re.IGNORECASE)
+    with db.transaction() as session:
+        row = session.get(InboundMessage, inbound_id)
+        if row is None:
+            return
+        if len(kept) > TRIMMED_BYTES and _over_daily_cap(session, config, row):
+            mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
+            kept = mark.encode() + kept[:TRIMMED_BYTES]
+            log.warning("inbound %d: %s over its daily cap: kept trimmed", inbound_id, row.sender)
+        if kept != raw:
+            row.raw = kept
 
 
 @dataclass
@@ -394,7 +419,7 @@ def _process(
             )
         )
         if earlier is not None:
-            return "duplicate", f"Message-ID already seen in inbound {earlier}", ()
+            return "duplicate", f"Message-ID already seen in inbound {earlier}", mail.quoted_keys
     if mail.automated:
         # a bounce of our own mail tells the referee; keys quoted in robots' mail (a bounced
         # welcome returns its key) are redacted like a player's own
@@ -402,7 +427,7 @@ def _process(
         if bounce is not None:
             return "ignored", bounce, mail.quoted_keys
         return "ignored", f"automated mail, not answered: {mail.automated}", mail.quoted_keys
-    commands = parse_commands(mail.text, mail.subject)
+    commands = mail.commands or parse_commands("", "")
     ctx = _Context(session, config, row, mail, commands, row.received_at)
     if too_large is not None:
         _guest_notice(
@@ -413,7 +438,7 @@ def _process(
         )
         return "rejected", too_large, ()
     status, detail = _dispatch(ctx)
-    return status, detail, commands.keys
+    return status, detail, tuple(sorted({*commands.keys, *mail.quoted_keys}))
 
 
 def _dispatch(ctx: _Context) -> tuple[str, str]:
@@ -423,13 +448,17 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         if commands.help and commands.key is None:
             _guest_help(ctx, None)
             return "processed", "help sent"
-        if commands.game is not None:
-            _guest_notice(ctx, f"There is no game called {commands.game!r} here.")
+        if commands.game is not None and not commands.game_from_subject:
+            _guest_notice(
+                ctx,
+                "Your message's GAME line names a game that is not on this server: check "
+                "the game id in your welcome message.",
+            )
             return "rejected", f"unknown game {commands.game!r}"
         _guest_notice(
             ctx,
             "Your message did not say which game it is for: add a "
-            "line GAME <id> (or put [id] in the subject).",
+            "line GAME <id> (or put [id] in the subject)." + _cut_note(commands),
         )
         return "rejected", "no game given"
     # The game row is locked, as a close locks it, and before anything that refers to it is
@@ -465,8 +494,14 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
     if other:
         log.warning("inbound %d: %s's key used from %s", ctx.row.id, player.name, other)
         audit(
-            session, ctx.now, "intake", "key-elsewhere", game,
-            player=player.name, address=other, inbound=ctx.row.id,
+            session,
+            ctx.now,
+            "intake",
+            "key-elsewhere",
+            game,
+            player=player.name,
+            address=other,
+            inbound=ctx.row.id,
         )
     if commands.help:
         _reply(ctx, game, player, "help", "player/help.txt.j2", other_sender=other)
@@ -483,11 +518,22 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         player,
         "notice",
         "player/notice.txt.j2",
-        message="Your message had no orders (no DICE or TRAPDOOR line).",
+        message="Your message had no orders (no DICE or TRAPDOOR line)." + _cut_note(commands),
         line_problems=_redacted(commands.problems, commands.keys),
         other_sender=other,
     )
     return "processed", "no orders in it"
+
+
+def _cut_note(commands: Commands) -> str:
+    """Why lines were not read, for a notice (without echoing them: it may be forged)."""
+    if commands.cut is None:
+        return ""
+    return (
+        ' (Reading stopped at a line that starts quoted text, such as "On ... wrote:"; '
+        "nothing below it was read. Write your orders above it, or below the quoted "
+        "lines marked with >.)"
+    )
 
 
 def _other_address(mail: ParsedMail, player: Player) -> str | None:
@@ -525,9 +571,8 @@ def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
             ctx,
             f"Your message had {'no' if commands.key is None else 'a wrong'} order key, so "
             "nothing in it was applied. Every order needs the line KEY followed by your "
-            "order key (see your welcome message).",
+            "order key (see your welcome message)." + _cut_note(commands),
             game,
-            line_problems=tuple(p for p in commands.problems if p.line.startswith("KEY")),
         )
     return "rejected", f"authentication failed ({reason})"
 
@@ -553,14 +598,20 @@ def _key_guessing(ctx: _Context, game: Game) -> bool:
         ids = select(InboundMessage.id).where(*conditions).limit(limit + 1).subquery()
         return 1 + (session.scalar(select(func.count()).select_from(ids)) or 0)
 
-    over_sender = sender is not None and bounded_count(
-        *wrong, InboundMessage.sender == sender, limit=WRONG_KEYS_PER_SENDER_PER_HOUR
-    ) > WRONG_KEYS_PER_SENDER_PER_HOUR
+    over_sender = (
+        sender is not None
+        and bounded_count(
+            *wrong, InboundMessage.sender == sender, limit=WRONG_KEYS_PER_SENDER_PER_HOUR
+        )
+        > WRONG_KEYS_PER_SENDER_PER_HOUR
+    )
     over_game = bounded_count(*wrong, limit=WRONG_KEYS_PER_GAME_PER_HOUR) > (
         WRONG_KEYS_PER_GAME_PER_HOUR
     )
     if not (over_sender or over_game):
         return False
+    # past the game's limit the referee is told; only a sender past its own limit is
+    # quietened (one guesser must not silence every player's wrong-key notices)
     already = session.scalar(
         select(func.count())
         .select_from(OutboxMessage)
@@ -594,7 +645,7 @@ def _key_guessing(ctx: _Context, game: Game) -> bool:
             per_game=WRONG_KEYS_PER_GAME_PER_HOUR,
         )
         log.warning("%s: many wrong order keys in the last hour: referee told", game.key)
-    return True
+    return over_sender
 
 
 def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tuple[str, str]:
@@ -704,6 +755,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         deadline=show(round_.deadline, zone(game.timezone)),
         other_sender=other,
         note=ctx.mail.note if ctx.mail.note and "attachment" in ctx.mail.note else None,
+        cut=_redact(commands.cut, commands.keys) if commands.cut else None,
     )
     return "processed", (
         "orders withdrawn"
@@ -765,8 +817,15 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
 
 
 def _find_game(session: Session, commands: Commands, sender: str | None) -> Game | None:
-    if commands.game is not None:
+    """The game a GAME line names; else the first [id] of the subject that is a game here
+    (a gateway's "[EXTERNAL]" may come first); else the one running game the sender
+    plays in."""
+    if commands.game is not None and not commands.game_from_subject:
         return session.scalar(select(Game).where(Game.key == commands.game))
+    for candidate in commands.subject_games:
+        game = session.scalar(select(Game).where(Game.key == candidate))
+        if game is not None:
+            return game
     if sender is None:
         return None
     games = session.scalars(
@@ -807,15 +866,20 @@ def _guest_budget(ctx: _Context, address: str, kind: str) -> bool:
             OutboxMessage.created_at > per_address[1],
         )
     )
-    sent_all = session.scalar(
-        select(func.count())
-        .select_from(OutboxMessage)
-        .where(
-            OutboxMessage.kind.in_(GUEST_KINDS),
-            OutboxMessage.created_at > now - timedelta(hours=1),
+    sent_all = 0
+    if kind == "guest-help":  # help goes to any address: bounded for all of them together
+        sent_all = (
+            session.scalar(
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(
+                    OutboxMessage.kind == "guest-help",
+                    OutboxMessage.created_at > now - timedelta(hours=1),
+                )
+            )
+            or 0
         )
-    )
-    if (sent_to or 0) >= per_address[0] or (sent_all or 0) >= GUEST_REPLIES_PER_HOUR:
+    if (sent_to or 0) >= per_address[0] or sent_all >= GUEST_HELP_PER_HOUR:
         log.warning(
             "inbound %d: no reply to %s (unauthenticated replies' budget)", ctx.row.id, address
         )
@@ -835,6 +899,18 @@ def _guest_notice(
     if player is None:
         log.info("inbound %d: no reply to unregistered sender %s", ctx.row.id, ctx.mail.sender)
         return
+    if _verified_sender(ctx):  # not forged: the player's own budget, as for their orders
+        owner = ctx.session.get(Game, player.game_id)
+        _reply(
+            ctx,
+            owner,
+            player,
+            "notice",
+            "player/notice.txt.j2",
+            message=message,
+            line_problems=_redacted(line_problems, ctx.commands.keys),
+        )
+        return
     if not _guest_budget(ctx, player.email, "guest-notice"):
         return
     owner = ctx.session.get(Game, player.game_id)
@@ -848,6 +924,19 @@ def _guest_notice(
         player=player,
         message=message,
         line_problems=_redacted(line_problems, ctx.commands.keys),
+    )
+
+
+def _verified_sender(ctx: _Context) -> bool:
+    """True when our own MTA's Authentication-Results (``authserv_id``) say the From
+    domain authenticated this message (DMARC pass, or DKIM pass for that domain)."""
+    results, sender = (ctx.row.auth_results or "").lower(), ctx.mail.sender
+    if not results or sender is None or ctx.mail.sender_doubt:
+        return False
+    domain = sender.rpartition("@")[2]
+    return (
+        "dmarc=pass" in results
+        or re.search(rf"dkim=pass[^;]*header\.(?:d|i)=@?{re.escape(domain)}\b", results) is not None
     )
 
 

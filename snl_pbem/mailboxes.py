@@ -41,6 +41,7 @@ class DatabaseHooks:
         self.clock = clock
         self.owner = owner or identity()
         self.results: list[IngestResult] = []
+        self._poll_started: datetime | None = None
 
     def deliver(
         self,
@@ -49,13 +50,21 @@ class DatabaseHooks:
         uidvalidity: int,
         uid: int,
         arrived: datetime | None = None,
+        size: int | None = None,
     ) -> bool:
         """Store one message; its receipt time is when our mail server received it (the
         mailbox's INTERNALDATE), so an outage of this server costs no order its deadline."""
         now = self.clock()
         received = min(arrived, now) if arrived is not None else now
         result = ingest(
-            self.db, self.config, raw, received, source, uidvalidity=uidvalidity, uid=uid
+            self.db,
+            self.config,
+            raw,
+            received,
+            source,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            size=size,
         )
         self.results.append(result)
         return result.stored
@@ -71,9 +80,11 @@ class DatabaseHooks:
             pass  # another process created it first
 
     def acquire(self, source: str) -> bool:
-        """Take the lease if it is free, ours, expired, or held by a dead process here."""
+        """Take the lease if it is free, ours, expired, or held by a dead process here.
+        Called as each poll starts: that moment is what a good poll records."""
         self._state(source)
         now = self.clock()
+        self._poll_started = now
         with self.db.transaction() as session:
             holder = session.scalar(select(MailboxState.owner).where(MailboxState.source == source))
             stale = holder if holder and dead_here(holder) else None
@@ -103,11 +114,15 @@ class DatabaseHooks:
             )
 
     def healthy(self, source: str, uidvalidity: int) -> None:
+        """A poll read the mailbox to its end: every message that reached it before the
+        poll started is stored and processed. ``last_ok_at`` is that start, so a round
+        closes only once a poll that started after its deadline has completed."""
         with self.db.transaction() as session:
             state = session.get(MailboxState, source)
             if state is not None:
                 now = self.clock()
-                state.last_ok_at, state.uidvalidity = now, uidvalidity
+                started = min(self._poll_started or now, now)
+                state.last_ok_at, state.uidvalidity = started, uidvalidity
                 if state.healthy_since is None:
                     state.healthy_since = now
 
@@ -152,6 +167,7 @@ def imap_poller(
         processed_folder=imap.processed_folder,
         poll_interval=imap.poll_interval.total_seconds(),
         timeout=timeout,
+        max_message_size=config.settings.mail.max_message_size,
     )
     return ImapPoller(settings, hooks or DatabaseHooks(db, config))
 

@@ -37,6 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
+from snl_pbem.intake import process_now
 from snl_pbem.mailboxes import intake_health
 from snl_pbem.outbox import enqueue_mail
 from snl_pbem.retention import purge_raw_mail
@@ -48,7 +49,7 @@ from snl_pbem.rounds import (
     latest_orders,
 )
 from snl_pbem.rules.dice import lowest_legal_dice, open_values
-from snl_pbem.store import Database, Game, Player, Round
+from snl_pbem.store import Database, Game, InboundMessage, Player, Round
 from snl_pbem.store.models import MailboxState
 from snl_pbem.timeutil import format_duration, show, utcnow, zone
 
@@ -56,6 +57,8 @@ log = logging.getLogger("snl_pbem.scheduler")
 
 HELD_CHECK_SECONDS = 60
 RESCAN_SECONDS = 15
+CATCH_UP_SECONDS = 1
+"""How often a close waiting for the mailbox to be read to its end looks again."""
 RETRY_SECONDS = 30
 PURGE_EVERY = timedelta(days=1)
 PURGE_RETRY = timedelta(hours=1)
@@ -95,6 +98,8 @@ class RoundScheduler:
         self.after_close = after_close
         self.failures: list[str] = []
         """Closes that failed and will be retried (for the log and tests)."""
+        self.request_poll: Callable[[], None] | None = None
+        """Asks this process's IMAP poller to read the mailbox now (the server sets it)."""
 
     # -- planning ---------------------------------------------------------------------
 
@@ -133,13 +138,15 @@ class RoundScheduler:
 
     @property
     def intake_grace(self) -> timedelta:
-        """How long after a deadline the close waits, so that mail which reached the
-        mailbox before the deadline (its receipt time) is read and counts. LMTP delivery
-        is synchronous: no wait."""
+        """How long after a deadline the close is first tried. With IMAP, the close then
+        waits until a poll that began after the deadline has read the mailbox to its end
+        (the poller is asked to read at once), so mail that reached the mailbox before the
+        deadline counts; stored messages not yet processed are processed first. LMTP
+        delivery is synchronous: no wait."""
         imap = self.config.settings.mail.imap
         if imap is None:
             return timedelta(0)
-        return min(max(2 * imap.poll_interval, timedelta(seconds=5)), timedelta(minutes=5))
+        return timedelta(seconds=1)  # then it waits for a poll begun after the deadline
 
     def rebuild(self) -> list[Planned]:
         """Replace the scheduler's jobs with the plan (stale ones are removed)."""
@@ -287,10 +294,66 @@ class RoundScheduler:
             if problem is not None:
                 self._hold(game_key, number, problem)
                 return None
+            if not early and self._intake_behind(game_key, number):
+                self._close_soon(game_key, number)
+                return None
+            self._process_stragglers(game_key, number)
             return self._close(game_key, number, actor="scheduler")
         except Exception as exc:
             self._retry_later(game_key, number, exc)
             return None
+
+    def _intake_behind(self, game_key: str, number: int) -> bool:
+        """True while no poll that began after the round's deadline has completed."""
+        if self.config.settings.mail.imap is None:
+            return False
+        with self.db.transaction() as session:
+            deadline = session.scalar(
+                select(Round.deadline)
+                .join(Game, Game.id == Round.game_id)
+                .where(Game.key == game_key, Round.number == number)
+            )
+        last_ok, _ = self._health()
+        if deadline is None or (last_ok is not None and last_ok >= deadline):
+            return False
+        if self.request_poll is not None:
+            self.request_poll()
+        return True
+
+    def _close_soon(self, game_key: str, number: int) -> None:
+        """Try the close again in a moment (the mailbox is being read to its end)."""
+        log.info("%s: round %d: reading the mailbox to its end before closing", game_key, number)
+        if self.scheduler is not None:
+            self.scheduler.add_job(
+                self.on_deadline,
+                "date",
+                run_date=self.clock() + timedelta(seconds=CATCH_UP_SECONDS),
+                id=f"close:{game_key}:{number}",
+                args=(game_key, number),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def _process_stragglers(self, game_key: str, number: int) -> None:
+        """Process every stored message received before the deadline that is still
+        unprocessed (being processed by another thread, or left by a failure), so that
+        none is judged after the round it was meant for has closed."""
+        with self.db.transaction() as session:
+            deadline = session.scalar(
+                select(Round.deadline)
+                .join(Game, Game.id == Round.game_id)
+                .where(Game.key == game_key, Round.number == number)
+            )
+            if deadline is None:
+                return
+            waiting = session.scalars(
+                select(InboundMessage.id)
+                .where(InboundMessage.status == "new", InboundMessage.received_at <= deadline)
+                .order_by(InboundMessage.id)
+            ).all()
+        for inbound_id in waiting:
+            result = process_now(self.db, self.config, inbound_id)
+            log.info("inbound %d processed before the close: %s", inbound_id, result.status)
 
     def _retry_later(self, game_key: str, number: int, exc: Exception) -> None:
         log.error(

@@ -132,14 +132,21 @@ class Server:
         original_deliver = hooks.deliver
 
         def deliver(
-            raw: bytes, source: str, uidvalidity: int, uid: int, arrived: datetime | None = None
+            raw: bytes,
+            source: str,
+            uidvalidity: int,
+            uid: int,
+            arrived: datetime | None = None,
+            size: int | None = None,
         ) -> bool:
-            stored = original_deliver(raw, source, uidvalidity, uid, arrived)
+            stored = original_deliver(raw, source, uidvalidity, uid, arrived, size)
             self._after_ingest(hooks.results.pop() if hooks.results else None)
             return stored
 
         hooks.deliver = deliver  # type: ignore[method-assign]
         self._poller = imap_poller(self.db, self.config, hooks)
+        if self.rounds is not None:  # a deadline asks the poller to read the mailbox now
+            self.rounds.request_poll = self._poller.wake.set if self._poller else None
         if self._poller is not None:
             if first_poll:  # read what arrived while we were down before catching up
                 try:

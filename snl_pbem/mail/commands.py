@@ -49,13 +49,22 @@ _WROTE = (
     r"wrote|a écrit|a ecrit|schrieb|escribió|escribio|ha scritto|schreef|escreveu|skrev|"
     r"pisze|napisał\(a\)|napisał|kirjoitti|пишет|написал\(а\)|написал|yazdı|írta"  # noqa: RUF001 (Cyrillic and Turkish, as written)
 )
-_REPLY_HEADER = re.compile(
-    # "On Mon, 30 Nov 2026 at 09:00, Ann <ann@x> wrote:", "Am 30.11.2026 um 09:00 schrieb
-    # Ann <ann@x>:", "Le lun. 30 nov. 2026 à 09:00, Ann <ann@x> a écrit :", ...
-    rf"^(?=.*[\d@]).{{0,300}}\b({_WROTE})\b(\s*[^:]{{0,120}})?\s*:\s*$"
-    rf"|^(?=.*[\d@]).{{0,300}}\b({_WROTE})\s*$",
-    re.IGNORECASE,
-)
+_WROTE_WORD = re.compile(rf"\b(?:{_WROTE})(?=\W|$)", re.IGNORECASE)
+
+
+def _is_reply_header(text: str) -> bool:
+    """"On Mon, 30 Nov 2026 at 09:00, Ann <ann@x> wrote:", "Am 30.11.2026 um 09:00 schrieb
+    Ann <ann@x>:", "Le lun. 30 nov. 2026 à 09:00, Ann <ann@x> a écrit :", ... Linear in the
+    line (no backtracking pattern): a "wrote" word near the end of a line that ends there
+    or with a colon, which begins like a client's reply header or names an address."""
+    if len(text) > 400 or not (text.endswith(":") or _WROTE_WORD.search(text[-20:])):
+        return False
+    found = list(_WROTE_WORD.finditer(text))
+    if not found or len(text) - found[-1].end() > 120:
+        return False
+    return "@" in text or (_INTRO.match(text) is not None and any(c.isdigit() for c in text))
+
+
 _INTRO = re.compile(
     r"^(on|le|am|el|il|op|em|den|dne|w dniu|в|el día|op \w+ \d)\b", re.IGNORECASE
 )
@@ -116,6 +125,10 @@ class Commands:
     dropped_lines: int = 0
     """Non-blank lines after the first 50 (not read)."""
     game_from_subject: bool = False
+    subject_games: tuple[str, ...] = ()
+    """Every [id] in the subject, for a message without a GAME line."""
+    cut: str | None = None
+    """The line where reading stopped because quoted text follows it."""
     replaced: tuple[tuple[str, str], ...] = ()
     """(earlier line, the later line that replaced it) for each repeated order line: a
     message with more than one order block counts its last one."""
@@ -146,14 +159,17 @@ def _reply_header(lines: list[str], index: int) -> int:
     or "Date:" (in many languages) within the next lines."""
     line = lines[index]
     if _SEPARATORS.match(line):
-        return 1
+        if not line.startswith("_"):
+            return 1
+        following = [x for x in lines[index + 1 : index + 4] if x]
+        return 1 if following and _HEADER_FROM.match(following[0]) else 0
     joined = line
     for extra in range(3 if _INTRO.match(line) else 1):
         if extra:
             if index + extra >= len(lines) or not lines[index + extra]:
                 break
             joined = f"{joined} {lines[index + extra]}"
-        if len(joined) <= 400 and _REPLY_HEADER.match(joined):
+        if _is_reply_header(joined):
             return extra + 1
     if _HEADER_FROM.match(line):
         following = [x for x in lines[index + 1 : index + 5] if x]
@@ -167,24 +183,42 @@ def _reply_header(lines: list[str], index: int) -> int:
     return 0
 
 
+MAX_SCANNED_LINES = 5000
+"""Lines looked at for the player's own (quoted ones included); the rest is not read."""
+_ORDER_LINE = re.compile(r"^(game|key|dice|die|trapdoor|round)\b", re.IGNORECASE)
+
+
 def command_lines(text: str) -> tuple[list[str], int]:
     """The lines the player wrote now, to read as commands, and how many non-blank lines
-    were left unread (past MAX_COMMAND_LINES).
+    were left unread (past MAX_COMMAND_LINES). See :func:`read_lines`."""
+    kept, dropped, _cut = read_lines(text)
+    return kept, dropped
+
+
+def read_lines(text: str) -> tuple[list[str], int, str | None]:
+    """``(lines, dropped, cut)``: the lines the player wrote now, how many non-blank lines
+    past MAX_COMMAND_LINES were not read, and the line where reading stopped because what
+    followed it is quoted text (None when nothing below was left unread).
 
     Quoted text never counts: ``>`` lines are skipped wherever they stand (so a reply
     written below the quote, or between quoted lines, is read), a reply header followed
     by ``>`` lines is skipped with them, and a reply header or separator followed by
     text that is not marked as quoted (Outlook, "-----Ursprüngliche Nachricht-----",
-    forwarded mail) ends the reading: everything below it is the old message."""
+    forwarded mail) ends the reading: everything below it is the old message. The
+    signature line ``-- `` ends it too (a bare ``--`` only when no order line follows)."""
     raw_lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    lines = [clean_line(raw) for raw in raw_lines]
+    raw_lines = raw_lines[:MAX_SCANNED_LINES]
+    lines = [clean_line(raw[:1000]) for raw in raw_lines]
     kept: list[str] = []
     dropped = 0
     index = 0
     while index < len(lines):
         raw, line = raw_lines[index], lines[index]
-        if raw.rstrip("\n") in ("-- ", "--"):  # RFC 3676 signature separator
-            break
+        if raw.rstrip("\n") == "-- " or (
+            raw.rstrip("\n") == "--"
+            and not any(_ORDER_LINE.match(x) for x in lines[index + 1 :] if x and not _quoted(x))
+        ):
+            break  # RFC 3676 signature separator (a bare "--" divider above orders is not one)
         if not line or _quoted(line):
             index += 1
             continue
@@ -196,18 +230,24 @@ def command_lines(text: str) -> tuple[list[str], int]:
             if after < len(lines) and _quoted(lines[after]):
                 index = after  # a marked quote: skip it and read on below it
                 continue
-            break  # an unmarked quote: the rest is the old message
+            # an unmarked quote: the rest is the old message
+            return kept, dropped, line[:MAX_LINE_LENGTH] if after < len(lines) else None
         if len(kept) >= MAX_COMMAND_LINES:
             dropped += 1
         else:
             kept.append(line[:MAX_LINE_LENGTH])
         index += 1
-    return kept, dropped
+    return kept, dropped, None
 
 
 def game_in_subject(subject: str) -> str | None:
-    match = _SUBJECT_GAME.search(subject)
-    return match.group(1).lower() if match else None
+    found = games_in_subject(subject)
+    return found[0] if found else None
+
+
+def games_in_subject(subject: str) -> tuple[str, ...]:
+    """Every ``[id]`` in a subject, in order (a gateway's ``[EXTERNAL]`` may come first)."""
+    return tuple(m.group(1).lower() for m in _SUBJECT_GAME.finditer(subject[:500]))[:5]
 
 
 @dataclass
@@ -236,7 +276,7 @@ class _Builder:
 
 def parse_commands(text: str, subject: str = "") -> Commands:
     """Read a message's commands; never raises."""
-    lines, dropped = command_lines(text)
+    lines, dropped, cut = read_lines(text)
     b = _Builder()
     for line in lines:
         match = _WORD.match(line)
@@ -250,9 +290,9 @@ def parse_commands(text: str, subject: str = "") -> Commands:
     values = b.values
     game = values.get("game")
     from_subject = False
-    if game is None:
-        game = game_in_subject(subject)
-        from_subject = game is not None
+    subject_games = games_in_subject(subject) if game is None else ()
+    if game is None and subject_games:
+        game, from_subject = subject_games[0], True
     return Commands(
         game=game if isinstance(game, str) else None,
         key=values.get("key"),  # type: ignore[arg-type]
@@ -267,6 +307,8 @@ def parse_commands(text: str, subject: str = "") -> Commands:
         ignored=tuple(b.ignored),
         dropped_lines=dropped,
         game_from_subject=from_subject,
+        subject_games=subject_games,
+        cut=cut,
         replaced=tuple(b.replaced),
         keys=tuple(values.get("keys", ())),  # type: ignore[arg-type]
         conflict=(
@@ -300,73 +342,116 @@ def _number_problem(token: str, what: str) -> str:
     return ""
 
 
+def _chat(b: _Builder, line: str) -> None:
+    """A line that starts with a command word but reads as a sentence ("Round 2 was
+    brutal", "Key point: ...", "Clear skies"): listed as ignored, never obeyed."""
+    b.ignored.append(line)
+
+
+def _words(rest: str) -> list[str]:
+    return rest.replace(",", " ").split()
+
+
 def _game(b: _Builder, line: str, rest: str) -> None:
-    token = rest.split()[0].strip("[]").lower() if rest else ""
+    words = _words(rest)
+    if len(words) > 1:
+        return _chat(b, line)
+    token = words[0].strip("[]").lower() if words else ""
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", token):
         b.problems.append(LineProblem(line, "GAME needs the game's id, e.g. GAME spring26"))
-        return
+        return None
     b.conflict("game", token, f"two different GAME lines ({b.values.get('game')}, {token})")
     b.values["game"] = token
+    return None
+
+
+def _looks_like_key(token: str) -> bool:
+    return len(token) >= 6 and any(c.isdigit() or c == "-" for c in token)
 
 
 def _key(b: _Builder, line: str, rest: str) -> None:
-    if not rest:
+    words = rest.split()
+    if not words:
         b.problems.append(LineProblem("KEY", "KEY needs your order key after it"))
-        return
-    key = rest.split()[0]
-    b.conflict("key", key, "two different KEY lines")
+        return None
+    if len(words) > 1 and not _looks_like_key(words[0]):
+        return _chat(b, "KEY ...")  # a sentence; never echoed whole (it may hold a key)
+    key = words[0]
+    b.conflict("key_norm", key.lower(), "two different KEY lines")  # keys ignore case
+    b.values["key_norm"] = key.lower()
     b.values.setdefault("keys", [])
     keys = b.values["keys"]
     assert isinstance(keys, list)
     keys.append(key)
     b.values["key"] = key
+    return None
 
 
 def _round(b: _Builder, line: str, rest: str) -> None:
-    b.once("ROUND", line)
-    token = rest.split()[0].rstrip(".") if rest else ""
+    words = _words(rest)
+    token = words[0].rstrip(".") if words else ""
+    if len(words) > 1:
+        return _chat(b, line)
     if not (token.isascii() and token.isdigit()) or len(token) > 6:
         reason = _number_problem(token, "the round number") or (
             "ROUND needs a round number, e.g. ROUND 8"
         )
+        earlier = b.last_line.get("ROUND")
+        if earlier:
+            reason += f'; your earlier line "{earlier}" still counts'
         b.problems.append(LineProblem(line, reason))
-        return
+        return None
+    b.once("ROUND", line)
     b.values["round"] = int(token)
+    return None
 
 
 def _dice(b: _Builder, line: str, rest: str) -> None:
-    b.once("DICE", line)
     tokens = [t.strip(".!()") for t in _SPLIT.split(rest) if t.strip(".!()")]
+    if tokens and not any(ch.isdigit() or ch.isnumeric() for ch in tokens[0]) and len(tokens) > 2:
+        return _chat(b, line)  # "Die hard fan of this game"
+    b.once("DICE", line)  # a later DICE line counts, read or not (unreadable: invalid, R18)
     if not tokens:
         b.problems.append(LineProblem(line, "DICE needs one value per turn, e.g. DICE 4 2"))
         b.values["dice"] = ()
-        return
+        return None
     values = []
     for token in tokens:
         if not (token.isascii() and token.isdigit()) or len(token) > 3:
             reason = _number_problem(token, "each die") or f"{token!r} is not a die value (1 to 6)"
             b.problems.append(LineProblem(line, reason))
             b.values["dice"] = ()  # an unreadable die makes the dice invalid (R18)
-            return
+            return None
         values.append(int(token))
     b.values["dice"] = tuple(values)
+    return None
 
 
 def _trapdoor(b: _Builder, line: str, rest: str) -> None:
-    b.once("TRAPDOOR", line)
-    token = rest.split()[0].rstrip(".") if rest else ""
+    words = _words(rest)
+    token = words[0].rstrip(".") if words else ""
+    if len(words) > 2 and not any(ch.isdigit() for ch in token) and token.lower() not in (
+        _NONE_WORDS
+    ):
+        return _chat(b, line)
     if token.lower() in _NONE_WORDS:
+        b.once("TRAPDOOR", line)
         b.values["no_trapdoor"] = True
         b.values.pop("trapdoor", None)
-        return
+        return None
     if not (token.isascii() and token.isdigit()) or len(token) > 6:
         reason = _number_problem(token, "the space number") or (
             "TRAPDOOR needs a space number, e.g. TRAPDOOR 37"
         )
+        earlier = b.last_line.get("TRAPDOOR")
+        if earlier:
+            reason += f'; your earlier line "{earlier}" still counts'
         b.problems.append(LineProblem(line, reason))
-        return
+        return None
+    b.once("TRAPDOOR", line)
     b.values["trapdoor"] = int(token)
     b.values.pop("no_trapdoor", None)
+    return None
 
 
 Handler = Callable[[_Builder, str, str], None]
@@ -374,6 +459,9 @@ Handler = Callable[[_Builder, str, str], None]
 
 def _flag(name: str) -> Handler:
     def handler(b: _Builder, line: str, rest: str) -> None:
+        if rest.strip(" .!,;:-") and rest.strip(" .!,;:-").lower() not in ("please", "orders"):
+            b.ignored.append(line)  # "Clear skies here today": a sentence, not CLEAR
+            return
         b.values[name] = True
 
     return handler

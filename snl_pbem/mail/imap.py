@@ -19,7 +19,7 @@ import random
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -32,6 +32,8 @@ log = logging.getLogger("snl_pbem.imap")
 
 IDLE_RENEW_SECONDS = 9 * 60  # RFC 2177: re-issue IDLE at least every 29 minutes; we do 9
 BATCH = 100
+FETCH_BYTES = 32 * 1024 * 1024
+"""At most this much mail is fetched into memory at once."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,8 @@ class MailboxConfig:
     processed_folder: str = "Processed"
     poll_interval: float = 60.0
     timeout: float = 30.0
+    max_message_size: int = 25 * 1024 * 1024
+    """Larger messages are fetched as their header only (and refused as too large)."""
     ssl_context: ssl.SSLContext | None = None
 
     @property
@@ -60,11 +64,18 @@ class MailboxHooks(Protocol):
     """What the poller needs from the rest of the server."""
 
     def deliver(
-        self, raw: bytes, source: str, uidvalidity: int, uid: int, arrived: datetime | None
+        self,
+        raw: bytes,
+        source: str,
+        uidvalidity: int,
+        uid: int,
+        arrived: datetime | None,
+        size: int | None = None,
     ) -> bool:
         """Store one message; True once it is committed (then it may be moved).
 
         ``arrived`` is the mailbox's INTERNALDATE: when our mail server received it.
+        ``size`` is given when ``raw`` is only the header of a message over the limit.
         """
 
     def acquire(self, source: str) -> bool:
@@ -94,6 +105,9 @@ class ImapPoller:
         self.last_uid = 0
         self._sleep = sleep
         self._has_move = False
+        self.wake = threading.Event()
+        """Set to have the poller read the mailbox now (a deadline passed: read it to its
+        end before the round closes), without waiting for IDLE news or the interval."""
 
     # -- connection -------------------------------------------------------------------
 
@@ -157,20 +171,13 @@ class ImapPoller:
             u for u in client.search(["UID", f"{self.last_uid + 1}:*"]) if u > self.last_uid
         ]  # "n:*" also returns the last UID when none is newer
         stored_total = 0
-        for start in range(0, len(uids), BATCH):
-            batch = sorted(uids[start : start + BATCH])
-            fetched = client.fetch(batch, ["BODY.PEEK[]", "INTERNALDATE"])
+        for batch in self._batches(client, sorted(uids)):
             stored: list[int] = []
             failure: Exception | None = None
-            for uid in batch:
-                item = fetched.get(uid)
-                raw = item.get(b"BODY[]") if item else None
-                if raw is None:
-                    continue  # expunged meanwhile
-                arrived = _aware(item.get(b"INTERNALDATE"))
+            for uid, raw, arrived, size in self._fetch(client, batch):
                 try:
                     delivered = self.hooks.deliver(
-                        bytes(raw), self.config.source, self.uidvalidity, uid, arrived
+                        raw, self.config.source, self.uidvalidity, uid, arrived, size
                     )
                 except Exception as exc:  # could not even be set aside: the database is away
                     failure = exc
@@ -190,6 +197,47 @@ class ImapPoller:
                 self.last_uid = max(self.last_uid, *stored)
         self.hooks.healthy(self.config.source, self.uidvalidity)
         return stored_total
+
+    def _batches(self, client: IMAPClient, uids: list[int]) -> Iterator[dict[int, int]]:
+        """{uid: size} in fetches of at most BATCH messages and FETCH_BYTES (sizes asked
+        first, so a mailbox of large messages never fills the server's memory)."""
+        for start in range(0, len(uids), BATCH):
+            chunk = uids[start : start + BATCH]
+            sizes = client.fetch(chunk, ["RFC822.SIZE"])
+            batch: dict[int, int] = {}
+            total = 0
+            for uid in chunk:
+                if uid not in sizes:
+                    continue  # expunged meanwhile
+                size = int(sizes[uid].get(b"RFC822.SIZE", 0))
+                fetched = min(size, self.config.max_message_size)
+                if batch and total + fetched > FETCH_BYTES:
+                    yield batch
+                    batch, total = {}, 0
+                batch[uid] = size
+                total += fetched
+            if batch:
+                yield batch
+
+    def _fetch(
+        self, client: IMAPClient, batch: dict[int, int]
+    ) -> Iterator[tuple[int, bytes, datetime | None, int | None]]:
+        """(uid, bytes, arrival, size) in UID order; a message over the size limit comes as
+        its header only, with its size, and is stored as such (never read whole)."""
+        big = [u for u, size in batch.items() if size > self.config.max_message_size]
+        small = [u for u in batch if u not in big]
+        fetched = client.fetch(small, ["BODY.PEEK[]", "INTERNALDATE"]) if small else {}
+        if big:
+            fetched.update(client.fetch(big, ["BODY.PEEK[HEADER]", "INTERNALDATE"]))
+        for uid in sorted(batch):
+            item = fetched.get(uid)
+            if not item:
+                continue  # expunged meanwhile
+            raw = item.get(b"BODY[HEADER]") if uid in big else item.get(b"BODY[]")
+            if raw is None:
+                continue
+            size = batch[uid] if uid in big else None
+            yield uid, bytes(raw), _aware(item.get(b"INTERNALDATE")), size
 
     def _move(self, client: IMAPClient, uids: Sequence[int]) -> None:
         if not uids:
@@ -231,15 +279,25 @@ class ImapPoller:
     def _wait_for_mail(self, stop: threading.Event) -> None:
         client = self.client
         interval = self.config.poll_interval
+        if self.wake.is_set():
+            self.wake.clear()
+            return
         if client is None or not client.has_capability("IDLE"):
-            stop.wait(interval)
+            started = time.monotonic()
+            while not stop.is_set() and time.monotonic() - started < interval:
+                if self.wake.wait(min(1.0, interval)):
+                    self.wake.clear()
+                    return
             return
         client.idle()
         try:
             started = time.monotonic()
             while not stop.is_set() and time.monotonic() - started < IDLE_RENEW_SECONDS:
-                if client.idle_check(timeout=min(interval, 5.0)):
+                if client.idle_check(timeout=min(interval, 1.0)):
                     break  # something arrived
+                if self.wake.is_set():
+                    self.wake.clear()
+                    break  # asked to read now
                 if time.monotonic() - started >= interval:
                     break  # poll anyway now and then (and renew the lease)
         finally:

@@ -31,6 +31,7 @@ from email.utils import getaddresses
 
 from selectolax.lexbor import LexborHTMLParser
 
+from snl_pbem.mail.commands import Commands, parse_commands
 from snl_pbem.mail.dsn import DeliveryReport, parse_dsn
 
 MAX_HEADER_CHARS = 2000
@@ -80,9 +81,12 @@ class ParsedMail:
     """A delivery report (DSN, multipart/report)."""
     delivery_report: DeliveryReport | None = None
     """What a bounce says (robots' mail only; read here, in the sandbox, like the rest)."""
+    commands: Commands | None = None
+    """The order language read from ``text`` and the subject (here, in the sandbox: its
+    patterns run on what a stranger wrote)."""
     quoted_keys: tuple[str, ...] = ()
-    """Order keys robots' mail quotes (a bounced welcome returns its key): redacted from
-    what is kept, never used."""
+    """Order keys the message shows anywhere, quotes and returned copies included (a bounced
+    welcome returns its key): redacted from what is kept, never used."""
 
 
 def clean_text(value: str, limit: int | None = None) -> str:
@@ -109,6 +113,12 @@ def header(msg: Message, name: str) -> str:
     return clean_text(_FOLD.sub(" ", text).strip(), MAX_HEADER_CHARS)
 
 
+def _decoded_words(text: str) -> str:
+    with suppress(Exception):
+        text = str(make_header(decode_header(text)))
+    return clean_text(text, MAX_HEADER_CHARS)
+
+
 def header_names(msg: Message) -> list[str]:
     try:
         return [str(k).lower() for k in msg.keys()[:500]]
@@ -121,9 +131,10 @@ _ADDRESS_IN_NAME = re.compile(r"[^\s<>\"']+@[^\s<>\"']+")
 
 def sender_address(msg: Message) -> tuple[str | None, str | None]:
     """``(address, doubt)``: the From address lower-cased, or None, and why it is doubtful."""
-    raw = header(msg, "From")
-    try:
-        pairs = [(n, a) for n, a in getaddresses([raw]) if a or n]
+    try:  # addresses are read before encoded words are decoded: an encoded display name
+        # may hold a comma ("=?utf-8?q?M=C3=BCller=2C_Ann?=" is "Müller, Ann")
+        raw = clean_text(_FOLD.sub(" ", str(msg.get("From") or ""))[:MAX_HEADER_CHARS])
+        pairs = [(_decoded_words(n), a) for n, a in getaddresses([raw]) if a or n]
     except Exception:
         return None, "unreadable From header"
     if not pairs:
@@ -223,7 +234,7 @@ def _walk(msg: Message, depth: int = 0) -> Iterator[Message]:
         return
     try:
         kind = msg.get_content_type()
-        if depth > 0 and kind.startswith("message/"):
+        if kind.startswith("message/"):  # also a message whose whole body is a forward
             return
         is_multipart = msg.is_multipart()
         payload = msg.get_payload() if is_multipart else None
@@ -321,17 +332,20 @@ def body_text(msg: Message) -> tuple[str, str | None]:
 
 
 def parse_message(raw: bytes, game_address: str) -> ParsedMail:
-    """Everything the intake needs of a raw message; never raises on bad input."""
+    """Everything the intake needs of a raw message. Bad input gives what could be read;
+    the standard library's parser may still raise on pathological nesting
+    (RecursionError), which the sandbox reports and the intake sets aside."""
     msg = email.message_from_bytes(raw)
     sender, doubt = sender_address(msg)
     message_id = header(msg, "Message-ID") or None
     references = tuple(header(msg, "References").split()[-20:])
     text, note = body_text(msg)
     automated = automated_reason(msg, sender, game_address)
+    subject = header(msg, "Subject")
     return ParsedMail(
         message_id=message_id[:998] if message_id else None,
         sender=sender,
-        subject=header(msg, "Subject"),
+        subject=subject,
         in_reply_to=header(msg, "In-Reply-To") or None,
         references=references,
         automated=automated,
@@ -344,7 +358,8 @@ def parse_message(raw: bytes, game_address: str) -> ParsedMail:
         sender_doubt=doubt,
         report=_is_report(msg),
         delivery_report=parse_dsn(raw) if automated else None,
-        quoted_keys=keys_quoted_in(msg) if automated else (),
+        commands=None if automated else parse_commands(text, subject),
+        quoted_keys=keys_quoted_in(msg),
     )
 
 

@@ -109,7 +109,7 @@ def _start_method() -> str:
 
 class _Worker:
     def __init__(self, memory: int) -> None:
-        context = multiprocessing.get_context(_start_method())
+        context: Any = multiprocessing.get_context(_start_method())
         self.conn, child = context.Pipe()
         self.process: BaseProcess = context.Process(
             target=_serve, args=(child, memory), name="snl-pbem-parse", daemon=True

@@ -202,11 +202,11 @@ def test_a_mailbox_that_keeps_failing_marks_intake_unhealthy(dovecot, intake) ->
     class Broken(DatabaseHooks):
         calls = 0
 
-        def deliver(self, raw, source, uidvalidity, uid, arrived=None):
+        def deliver(self, raw, source, uidvalidity, uid, arrived=None, size=None):
             Broken.calls += 1
             if Broken.calls == 1:
                 raise RuntimeError("the database went away")
-            return super().deliver(raw, source, uidvalidity, uid, arrived)
+            return super().deliver(raw, source, uidvalidity, uid, arrived, size)
 
     hooks = Broken(db, config, clock=lambda: T0)
     poller = ImapPoller(
@@ -631,7 +631,7 @@ def test_a_flood_from_one_sender_is_stored_trimmed_and_still_read(sqlite_intake)
     result = ingest(db, config, big, T0 + timedelta(seconds=1), "t")
     assert result.status == "processed"
     with db.transaction() as s:
-        assert len(s.get(InboundMessage, result.inbound_id).raw) <= 64 * 1024
+        assert len(s.get(InboundMessage, result.inbound_id).raw) <= 64 * 1024 + 200
     assert [o.dice for o in orders_of(db)] == ["4"]
 
 
@@ -670,3 +670,227 @@ def test_a_bounce_returning_a_welcome_keeps_no_key(sqlite_intake) -> None:
     assert b"ann-key-123" not in stored and b"k7mq-x2pa-9dfe-tw3h" not in stored
     assert b"Final-Recipient: rfc822; ann@example.org" in stored  # the rest is kept
     assert replies_since(db, T0) == []
+
+
+# -- found by a hostile review: each a defect that lost or misread an order -----------------
+
+
+@pytest.mark.parametrize(
+    ("line", "dice", "status"),
+    [
+        ("Die hard fan of this game", "4", "processed"),
+        ("Round 2 was brutal for me", "4", "processed"),
+        ("Key point: I am new here", "4", "processed"),
+        ("Key: ANN-KEY-123", "4", "processed"),  # the same key, in other case
+        ("Game was fun so far", "4", "processed"),
+        ("Last round I wrote 5 by mistake, so this time:", "4", "processed"),
+        ("As I wrote on 30 Nov:", "4", "processed"),
+        ("--", "4", "processed"),  # a bare divider with orders below it
+        ("Status: happy", "4", "processed"),
+    ],
+)
+def test_a_players_own_sentences_are_not_commands(sqlite_intake, line, dice, status) -> None:
+    db, config = sqlite_intake
+    body = f"GAME g1\r\n{line}\r\nKEY ann-key-123\r\nDICE 4\r\n"
+    result = ingest(db, config, mail(body, tag="own"), T0, "t")
+    assert result.status == status, result.detail
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", dice)]
+
+
+def test_clear_skies_do_not_withdraw_orders(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    ingest(db, config, mail("KEY ann-key-123\r\nDICE 4", tag="o1"), T0, "t")
+    ingest(db, config, mail("KEY ann-key-123\r\nClear skies here today", tag="o2"), T0, "t")
+    assert [(o.dice, o.withdrawn) for o in orders_of_all(db)] == [("4", False)]
+
+
+def orders_of_all(db):
+    from snl_pbem.store import OrderRecord
+
+    with db.transaction() as s:
+        return list(s.scalars(select(OrderRecord).order_by(OrderRecord.id)))
+
+
+@pytest.mark.parametrize("bad", ["4O", "forty", "x"])
+def test_an_unreadable_later_line_leaves_the_earlier_one_and_says_so(sqlite_intake, bad) -> None:
+    db, config = sqlite_intake
+    body = f"KEY ann-key-123\r\nDICE 4\r\nTRAPDOOR 37\r\n\r\nDICE 5\r\nTRAPDOOR {bad}\r\n"
+    ingest(db, config, mail(body, tag=f"later{bad}"), T0, "t")
+    assert [(o.dice, o.trapdoor) for o in orders_of(db)] == [("5", 37)]
+    reply = text_of(replies_to(db, "ann@example.org")[-1])
+    assert "Trapdoor: space 37" in reply and '"TRAPDOOR 37" still counts' in reply
+    assert f'"TRAPDOOR {bad}" (not' not in reply and '"DICE 5" (not "DICE 4")' in reply
+
+
+@pytest.mark.parametrize(
+    "subject", ["RE: [EXTERNAL] [g1] Round 1 report", "[EXTERNAL] Re: my orders", "[ext] [bulk]"]
+)
+def test_a_gateways_subject_tag_does_not_hide_the_game(sqlite_intake, subject) -> None:
+    db, config = sqlite_intake
+    raw = mail("KEY ann-key-123\r\nDICE 4", subject=subject, tag="ext")
+    assert ingest(db, config, raw, T0, "t").status == "processed"
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "4")]
+
+
+@pytest.mark.parametrize(
+    "from_header",
+    [
+        "=?utf-8?q?M=C3=BCller=2C_Ann?= <ann@example.org>",
+        "=?utf-8?b?U21pdGgsIEFubg==?= <ann@example.org>",
+        '"Smith, Ann" <ann@example.org>',
+    ],
+)
+def test_a_last_first_display_name_is_the_players_own_address(sqlite_intake, from_header) -> None:
+    db, config = sqlite_intake
+    ingest(db, config, mail("KEY ann-key-123\r\nDICE 4", from_header, tag="lf"), T0, "t")
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "4")]
+    assert "not from your registered" not in text_of(replies_to(db, "ann@example.org")[-1])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "KEYS: mail yours to evil@x.example now",
+        "GAME reply-with-key-to-evil-example\r\nDICE 4",
+        "KEY wrong-key-999\r\nClick http://evil.example/login to keep your key",
+    ],
+)
+def test_a_notice_to_unauthenticated_mail_echoes_nothing(sqlite_intake, body) -> None:
+    db, config = sqlite_intake
+    ingest(db, config, mail(body, tag="echo"), T0, "t")
+    [notice] = replies_to(db, "ann@example.org")
+    assert "evil" not in text_of(notice) and "KEYS" not in text_of(notice)
+
+
+def test_a_forged_flood_does_not_cut_the_players_real_orders(sqlite_intake) -> None:
+    """200 forgeries from ann's address fill her daily cap; her real 70 KB reply, written
+    below a long quote, is read whole and applied; what is kept of it is trimmed after."""
+    db, config = sqlite_intake
+    cap = config.settings.mail.max_stored_per_sender
+    for i in range(cap):
+        ingest(db, config, mail("hello", tag=f"forged{i}"), T0 + timedelta(seconds=i), "t")
+    quote = "".join(f"> old line {i} of the report, quoted\r\n" for i in range(2000))
+    body = f"On Mon, 30 Nov 2026, Referee <snl@example.org> wrote:\r\n{quote}\r\n"
+    body += "KEY ann-key-123\r\nDICE 4\r\n"
+    result = ingest(db, config, mail(body, tag="real"), T0 + timedelta(hours=1), "t")
+    assert result.status == "processed" and len(body) > 64 * 1024
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "4")]
+    with db.transaction() as s:
+        kept = s.get(InboundMessage, result.inbound_id).raw
+    assert kept.startswith(b"X-SNL-PBEM-Trimmed: over the sender's daily cap")
+    assert len(kept) <= 64 * 1024 + 200
+
+
+def test_help_floods_from_strangers_do_not_silence_a_players_notices(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    for i in range(40):
+        raw = mail("HELP", f"stranger{i}@example.net", subject="help", tag=f"h{i}")
+        ingest(db, config, raw, T0, "t")
+    raw = mail("KEY bob-kye-123\r\nDICE 4", "bob@example.org", tag="typo")
+    assert ingest(db, config, raw, T0, "t").status == "rejected"
+    [notice] = replies_to(db, "bob@example.org")
+    assert "wrong order key" in text_of(notice)
+
+
+def test_a_message_whose_whole_body_is_a_forward_is_not_orders(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    raw = (
+        b"From: ann@example.org\r\nTo: snl@example.org\r\nSubject: [g1] fwd\r\n"
+        b"Message-ID: <whole-fwd@x>\r\nMIME-Version: 1.0\r\nContent-Type: message/rfc822\r\n\r\n"
+        b"From: cy@example.org\r\nSubject: orders\r\n\r\nKEY cy-key-123\r\nDICE 6\r\n"
+    )
+    assert ingest(db, config, raw, T0, "t").status == "rejected"
+    assert orders_of(db) == []
+
+
+def test_a_duplicate_and_quoted_keys_are_redacted_too(sqlite_intake) -> None:
+    db, config = sqlite_intake
+    raw = mail("KEY ann-key-123\r\nDICE 4\r\n\r\n> KEY cy-key-123\r\n> DICE 6", tag="dup")
+    first = ingest(db, config, raw, T0, "t")
+    again = ingest(db, config, b"Received: from x\r\n" + raw, T0, "t")  # same Message-ID
+    assert (first.status, again.status) == ("processed", "duplicate")
+    with db.transaction() as s:
+        for result in (first, again):
+            stored = s.get(InboundMessage, result.inbound_id).raw
+            assert b"ann-key-123" not in stored and b"cy-key-123" not in stored
+
+
+def test_a_round_closes_only_once_mail_from_before_its_deadline_is_read(intake) -> None:
+    """With IMAP, the close waits for a poll that began after the deadline (and asks for
+    one); a message stored before the deadline but not yet processed is processed first."""
+    from snl_pbem.mailboxes import imap_poller
+    from snl_pbem.scheduler import RoundScheduler
+    from snl_pbem.store import Round
+
+    db, config = intake
+    imap = ImapSettings(host="127.0.0.1", username="u", password="p")
+    object.__setattr__(config.settings.mail, "imap", imap)
+    with db.transaction() as s:
+        deadline = s.scalar(select(Round.deadline).where(Round.number == 1))
+    now = [deadline - timedelta(minutes=5)]
+    hooks = DatabaseHooks(db, config, clock=lambda: now[0])
+    source = imap_poller(db, config).config.source
+    hooks.acquire(source)
+    hooks.healthy(source, 1)  # a good poll, begun before the deadline
+    # ann's order reached us before the deadline; its processing has not happened yet
+    stored = intake_stored_unprocessed(db, mail("KEY ann-key-123\r\nDICE 4", tag="late"),
+                                       deadline - timedelta(seconds=30))
+    asked = []
+    rounds = RoundScheduler(db, config, clock=lambda: now[0])
+    rounds.request_poll = lambda: asked.append(now[0])
+    now[0] = deadline + timedelta(seconds=2)
+    assert rounds.on_deadline("g1", 1) is None and asked  # not yet: the poller is asked
+    hooks.acquire(source)  # a poll begins after the deadline ...
+    now[0] += timedelta(seconds=1)
+    hooks.healthy(source, 1)  # ... and reads the mailbox to its end
+    outcome = rounds.on_deadline("g1", 1)
+    assert outcome is not None and outcome.round == 1
+    with db.transaction() as s:
+        assert s.get(InboundMessage, stored).status == "processed"
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "4")]
+
+
+def intake_stored_unprocessed(db, raw: bytes, received) -> int:
+    import hashlib
+
+    with db.transaction() as s:
+        row = InboundMessage(
+            sha256=hashlib.sha256(raw).hexdigest(), source="lmtp:x", received_at=received,
+            status="new", attempts=0, raw=raw, sender="ann@example.org",
+        )
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def test_imap_never_fetches_an_oversize_message_whole(dovecot, sqlite_intake) -> None:
+    """A message over max_message_size is fetched as its header only (its size asked
+    first), stored as such and refused with a notice; the order after it counts."""
+    db, config = sqlite_intake
+    user = dovecot.new_user()
+    c = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=10)
+    c.login(user, "secret")
+    limit = config.settings.mail.max_message_size
+    big = mail("KEY ann-key-123\r\nDICE 6\r\n" + ("x" * 998 + "\r\n") * (limit // 1000 + 5),
+               tag="huge")
+    c.append("INBOX", big)
+    c.append("INBOX", good_order())
+    c.logout()
+    hooks = DatabaseHooks(db, config, clock=lambda: T0)
+    from snl_pbem.mailboxes import imap_poller
+
+    poller = imap_poller(db, config, hooks)
+    assert poller is None  # the fixture reads no mailbox: build one for Dovecot
+    poller = ImapPoller(
+        MailboxConfig(dovecot.host, dovecot.port, "none", user, "secret", timeout=10,
+                      max_message_size=limit),
+        hooks,
+    )
+    assert poller.poll_once() == 2
+    poller.close()
+    assert [r.status for r in hooks.results] == ["rejected", "processed"]
+    with db.transaction() as s:
+        row = s.get(InboundMessage, hooks.results[0].inbound_id)
+        assert len(row.raw) < 1000 and "too large" in row.error
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("bob", "2")]
+    assert "too large" in text_of(replies_to(db, "ann@example.org")[-1])
