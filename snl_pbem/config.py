@@ -236,6 +236,17 @@ class LmtpSettings(_Section):
     host: str = "127.0.0.1"
     port: Port = 8024
     protocol: Literal["lmtp", "smtp"] = "lmtp"
+    mta_hostname: str | None = None
+    """The name the delivering MTA writes in its ``Received: ... by NAME`` header (Postfix:
+    ``myhostname``). Set, a message is timed by that header, the topmost one only, so an
+    order the MTA accepted before a deadline counts however late it is delivered here;
+    unset (or that header missing, not by NAME, or its date outside the window below), a
+    message is timed when snl-pbem receives it. See snl_pbem.mail.received."""
+    max_queue_time: PositiveDuration = timedelta(days=1)
+    """The MTA's receipt time is believed only if it is at most this long ago."""
+    redelivery_grace: Duration = timedelta(minutes=6)
+    """After ``serve`` starts, no round closes for this long, so that mail the MTA kept
+    queued while snl-pbem was down (Postfix retries after 300 s) is delivered first."""
 
 
 class SmtpSettings(_Secret):

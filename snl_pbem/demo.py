@@ -97,6 +97,7 @@ replies_per_hour = 100
 host = "127.0.0.1"
 port = {receiver}
 protocol = "smtp"
+redelivery_grace = "0s"  # no MTA queues mail for the demo: rounds close on time
 [mail.smtp]
 host = "127.0.0.1"
 port = {sink}

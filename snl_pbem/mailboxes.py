@@ -17,9 +17,10 @@ from snl_pbem.config import Config
 from snl_pbem.intake import IngestResult, ingest
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
+from snl_pbem.mail.received import mta_receipt_time
 from snl_pbem.procs import dead_here, identity
 from snl_pbem.store import Database, MailboxState
-from snl_pbem.timeutil import utcnow
+from snl_pbem.timeutil import format_duration, utcnow
 
 log = logging.getLogger("snl_pbem.mailboxes")
 
@@ -172,6 +173,25 @@ def imap_poller(
     return ImapPoller(settings, hooks or DatabaseHooks(db, config))
 
 
+def lmtp_receipt_time(config: Config, raw: bytes, now: datetime) -> datetime:
+    """When a message delivered over LMTP counts as received: when the MTA named by
+    ``mta_hostname`` received it (its topmost ``Received:`` header, within
+    ``max_queue_time``), else ``now``."""
+    lmtp = config.settings.mail.lmtp
+    if lmtp is None or lmtp.mta_hostname is None:
+        return now
+    at = mta_receipt_time(raw, lmtp.mta_hostname, now, lmtp.max_queue_time)
+    if at is None:
+        log.warning(
+            "a message over LMTP has no Received header by %s dated within %s: "
+            "timed at receipt",
+            lmtp.mta_hostname,
+            format_duration(lmtp.max_queue_time),
+        )
+        return now
+    return at
+
+
 def lmtp_receiver(
     db: Database,
     config: Config,
@@ -184,7 +204,7 @@ def lmtp_receiver(
         return None
 
     def deliver(raw: bytes, source: str) -> IngestResult:
-        result = ingest(db, config, raw, clock(), source)
+        result = ingest(db, config, raw, lmtp_receipt_time(config, raw, clock()), source)
         if not result.stored:
             raise RuntimeError("message not stored")
         if after is not None:

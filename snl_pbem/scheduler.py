@@ -10,7 +10,10 @@ missed while the server was down is closed at start, each exactly once (the
 guarded close). Every job calls a plain method that takes the time from the
 injected clock, so tests drive them directly instead of sleeping. A deadline
 job looks at the round again before closing it: if the deadline was moved
-later meanwhile (``extend``), it only plans the close for the new time.
+later meanwhile (``extend``), it only plans the close for the new time. With
+LMTP, no round closes in the first ``[mail.lmtp] redelivery_grace`` after
+start-up (``redelivery_until``): mail the MTA queued while the server was down,
+timed by the MTA's own Received header, is delivered first.
 
 The circuit breaker: when an IMAP mailbox is configured and its last good
 poll is older than ``healthy_within`` at a deadline, the round is *held*
@@ -100,6 +103,8 @@ class RoundScheduler:
         """Closes that failed and will be retried (for the log and tests)."""
         self.request_poll: Callable[[], None] | None = None
         """Asks this process's IMAP poller to read the mailbox now (the server sets it)."""
+        self.started_at = clock()
+        """When this scheduler (the server) started: see ``redelivery_until``."""
 
     # -- planning ---------------------------------------------------------------------
 
@@ -118,7 +123,7 @@ class RoundScheduler:
                     planned.append(
                         Planned(
                             f"close:{game.key}:{round_.number}",
-                            round_.deadline + self.intake_grace,
+                            self._not_before(round_.deadline + self.intake_grace),
                         )
                     )
                 if game.remind_before_s and round_.reminded_at is None:
@@ -147,6 +152,21 @@ class RoundScheduler:
         if imap is None:
             return timedelta(0)
         return timedelta(seconds=1)  # then it waits for a poll begun after the deadline
+
+    @property
+    def redelivery_until(self) -> datetime | None:
+        """With LMTP, no round closes before ``redelivery_grace`` after start-up: mail the
+        MTA accepted while this server was down stays in its queue until its next retry
+        (Postfix: 300 s, or at once on ``postqueue -f``) and, timed by the MTA's own
+        Received header, may still count for a round whose deadline has passed."""
+        lmtp = self.config.settings.mail.lmtp
+        if lmtp is None or lmtp.redelivery_grace <= timedelta(0):
+            return None
+        return self.started_at + lmtp.redelivery_grace
+
+    def _not_before(self, at: datetime) -> datetime:
+        until = self.redelivery_until
+        return at if until is None else max(at, until)
 
     def rebuild(self) -> list[Planned]:
         """Replace the scheduler's jobs with the plan (stale ones are removed)."""
@@ -252,7 +272,20 @@ class RoundScheduler:
                 )
 
     def catch_up(self) -> list[CloseOutcome]:
-        """At start: close every round whose deadline passed while nothing ran."""
+        """At start: close every round whose deadline passed while nothing ran (with LMTP,
+        once ``redelivery_grace`` has passed: they are planned for then)."""
+        until = self.redelivery_until
+        if until is not None and self.clock() < until:
+            due = self._due()
+            if due:
+                log.info(
+                    "%d round(s) past their deadline close at %s, once the MTA has "
+                    "redelivered what it queued while the server was down",
+                    len(due),
+                    until.isoformat(timespec="seconds"),
+                )
+            self.rebuild()
+            return []
         if self.intake_unhealthy() is not None:
             for key, number, _ in self._due():
                 self.on_deadline(key, number)
@@ -277,13 +310,18 @@ class RoundScheduler:
         try:
             if not self._running(game_key):
                 return None
+            until = self.redelivery_until
+            if early and until is not None and self.clock() < until:
+                self._all_in_at(game_key, number, until)  # an order may be in the MTA's queue
+                return None
             if not early:
                 due = self._close_due_at(game_key, number)
                 if due is None:  # closed meanwhile (close-round, another server)
                     return None
                 if self.clock() < due:
                     log.info(
-                        "%s: round %d's deadline was moved; closing at %s instead",
+                        "%s: round %d is not due yet (deadline moved, or the MTA's redelivery "
+                        "grace after start-up); closing at %s",
                         game_key,
                         number,
                         due.isoformat(timespec="seconds"),
@@ -472,6 +510,10 @@ class RoundScheduler:
                 return None
             at = min(now + timedelta(seconds=game.settle_s), round_.deadline)
             number = round_.number
+        self._all_in_at(game_key, number, at)
+        return at
+
+    def _all_in_at(self, game_key: str, number: int, at: datetime) -> None:
         if self.scheduler is not None:
             self.scheduler.add_job(
                 self.on_all_in,
@@ -482,7 +524,6 @@ class RoundScheduler:
                 replace_existing=True,
                 misfire_grace_time=None,
             )
-        return at
 
     def on_all_in(self, game_key: str, number: int) -> CloseOutcome | None:
         """The settle time after everyone's orders: close if all are still valid."""
@@ -514,7 +555,7 @@ class RoundScheduler:
                     Round.held_at.is_(None),
                 )
             )
-        return None if deadline is None else deadline + self.intake_grace
+        return None if deadline is None else self._not_before(deadline + self.intake_grace)
 
     def _running(self, game_key: str) -> bool:
         with self.db.transaction() as session:

@@ -1,0 +1,189 @@
+"""A private Postfix for the test run (Debian's postfix package), set up as
+deploy/postfix-lmtp.md says: the game's domain is a relay domain whose only recipient
+is the game address, and the transport map hands that address to snl-pbem over LMTP.
+
+It has its own config_directory and queue_directory in a temporary folder, listens
+for SMTP on a free port of 127.0.0.1, and trusts only 127.0.0.1/32 (``mynetworks``):
+a client bound to 127.0.0.2 is "outside", as a player's provider is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+HOSTNAME = "mx.snl-test.example"
+"""Postfix's myhostname: what it writes in its Received header's ``by`` clause."""
+
+MAIN_CF = """\
+compatibility_level = 3.6
+queue_directory = {d}/spool
+data_directory = {d}/data
+mail_owner = postfix
+setgid_group = postdrop
+myhostname = {hostname}
+mydomain = snl-test.example
+myorigin = $myhostname
+mydestination =
+local_recipient_maps =
+local_transport = error:no local delivery here
+alias_maps =
+alias_database =
+inet_interfaces = 127.0.0.1
+inet_protocols = ipv4
+mynetworks = 127.0.0.1/32
+smtpd_peername_lookup = no
+smtp_dns_support_level = disabled
+biff = no
+maillog_file_prefixes = {d}
+maillog_file = {d}/postfix.log
+# Postfix's defaults: a deferred message is retried after 300 s, or at once on postqueue -f
+# --- deploy/postfix-lmtp.md ---
+{guide}
+"""
+
+GUIDE = """\
+relay_domains = {domain}
+relay_recipient_maps = hash:{d}/etc/relay_recipients
+transport_maps = hash:{d}/etc/transport
+lmtp_destination_recipient_limit = 1
+"""
+
+MASTER_CF = """\
+{port} inet n - n - - smtpd
+pickup    unix  n       -       n       60      1       pickup
+cleanup   unix  n       -       n       -       0       cleanup
+qmgr      unix  n       -       n       300     1       qmgr
+rewrite   unix  -       -       n       -       -       trivial-rewrite
+bounce    unix  -       -       n       -       0       bounce
+defer     unix  -       -       n       -       0       bounce
+trace     unix  -       -       n       -       0       bounce
+verify    unix  -       -       n       -       1       verify
+flush     unix  n       -       n       1000?   0       flush
+proxymap  unix  -       -       n       -       -       proxymap
+showq     unix  n       -       n       -       -       showq
+error     unix  -       -       n       -       -       error
+retry     unix  -       -       n       -       -       error
+discard   unix  -       -       n       -       -       discard
+lmtp      unix  -       -       n       -       -       lmtp
+smtp      unix  -       -       n       -       -       smtp
+anvil     unix  -       -       n       -       1       anvil
+scache    unix  -       -       n       -       1       scache
+postlog   unix-dgram n  -       n       -       1       postlogd
+"""
+
+
+class PostfixUnavailable(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PostfixServer:
+    def __init__(self, address: str, lmtp_port: int) -> None:
+        self.binary = shutil.which("postfix") or "/usr/sbin/postfix"
+        if not os.path.exists(self.binary):
+            raise PostfixUnavailable("postfix is not installed (Debian: postfix)")
+        if os.geteuid() != 0:
+            raise PostfixUnavailable("the private Postfix needs root (it drops to postfix)")
+        try:
+            pwd.getpwnam("postfix")
+        except KeyError:
+            raise PostfixUnavailable("no postfix user (install Debian's postfix)") from None
+        self.dir = Path(tempfile.mkdtemp(prefix="snl-postfix-"))
+        os.chmod(self.dir, 0o755)
+        self.etc = self.dir / "etc"
+        self.host = "127.0.0.1"
+        self.port = _free_port()
+        self.address = address
+        self.lmtp_port = lmtp_port
+        self.hostname = HOSTNAME
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            list(args), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL
+        )
+        if check and result.returncode != 0:
+            raise PostfixUnavailable(
+                f"{' '.join(args)} failed ({result.returncode}): {result.stderr}{self.log()}"
+            )
+        return result
+
+    def start(self, guide: bool = True) -> PostfixServer:
+        """Configure and start; ``guide=False`` is the old guide (transport_maps alone)."""
+        try:
+            self._start(guide)
+        except BaseException:
+            self.remove()
+            raise
+        return self
+
+    def _start(self, guide: bool) -> None:
+        d = self.dir
+        for sub in ("etc", "data", "spool"):
+            (d / sub).mkdir(exist_ok=True)
+        owner = pwd.getpwnam("postfix")
+        os.chown(d / "data", owner.pw_uid, owner.pw_gid)
+        domain = self.address.rpartition("@")[2]
+        text = GUIDE.format(d=d, domain=domain)
+        if not guide:
+            text = GUIDE.format(d=d, domain=domain).split("\n", 2)[2]  # transport_maps alone
+        (self.etc / "main.cf").write_text(MAIN_CF.format(d=d, hostname=self.hostname, guide=text))
+        (self.etc / "master.cf").write_text(MASTER_CF.format(port=f"127.0.0.1:{self.port}"))
+        (self.etc / "transport").write_text(
+            f"{self.address}    lmtp:inet:127.0.0.1:{self.lmtp_port}\n"
+        )
+        (self.etc / "relay_recipients").write_text(f"{self.address}    OK\n")
+        for table in ("transport", "relay_recipients"):
+            self._run("postmap", "-c", str(self.etc), f"hash:{self.etc / table}")
+        self._run(self.binary, "-c", str(self.etc), "start")
+        self.wait_ready()
+
+    def wait_ready(self, seconds: float = 20) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.port), timeout=1) as sock:
+                    if sock.recv(100).startswith(b"220"):
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise PostfixUnavailable(f"postfix is not answering on {self.port}: {self.log()}")
+
+    def flush(self) -> None:
+        """``postqueue -f``: deliver every deferred message now."""
+        self._run("postqueue", "-c", str(self.etc), "-f")
+
+    def queue(self) -> str:
+        return self._run("postqueue", "-c", str(self.etc), "-p", check=False).stdout
+
+    def log(self) -> str:
+        path = self.dir / "postfix.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):
+            self._run(self.binary, "-c", str(self.etc), "stop", check=False)
+        pid_file = self.dir / "spool" / "pid" / "master.pid"
+        for _ in range(100):
+            try:
+                pid = int(pid_file.read_text().split()[0])
+                os.kill(pid, 0)
+            except (OSError, ValueError, IndexError):
+                break
+            time.sleep(0.05)
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
