@@ -35,6 +35,8 @@ from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
 ENV_CONFIG = "SNL_PBEM_CONFIG"
+ENV_CREDENTIALS = "CREDENTIALS_DIRECTORY"
+"""Set by systemd for a service given credentials (LoadCredential=): the folder holding them."""
 
 _LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 _ATEXT = frozenset(
@@ -205,7 +207,9 @@ class _Secret(_Section):
     password: str | None = None
     """The password itself (prefer password_file)."""
     password_file: Path | None = None
-    """A file holding the password (its first line); relative to the config file."""
+    """A file holding the password (its first line). A relative name is first looked up
+    among the service's systemd credentials ($CREDENTIALS_DIRECTORY, from LoadCredential=),
+    then beside the config file; see ``secret_file``."""
 
     @model_validator(mode="after")
     def _one_password(self) -> _Secret:
@@ -494,12 +498,27 @@ class Config:
 
     def password(self, section: _Secret) -> str | None:
         if section.password_file is not None:
-            path = self._relative(section.password_file)
+            path = secret_file(section.password_file, self.path.parent)
             return path.read_text(encoding="utf-8").splitlines()[0].strip()
         return section.password
 
     def _relative(self, path: Path) -> Path:
         return path if path.is_absolute() else self.path.parent / path
+
+
+def secret_file(file: Path, base: Path) -> Path:
+    """Where a ``password_file`` is read. An absolute path is used as it is. A relative name
+    is the service's credential of that name when systemd passed one
+    (``$CREDENTIALS_DIRECTORY/NAME``, from ``LoadCredential=NAME:...`` in the unit), and
+    otherwise a file relative to the config file's folder ``base``."""
+    if file.is_absolute():
+        return file
+    credentials = os.environ.get(ENV_CREDENTIALS)
+    if credentials:
+        candidate = Path(credentials) / file
+        if candidate.is_file():
+            return candidate
+    return base / file
 
 
 def config_path(given: str | os.PathLike[str] | None) -> Path:
@@ -511,8 +530,13 @@ def config_path(given: str | os.PathLike[str] | None) -> Path:
     return DEFAULT_CONFIG
 
 
-def load_config(path: Path) -> Config:
-    """Read and check a config file; :class:`ConfigError` lists every problem."""
+def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True) -> Config:
+    """Read and check a config file; :class:`ConfigError` lists every problem.
+
+    ``passwords`` (the IMAP and SMTP password files, which only ``serve`` uses) and
+    ``signing_key`` (the DKIM key, which every command that queues mail uses) may be left
+    unread: a referee's read-only command needs neither, and runs without them.
+    """
     name = path.name
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -533,18 +557,13 @@ def load_config(path: Path) -> Config:
     # valid, so that the referee sees every problem at once.
     base = path.parent
     mail: dict[str, Any] = raw["mail"] if isinstance(raw.get("mail"), dict) else {}
-    for key in ("imap", "smtp"):
+    for key in ("imap", "smtp") if passwords else ():
         section = mail.get(key)
         if isinstance(section, dict) and isinstance(section.get("password_file"), str):
-            file = base / section["password_file"]
-            try:
-                if not file.read_text(encoding="utf-8").strip():
-                    problems.append(f"{name}: mail.{key}.password_file: {file} is empty")
-            except OSError as exc:
-                problems.append(
-                    f"{name}: mail.{key}.password_file: cannot read {file}: {exc.strerror or exc}"
-                )
-    dkim = mail.get("dkim")
+            problem = password_file_problem(Path(section["password_file"]), base)
+            if problem is not None:
+                problems.append(f"{name}: mail.{key}.password_file: {problem}")
+    dkim = mail.get("dkim") if signing_key else None
     if isinstance(dkim, dict) and isinstance(dkim.get("private_key_file"), str):
         key_file = base / dkim["private_key_file"]
         try:
@@ -584,6 +603,24 @@ def load_config(path: Path) -> Config:
         assert parts is not None  # the schema and the board both passed
         games.append(GameConfig(game_settings, *parts))
     return Config(path, settings, tuple(games), _database_url(settings.database.url, base))
+
+
+def password_file_problem(file: Path, base: Path) -> str | None:
+    """Why the password in ``file`` (as ``secret_file`` finds it) cannot be read, or None."""
+    found = secret_file(file, base)
+    try:
+        if not found.read_text(encoding="utf-8").strip():
+            return f"{found} is empty"
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        where = os.environ.get(ENV_CREDENTIALS)
+        also = (
+            f" (and the service has no credential {str(file)!r} in ${ENV_CREDENTIALS} {where})"
+            if where and not file.is_absolute()
+            else ""
+        )
+        return f"cannot read {found}: {reason}{also}"
+    return None
 
 
 def _describe(name: str, exc: ValidationError) -> list[str]:

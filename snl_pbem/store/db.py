@@ -21,6 +21,8 @@ from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from snl_pbem.ownership import create_file, make_dirs
+
 log = logging.getLogger("snl_pbem.store")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
@@ -36,7 +38,11 @@ def make_engine(url: str, *, sqlite_busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, **kwa
     if parsed.get_backend_name() != "sqlite":
         return create_engine(url, pool_pre_ping=True, **kwargs)
     if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        # Made here rather than by SQLite, so that a database (and its folders) created by
+        # a command run as root belongs to the service (snl_pbem.ownership). SQLite gives
+        # its -wal and -shm files the database file's owner by itself.
+        make_dirs(Path(parsed.database).parent)
+        create_file(Path(parsed.database))
     engine = create_engine(url, connect_args={"timeout": sqlite_busy_ms / 1000}, **kwargs)
 
     @event.listens_for(engine, "connect")
@@ -113,11 +119,12 @@ class Database:
             return None
         source = Path(database)
         folder = directory or source.parent / "backups"
-        folder.mkdir(parents=True, exist_ok=True)
+        make_dirs(folder)
         stamp = datetime.now().strftime("%Y%m%dT%H%M%S%f")
         target = folder / f"{source.stem}-{stamp}-{label}.sqlite"
         raw = self.engine.raw_connection()
         try:
+            create_file(target)  # the service's owner and mode, even for a root command
             copy = sqlite3.connect(target)
             try:
                 raw.driver_connection.backup(copy)  # type: ignore[union-attr]
