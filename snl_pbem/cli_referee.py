@@ -1,5 +1,8 @@
 """The referee's and GM's commands: check-config, db upgrade, start, status, close-round,
-extend, ingest, inbound, outbox, pause, resume, rollback. Each takes ``--config FILE``."""
+extend, ingest, inbound, outbox, pause, resume, rollback. Each takes ``--config FILE``.
+
+Every time they print is ``timeutil.show``: a game's in its zone, the rest in the
+config's ``timezone``."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import json
 import sys
 from collections.abc import Callable
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from sqlalchemy.engine import make_url
 
@@ -47,7 +51,22 @@ def add_commands(sub: Any) -> None:
         parser.set_defaults(handler=handler)
         return parser
 
-    command("check-config", cmd_check_config, "check the config and show each game")
+    chk = command("check-config", cmd_check_config, "check the config and show each game")
+    chk.add_argument(
+        "--as-service",
+        action="store_true",
+        help="also check, as the service's user, that it can read the config, boards and "
+        "secrets, write the database's folder and run the unit's command (done by itself "
+        "when root checks the service's own config)",
+    )
+    chk.add_argument(
+        "--user", help="the service's user (default: User= of the unit, else snl-pbem)"
+    )
+    chk.add_argument(
+        "--unit",
+        metavar="FILE",
+        help="the systemd unit (default: the installed snl-pbem.service)",
+    )
     srv = command("serve", cmd_serve, "run the server: mail intake, deadlines, outbox")
     srv.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     db = command("db", cmd_db, "database schema: 'db upgrade' applies the migrations")
@@ -99,11 +118,20 @@ def add_commands(sub: Any) -> None:
 
 
 def _config(args: argparse.Namespace) -> Config:
+    """The config, without the mail passwords (only serve uses them) and, for a command
+    that only reads, without the DKIM key: such a command needs no mail secret."""
     path = config_path(args.config)
     try:
-        return load_config(path)
+        return load_config(path, passwords=False, signing_key=not _reads_only(args))
     except ConfigError as exc:
         raise CommandError(str(exc)) from None
+
+
+def _reads_only(args: argparse.Namespace) -> bool:
+    """A command that queues no mail (so signs none): it needs no DKIM key."""
+    if args.command in ("status", "db", "outbox"):
+        return True
+    return bool(args.command == "inbound" and args.action != "retry")
 
 
 def _database(config: Config, *, check: bool = True) -> Database:
@@ -121,6 +149,13 @@ def _database(config: Config, *, check: bool = True) -> Database:
     return db
 
 
+def _zone(config: Config, game_key: str | None = None) -> ZoneInfo:
+    """Where a command shows times: the game's zone, else the config's ``timezone``."""
+    if game_key is not None and game_key in {g.id for g in config.games}:
+        return config.game(game_key).tz
+    return zone(config.settings.timezone)
+
+
 def _run(action: Callable[[], Any]) -> Any:
     try:
         return action()
@@ -135,7 +170,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    config = _config(args)
+    path = config_path(args.config)
+    try:
+        config = load_config(path, passwords=False)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+    notes = _check_service(config, args)
     settings = config.settings
     print(f"{config.path}: OK")
     print(f"  database: {config.database_url.split('@')[-1]}")
@@ -167,7 +207,27 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                     f"    warning: {player.name}'s key is shorter than {WEAK_BELOW} "
                     "characters; a generated key (leave key out) is much harder to guess"
                 )
+    for note in notes:
+        print(f"  {note}")
     return 0
+
+
+def _check_service(config: Config, args: argparse.Namespace) -> list[str]:
+    """The passwords where the service will read them and, as its user, the rest of what
+    it needs (snl_pbem.service); problems raise CommandError, notes are returned."""
+    from pathlib import Path
+
+    from snl_pbem.service import service_check
+
+    try:
+        return service_check(
+            config,
+            forced=args.as_service or args.user is not None,
+            user=args.user,
+            unit_file=Path(args.unit) if args.unit else None,
+        )
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -276,7 +336,7 @@ def cmd_close_round(args: argparse.Namespace) -> int:
         db.dispose()
     if outcome is None:
         raise CommandError(f"{args.game}: no round is open")
-    tz = zone(config.game(args.game).settings.timezone or config.settings.timezone)
+    tz = _zone(config, args.game)
     positions = ", ".join(
         f"{n} {p}" for n, p in sorted(outcome.result.positions.items(), key=lambda i: (-i[1], i[0]))
     )
@@ -321,7 +381,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_extend(args: argparse.Namespace) -> int:
     config = _config(args)
-    tz = config.game(args.game).tz if args.game in {g.id for g in config.games} else zone("UTC")
+    tz = _zone(config, args.game)
     try:
         by = parse_duration(args.by) if args.by else None
         until = parse_time(args.until, tz) if args.until else None
@@ -329,7 +389,7 @@ def cmd_extend(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     db = _database(config)
     try:
-        new = _run(lambda: extend(db, args.game, utcnow(), by=by, until=until))
+        new = _run(lambda: extend(db, args.game, utcnow(), by=by, until=until, config=config))
     finally:
         db.dispose()
     print(f"{args.game}: deadline now {show(new, tz)}")
@@ -364,7 +424,8 @@ def cmd_inbound(args: argparse.Namespace) -> int:
                 if row is None:
                     raise CommandError(f"inbound {args.id}: no such message")
                 print(
-                    f"inbound {row.id}: {row.status}, received {row.received_at.isoformat()} "
+                    f"inbound {row.id}: {row.status}, received "
+                    f"{show(row.received_at, _zone(config))} "
                     f"from {row.sender or '?'} via {row.source}",
                     file=sys.stderr,
                 )
@@ -383,7 +444,7 @@ def cmd_inbound(args: argparse.Namespace) -> int:
                 why = (row.error or "").strip().splitlines()
                 sender = (row.sender or _from_header(row.raw))[:40]
                 print(
-                    f"{row.id:>6}  {row.received_at:%Y-%m-%d %H:%M} UTC  {row.status:<9} "
+                    f"{row.id:>6}  {show(row.received_at, _zone(config)):<29} {row.status:<9} "
                     f"{sender:<40}  {why[-1][:80] if why else ''}"
                 )
             return 0
@@ -404,8 +465,8 @@ def cmd_outbox(args: argparse.Namespace) -> int:
             return _outbox_retry(db, config, args)
         with db.transaction() as session:
             if args.action == "show":
-                return _outbox_show(session, args.id)
-            return _outbox_list(session, args.status, args.game)
+                return _outbox_show(session, args.id, _zone(config))
+            return _outbox_list(session, args.status, args.game, _zone(config))
     finally:
         db.dispose()
 
@@ -439,7 +500,7 @@ def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int
     return 0
 
 
-def _outbox_show(session: Any, outbox_id: int) -> int:
+def _outbox_show(session: Any, outbox_id: int, tz: ZoneInfo) -> int:
     from snl_pbem.store import Game, OutboxMessage
 
     row = session.get(OutboxMessage, outbox_id)
@@ -449,8 +510,8 @@ def _outbox_show(session: Any, outbox_id: int) -> int:
     print(
         f"outbox {row.id}: {row.status}, {row.kind} to {row.recipient}"
         + (f" (game {game.key})" if game else "")
-        + f", {row.attempts} attempt(s), written {row.created_at:%Y-%m-%d %H:%M} UTC"
-        + (f", sent {row.sent_at:%Y-%m-%d %H:%M} UTC" if row.sent_at else ""),
+        + f", {row.attempts} attempt(s), written {show(row.created_at, tz)}"
+        + (f", sent {show(row.sent_at, tz)}" if row.sent_at else ""),
         file=sys.stderr,
     )
     if row.last_error:
@@ -467,7 +528,7 @@ def _outbox_show(session: Any, outbox_id: int) -> int:
     return 0
 
 
-def _outbox_list(session: Any, state: str, game_key: str | None) -> int:
+def _outbox_list(session: Any, state: str, game_key: str | None, tz: ZoneInfo) -> int:
     from sqlalchemy import func, select
 
     from snl_pbem.store import Game, OutboxMessage
@@ -491,13 +552,13 @@ def _outbox_list(session: Any, state: str, game_key: str | None) -> int:
         return 0
     print(
         f"{'id':>6}  {'game':<10} {'kind':<16} {'recipient':<32} {'status':<8} tries "
-        f"{'created (UTC)':<16}  last error"
+        f"{'created':<29} last error"
     )
     for row, key in reversed(rows):
         error = (row.last_error or "").strip().splitlines()
         print(
             f"{row.id:>6}  {(key or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
-            f"{row.status:<8} {row.attempts:>5} {row.created_at:%Y-%m-%d %H:%M}  "
+            f"{row.status:<8} {row.attempts:>5} {show(row.created_at, tz):<29} "
             f"{error[0][:100] if error else ''}"
         )
     total = session.scalar(select(func.count()).select_from(OutboxMessage).where(*conditions))
@@ -533,7 +594,17 @@ def _simple(action: Callable[..., Any], done: str) -> Callable[[argparse.Namespa
 
 
 cmd_pause = _simple(pause, "paused (its deadline will not fire until resume)")
-cmd_resume = _simple(resume, "resumed; deadline now {value:%Y-%m-%d %H:%M} UTC")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        new = _run(lambda: resume(db, args.game, utcnow(), config=config))
+    finally:
+        db.dispose()
+    print(f"{args.game}: resumed; deadline now {show(new, _zone(config, args.game))}")
+    return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:

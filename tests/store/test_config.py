@@ -142,7 +142,7 @@ def test_the_example_config_is_valid(tmp_path: Path) -> None:
     (tmp_path / "boards").mkdir()
     (tmp_path / "boards" / "standard.toml").write_text((deploy / "boards" / "standard.toml")
                                                        .read_text())
-    for secret in ("imap.secret", "smtp.secret"):
+    for secret in ("imap.password", "smtp.password"):  # beside it (not a credential here)
         (tmp_path / secret).write_text("pw\n")
     path = tmp_path / "config.toml"
     path.write_text(text)
