@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -19,6 +20,11 @@ from snl_pbem.config import Config
 from snl_pbem.games import start_game, sync_games
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
+
+# Hypothesis's wall-clock verdicts (a 200 ms deadline per example, the too_slow health check)
+# fail on a busy machine; the property tests are bounded by their number of examples instead.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 
 @pytest.fixture(scope="session")

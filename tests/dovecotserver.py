@@ -97,14 +97,15 @@ class DovecotServer:
                 stdout=out,
                 stderr=out,
                 stdin=subprocess.DEVNULL,
-                timeout=30,
+                timeout=120,
             )
         if code != 0:
             startup = (self.dir / "startup.log").read_text()
             raise DovecotUnavailable(f"dovecot did not start: {startup}{self.log()}")
         self.wait_ready()
 
-    def wait_ready(self, seconds: float = 15) -> None:
+    def wait_ready(self, seconds: float = 120) -> None:
+        """Until it greets; the limit is a hang detector (it takes well under a second)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
@@ -131,7 +132,7 @@ class DovecotServer:
         if pid:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            for _ in range(100):
+            for _ in range(1200):  # until it has exited (at most 60 s: a busy machine)
                 try:
                     os.kill(pid, 0)
                 except ProcessLookupError:

@@ -90,7 +90,7 @@ class PostgresServer:
             options,
             "-w",
             "-t",
-            "60",
+            "300",  # waits only until it is up (a second or two); 300 s: a hang detector
             "start",
         )
         return self
@@ -107,7 +107,7 @@ class PostgresServer:
             "fast",
             "-w",
             "-t",
-            "60",
+            "300",
             "restart",
         )
 

@@ -150,7 +150,8 @@ class PostfixServer:
         self._run(self.binary, "-c", str(self.etc), "start")
         self.wait_ready()
 
-    def wait_ready(self, seconds: float = 20) -> None:
+    def wait_ready(self, seconds: float = 120) -> None:
+        """Until it greets; the limit is a hang detector (it takes well under a second)."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
@@ -176,7 +177,7 @@ class PostfixServer:
         with contextlib.suppress(Exception):
             self._run(self.binary, "-c", str(self.etc), "stop", check=False)
         pid_file = self.dir / "spool" / "pid" / "master.pid"
-        for _ in range(100):
+        for _ in range(1200):  # until it has exited (at most 60 s: a busy machine)
             try:
                 pid = int(pid_file.read_text().split()[0])
                 os.kill(pid, 0)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).parent / "benchmarks"
 
 
@@ -24,6 +26,7 @@ def test_bench_rules_prints_engine_and_baseline() -> None:
     assert "linearity" in done.stdout
 
 
+@pytest.mark.slow  # every benchmark, with PostgreSQL and Dovecot: 40 s idle, 95 s under load
 def test_run_all_writes_the_report(tmp_path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     done = subprocess.run(

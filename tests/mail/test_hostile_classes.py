@@ -224,13 +224,13 @@ def test_a_mailbox_that_keeps_failing_marks_intake_unhealthy(dovecot, intake) ->
     thread = threading.Thread(target=poller.run, args=(stop,))
     thread.start()
     try:
-        for _ in range(200):
+        for _ in range(1200):  # ends with the two orders (a second); 120 s: a hang detector
             if len(orders_of(db)) == 2:
                 break
             stop.wait(0.1)
     finally:
         stop.set()
-        thread.join(30)
+        thread.join(120)
     assert [(o.player, o.dice) for o in orders_of(db)] == [("bob", "2"), ("bob", "2")]
     assert intake_health(db, source)[1] is not None  # healthy again
 

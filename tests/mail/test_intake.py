@@ -226,14 +226,14 @@ def test_an_order_racing_a_close_counts_or_is_refused_never_lost(intake, monkeyp
 
     def slow_adjudicate(*args, **kwargs):
         inside.set()  # the close holds its locks now
-        release.wait(10)
+        release.wait(120)  # set by the test a second after it sees `inside`
         return adjudicate(*args, **kwargs)
 
     monkeypatch.setattr(rounds_module, "_adjudicate_and_store", slow_adjudicate)
     after_deadline = T0.replace(year=2030, month=2)
     closer = threading.Thread(target=close_round, args=(db, "g1", after_deadline))
     closer.start()
-    assert inside.wait(10)
+    assert inside.wait(120)  # waits end on their event; the limits detect a hang
     results = []
     order = threading.Thread(
         target=lambda: results.append(
@@ -242,10 +242,11 @@ def test_an_order_racing_a_close_counts_or_is_refused_never_lost(intake, monkeyp
     )
     order.start()
     order.join(1.0)
-    assert order.is_alive()  # it waits for the close instead of writing beside it
+    assert order.is_alive()  # it waits for the close instead of writing beside it (a slow
+    # machine can only make this pass without the order having reached the lock yet)
     release.set()
-    closer.join(10)
-    order.join(10)
+    closer.join(120)
+    order.join(120)
     [result] = results
     assert result.status == "rejected"
     assert "before round 2 opened" in last_reply(db)

@@ -29,6 +29,7 @@ from snl_pbem.store import Database, InboundMessage, OrderRecord, Player, Round
 from snl_pbem.store.migrate import upgrade
 
 GAME = "snl@example.org"
+WAIT = 120  # waits end on their event (a second or so); the limit only detects a hang
 OUTSIDE = "127.0.0.2"  # not in the private Postfix's mynetworks (127.0.0.1/32)
 
 
@@ -133,7 +134,7 @@ def test_outside_mail_reaches_the_receiver_timed_by_postfix(tmp_path: Path, post
     try:
         before = datetime.now(UTC).replace(microsecond=0)
         send_from_outside(postfix, order("outside"))
-        wait_for(lambda: handled(db) == 1, 30, postfix, "the order delivered over LMTP")
+        wait_for(lambda: handled(db) == 1, WAIT, postfix, "the order delivered over LMTP")
     finally:
         receiver.stop()
     (row,) = stored(db)
@@ -152,12 +153,16 @@ def test_outside_mail_reaches_the_receiver_timed_by_postfix(tmp_path: Path, post
 
 
 def test_an_order_queued_while_serve_was_down_counts(tmp_path: Path, postfix) -> None:
+    db, config = setup_game(tmp_path, postfix, datetime.now(UTC) + timedelta(days=1))
+    # the deadline: 4 s after the set-up, however long that took on this machine
     deadline = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=4)
-    db, config = setup_game(tmp_path, postfix, deadline)
+    with db.transaction() as s:
+        s.scalar(select(Round).where(Round.number == 1)).deadline = deadline
     # snl-pbem is stopped: Postfix accepts the order (250) and defers it (connection refused)
     send_from_outside(postfix, order("queued"))
     accepted = datetime.now(UTC)
-    wait_for(lambda: "Connection refused" in postfix.queue(), 30, postfix, "the deferral")
+    assert accepted < deadline, f"sending took until {accepted - deadline} after the deadline"
+    wait_for(lambda: "Connection refused" in postfix.queue(), WAIT, postfix, "the deferral")
     while datetime.now(UTC) <= deadline + timedelta(seconds=1):  # the deadline passes
         time.sleep(0.2)
     assert stored(db) == []
@@ -171,7 +176,7 @@ def test_an_order_queued_while_serve_was_down_counts(tmp_path: Path, postfix) ->
     try:
         assert rounds.catch_up() == []
         postfix.flush()  # as the guide's start-up step does (ExecStartPost=postqueue -f)
-        wait_for(lambda: handled(db) == 1, 30, postfix, "the redelivery after postqueue -f")
+        wait_for(lambda: handled(db) == 1, WAIT, postfix, "the redelivery after postqueue -f")
     finally:
         receiver.stop()
     (row,) = stored(db)

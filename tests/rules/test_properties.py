@@ -44,7 +44,9 @@ histories = st.lists(st.permutations([1, 2, 3, 4, 5, 6]), max_size=4).flatmap(
 
 
 @given(boards(), st.sets(spaces, max_size=30), st.integers(0, 106))
-@settings(suppress_health_check=[HealthCheck.filter_too_much], max_examples=300)
+@settings(
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow], max_examples=300
+)
 def test_resolution_always_ends(board: Board, trapdoors: set[int], target: int) -> None:
     outcome = board.resolve(target, trapdoors)
     # Each trapdoor works once and a snake/ladder chain cannot loop, so the path is short.
@@ -79,7 +81,9 @@ def random_orders(rng: random.Random, state: GameState, turns: int) -> dict:
 
 
 @given(st.integers(0, 2**32), st.integers(1, 12), boards())
-@settings(max_examples=60, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(
+    max_examples=60, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow]
+)
 def test_every_completed_set_is_a_permutation(seed: int, players: int, board: Board) -> None:
     rng = random.Random(seed)
     rules = GameRules(board, double_from_round=rng.randint(1, 8))
