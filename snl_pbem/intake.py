@@ -351,7 +351,10 @@ def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
         )
         return IngestResult(inbound_id, "failed", f"{type(exc).__name__}: {exc}")
     if status != "failed":
-        _after_reading(db, config, inbound_id, raw, secrets)
+        try:
+            _after_reading(db, config, inbound_id, raw, secrets)
+        except Exception as exc:  # processed all the same: never report it as not stored
+            log.error("inbound %d: keeping a redacted copy failed: %s", inbound_id, exc)
         log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
     return IngestResult(inbound_id, status, detail)
 
