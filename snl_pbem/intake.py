@@ -151,7 +151,7 @@ def ingest(
         log.error("a message could not be stored as received (%s): storing a stub", exc)
         return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid, exc)
     crash_point("ingest.stored-not-processed")
-    return _process_row(db, config, inbound_id)
+    return _process_row(db, config, inbound_id, (kept, note))
 
 
 def _refused_as_data(exc: Exception) -> bool:
@@ -309,23 +309,29 @@ def _read(raw: bytes, config: Config) -> ParsedMail | str:
         return f"set aside: it could not be read: {exc}"
 
 
-def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
+def _process_row(
+    db: Database, config: Config, inbound_id: int, stored: tuple[bytes, str | None] | None = None
+) -> IngestResult:
     """Process one stored message; any failure is recorded on it, never raised.
 
     The message is read (parsed) first, outside any transaction, so no lock is held
     while a hostile message is taken apart. Then the row is locked and its status
     checked in the processing transaction, so that a message is processed once even
     when two processes reach it together (one server's poller and another's start-up
-    ``process_pending``, or a referee's ``ingest``)."""
-    with db.transaction() as session:
-        row = session.get(InboundMessage, inbound_id)
-        assert row is not None
-        status, raw, note = row.status, row.raw, row.error
-    if status != "new":
-        return IngestResult(inbound_id, "duplicate", f"already handled: {status}")
+    ``process_pending``, or a referee's ``ingest``). That same transaction keeps the
+    message as it may be kept (``_kept_after_reading``). ``stored``: the row's raw bytes
+    and note, when the caller has just stored them (no need to read them back)."""
+    if stored is None:
+        with db.transaction() as session:
+            row = session.get(InboundMessage, inbound_id)
+            assert row is not None
+            status, raw, note = row.status, row.raw, row.error
+        if status != "new":
+            return IngestResult(inbound_id, "duplicate", f"already handled: {status}")
+    else:
+        raw, note = stored
     too_large = bool(note and note.startswith(TOO_LARGE))
     mail = _read(raw, config)
-    secrets: tuple[str, ...] = ()
     try:
         with db.transaction() as session:
             row = session.get(InboundMessage, inbound_id, with_for_update=True)
@@ -337,9 +343,11 @@ def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
                 status, detail = "failed", mail
                 log.error("inbound %d %s", inbound_id, mail)
             else:
-                outcome = _process(session, config, row, mail, note if too_large else None)
-                status, detail, secrets = outcome
+                status, detail, secrets = _process(
+                    session, config, row, mail, note if too_large else None
+                )
                 row.status, row.error = status, clean_text(detail) or None
+                _kept_after_reading(session, config, row, raw, mail, secrets)
     except Exception as exc:  # kept with its traceback for the referee; the server carries on
         trace = traceback.format_exc(limit=20)
         with db.transaction() as session:
@@ -351,39 +359,30 @@ def _process_row(db: Database, config: Config, inbound_id: int) -> IngestResult:
         )
         return IngestResult(inbound_id, "failed", f"{type(exc).__name__}: {exc}")
     if status != "failed":
-        try:
-            _after_reading(db, config, inbound_id, raw, secrets)
-        except Exception as exc:  # processed all the same: never report it as not stored
-            log.error("inbound %d: keeping a redacted copy failed: %s", inbound_id, exc)
         log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
     return IngestResult(inbound_id, status, detail)
 
 
-def _after_reading(
-    db: Database, config: Config, inbound_id: int, raw: bytes, secrets: tuple[str, ...]
+def _kept_after_reading(
+    session: Session,
+    config: Config,
+    row: InboundMessage,
+    raw: bytes,
+    mail: ParsedMail,
+    secrets: tuple[str, ...],
 ) -> None:
     """What is kept of a message once it has been read. Order keys are kept only as
-    hashes: every key it shows is replaced by ****. Past its sender's daily cap it is cut
-    to its first 64 KiB (under an X-SNL-PBEM-Trimmed line). The digest of the original
-    bytes stays, so the same message arriving again is still recognised."""
-    kept = raw
-    if secrets:
-        try:
-            kept = sandbox.redact(raw, list(secrets))
-        except (ParseTimeout, sandbox.ParseFailed) as exc:
-            log.warning("inbound %d: keys redacted as bytes only (%s)", inbound_id, exc)
-            for secret in secrets:
-                kept = re.sub(re.escape(secret.encode()), b"****", kept, flags=re.IGNORECASE)
-    with db.transaction() as session:
-        row = session.get(InboundMessage, inbound_id)
-        if row is None:
-            return
-        if len(kept) > TRIMMED_BYTES and _over_daily_cap(session, config, row):
-            mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
-            kept = mark.encode() + kept[:TRIMMED_BYTES]
-            log.warning("inbound %d: %s over its daily cap: kept trimmed", inbound_id, row.sender)
-        if kept != raw:
-            row.raw = kept
+    hashes: every key it shows is replaced by **** (the copy the sandbox made while
+    reading it). Past its sender's daily cap it is cut to its first 64 KiB (under an
+    X-SNL-PBEM-Trimmed line). The digest of the original bytes stays, so the same message
+    arriving again is still recognised."""
+    kept = mail.redacted if secrets and mail.redacted is not None else raw
+    if len(kept) > TRIMMED_BYTES and _over_daily_cap(session, config, row):
+        mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
+        kept = mark.encode() + kept[:TRIMMED_BYTES]
+        log.warning("inbound %d: %s over its daily cap: kept trimmed", row.id, row.sender)
+    if kept != raw:
+        row.raw = kept
 
 
 @dataclass

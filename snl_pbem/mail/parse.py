@@ -87,6 +87,10 @@ class ParsedMail:
     quoted_keys: tuple[str, ...] = ()
     """Order keys the message shows anywhere, quotes and returned copies included (a bounced
     welcome returns its key): redacted from what is kept, never used."""
+    redacted: bytes | None = None
+    """The message as it may be kept: every key it shows (``quoted_keys`` and the KEY
+    lines read) replaced by ``****``; None when it shows none. Made here, in the same
+    bounded pass as the rest, so keeping a message costs no second trip to the sandbox."""
 
 
 def clean_text(value: str, limit: int | None = None) -> str:
@@ -342,6 +346,9 @@ def parse_message(raw: bytes, game_address: str) -> ParsedMail:
     text, note = body_text(msg)
     automated = automated_reason(msg, sender, game_address)
     subject = header(msg, "Subject")
+    commands = None if automated else parse_commands(text, subject)
+    quoted_keys = keys_quoted_in(msg)
+    secrets = sorted({*quoted_keys, *(commands.keys if commands else ())})
     return ParsedMail(
         message_id=message_id[:998] if message_id else None,
         sender=sender,
@@ -358,9 +365,21 @@ def parse_message(raw: bytes, game_address: str) -> ParsedMail:
         sender_doubt=doubt,
         report=_is_report(msg),
         delivery_report=parse_dsn(raw) if automated else None,
-        commands=None if automated else parse_commands(text, subject),
-        quoted_keys=keys_quoted_in(msg),
+        commands=commands,
+        quoted_keys=quoted_keys,
+        redacted=_redacted_copy(raw, secrets) if secrets else None,
     )
+
+
+def _redacted_copy(raw: bytes, secrets: list[str]) -> bytes:
+    """``redact_secrets``, falling back to replacing the keys in the bytes as they stand
+    when the message cannot be re-encoded part by part."""
+    try:
+        return redact_secrets(raw, secrets)
+    except Exception:
+        for secret in (s for s in secrets if len(s) >= 3):
+            raw = re.sub(re.escape(secret.encode()), REDACTED.encode(), raw, flags=re.IGNORECASE)
+        return raw
 
 
 _KEY_LINE = re.compile(r"^[\s>|]*(?:KEY|PASSWORD)\s*[:=]?\s*(\S{3,64})\s*$", re.IGNORECASE | re.M)

@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from snl_pbem.mail.parse import ParsedMail, ParseTimeout, parse_message, redact_secrets
+from snl_pbem.mail.parse import ParsedMail, ParseTimeout, parse_message
 
 log = logging.getLogger("snl_pbem.sandbox")
 
@@ -77,10 +77,7 @@ def _serve(conn: Connection, memory: int) -> None:
         try:
             if operation == "too big":
                 raise MemoryError
-            if operation == "redact":
-                answer: tuple[str, Any] = ("ok", redact_secrets(raw, argument))
-            else:
-                answer = ("ok", parse_message(raw, argument))
+            answer: tuple[str, Any] = ("ok", parse_message(raw, argument))
         except MemoryError:
             answer = ("error", "reading it needed more memory than the limit")
         except BaseException as exc:  # parse_message should never raise; report, live on
@@ -150,12 +147,6 @@ class Sandbox:
         """Read one message; raises ParseTimeout or ParseFailed, never hangs."""
         value = self._run("parse", raw, game_address)
         assert isinstance(value, ParsedMail)
-        return value
-
-    def redact(self, raw: bytes, secrets: list[str]) -> bytes:
-        """The message with every secret in its text replaced (see ``redact_secrets``)."""
-        value = self._run("redact", raw, secrets)
-        assert isinstance(value, bytes)
         return value
 
     def _run(self, operation: str, raw: bytes, argument: object) -> object:
@@ -234,8 +225,3 @@ def default_sandbox() -> Sandbox:
 def parse(raw: bytes, game_address: str) -> ParsedMail:
     """Read one message in the shared sandbox (see the module's docstring)."""
     return default_sandbox().parse(raw, game_address)
-
-
-def redact(raw: bytes, secrets: list[str]) -> bytes:
-    """A stored message with its order keys replaced, in the shared sandbox."""
-    return default_sandbox().redact(raw, secrets)
