@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from snl_pbem.errors import ConfigError, no_such_game
 from snl_pbem.rules import Board, BoardError, GameRules, TrapdoorRule
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
@@ -44,13 +45,6 @@ _ATEXT = frozenset(
 )
 _GAME_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
-
-class ConfigError(Exception):
-    """The config cannot be used; ``problems`` holds one line per problem."""
-
-    def __init__(self, problems: Iterable[str]) -> None:
-        self.problems = tuple(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def _email(value: object) -> str:
@@ -287,7 +281,7 @@ class MailSettings(_Section):
     """How long the raw bytes of handled inbound mail (processed, rejected, ignored,
     duplicate) are kept whole; after that only their headers are kept (who sent what,
     when). Mail set aside (failed) or not yet processed is never trimmed. At least 1d;
-    ``false`` (None here) keeps mail forever. See snl_pbem.retention."""
+    ``false`` (None here) keeps mail forever. See snl_pbem.app.retention."""
     max_stored_per_sender: Annotated[int, Field(ge=1)] = 200
     """Inbound messages stored from one sender per day, at most (enforced by the intake)."""
     max_stored_bytes_per_sender: Annotated[int, Field(ge=1024)] = 20 * 1024 * 1024
@@ -489,8 +483,7 @@ class Config:
         for game in self.games:
             if game.id == game_id:
                 return game
-        known = ", ".join(g.id for g in self.games) or "none"
-        raise KeyError(f"no game {game_id!r} in {self.path} (games: {known})")
+        raise no_such_game(game_id, [g.id for g in self.games], str(self.path))
 
     def dkim_key(self) -> bytes | None:
         dkim = self.settings.mail.dkim

@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from confighelpers import make_config  # noqa: F401  (a fixture, shared by the suite)
 from mailhelpers import OPENED, T0, game_config
 from pgserver import PostgresServer, PostgresUnavailable
 
+from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import Config
-from snl_pbem.games import start_game, sync_games
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from snl_pbem.cli import main
+from snl_pbem.cli.main import main
 
 ROOT = Path(__file__).parents[1]
 UNIT = ROOT / "deploy" / "snl-pbem.service"

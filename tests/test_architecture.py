@@ -1,9 +1,18 @@
-"""Dependencies point inward (STYLE.md): the rules engine is pure and imports nothing of ours."""
+"""Dependencies point inward (STYLE.md): the folder tree is the architecture.
+
+    rules      pure: imports nothing of ours outside rules
+    store, mail    the database and the mail formats: never app, runners or cli
+    app        the use cases: never runners or cli
+    runners    the long-running parts: never cli
+    cli        the command line: anything
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 RULES = Path(__file__).parents[1] / "snl_pbem" / "rules"
 
@@ -26,8 +35,8 @@ def imports_of(path: Path) -> set[str]:
 
 
 def test_rules_engine_is_pure() -> None:
-    files = sorted(RULES.glob("*.py"))
-    assert len(files) >= 5
+    files = sorted(RULES.rglob("*.py"))
+    assert len(files) >= 8
     for path in files:
         for name in imports_of(path):
             top = name.split(".")[0]
@@ -37,7 +46,7 @@ def test_rules_engine_is_pure() -> None:
 
 
 def test_rules_engine_never_prints() -> None:
-    for path in RULES.glob("*.py"):
+    for path in RULES.rglob("*.py"):
         calls = [n for n in ast.walk(ast.parse(path.read_text()))
                  if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("print", "open")]
         assert not calls, f"{path.name} calls print/open"
@@ -60,3 +69,47 @@ def test_store_and_mail_stay_apart() -> None:
     for package, other in (("mail", "snl_pbem.store"), ("store", "snl_pbem.mail")):
         for path in (root / package).glob("*.py"):
             assert not any(n.startswith(other) for n in imports_of(path)), path.name
+
+
+PACKAGE = RULES.parent
+LAYERS = {
+    "store": ("app", "runners", "cli"),
+    "mail": ("app", "runners", "cli"),
+    "app": ("runners", "cli"),
+    "runners": ("cli",),
+    "offline": ("app", "runners", "cli"),
+    "views": ("app", "runners", "cli"),
+}
+"""For each package, the packages of ours it must never import."""
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_layers_point_inward(package: str) -> None:
+    files = sorted((PACKAGE / package).rglob("*.py"))
+    assert files, f"no package {package}"
+    for path in files:
+        for name in imports_of(path):
+            parts = name.split(".")
+            if parts[0] == "snl_pbem" and len(parts) > 1:
+                assert parts[1] not in LAYERS[package], (
+                    f"{path.relative_to(PACKAGE)} imports {name}: {package} must not import "
+                    f"{', '.join(LAYERS[package])}"
+                )
+
+
+def test_shared_modules_import_no_layer_above_them() -> None:
+    """config, errors, timeutil, keys, crashpoints, ownership, procs: used by every layer,
+    so they import none of app, runners or cli."""
+    for path in sorted(PACKAGE.glob("*.py")):
+        for name in imports_of(path):
+            parts = name.split(".")
+            if parts[0] == "snl_pbem" and len(parts) > 1:
+                assert parts[1] not in ("app", "runners", "cli"), f"{path.name} imports {name}"
+
+
+def test_no_module_left_flat() -> None:
+    """Only the shared modules stand at the top of the package; the rest live in a layer."""
+    flat = {p.stem for p in PACKAGE.glob("*.py")}
+    assert flat <= {
+        "__init__", "config", "errors", "timeutil", "keys", "crashpoints", "ownership", "procs",
+    }, flat

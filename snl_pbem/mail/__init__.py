@@ -1,1 +1,3 @@
-"""Email in and out: composing messages, rendering templates (intake and sending come later)."""
+"""Email in and out, with no game logic: reading messages (parse, the order language, the
+sandbox, DSNs, Received: lines), composing and rendering ours, and the IMAP, LMTP and SMTP
+protocols."""

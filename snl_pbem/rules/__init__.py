@@ -15,7 +15,8 @@ from snl_pbem.rules.board import (
     Position,
     Space,
 )
-from snl_pbem.rules.dice import (
+from snl_pbem.rules.errors import BoardError, GameSetupError, RulesError
+from snl_pbem.rules.postal.dice import (
     DiceCheck,
     DiceProblem,
     DiceProblemKind,
@@ -25,8 +26,7 @@ from snl_pbem.rules.dice import (
     open_values,
     used_in_set,
 )
-from snl_pbem.rules.errors import BoardError, GameSetupError, RulesError
-from snl_pbem.rules.game import (
+from snl_pbem.rules.postal.game import (
     GameResult,
     GameRules,
     GameState,
@@ -42,7 +42,7 @@ from snl_pbem.rules.game import (
     game_result,
     player_report,
 )
-from snl_pbem.rules.trapdoors import (
+from snl_pbem.rules.postal.trapdoors import (
     Tally,
     TrapdoorRule,
     default_nomination,

@@ -26,7 +26,7 @@ from sqlalchemy import insert, select
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from snl_pbem.rounds import close_round
+from snl_pbem.app.rounds import close_round
 from snl_pbem.store import Database, Game, OrderRecord, Player, Round, TurnRecord
 from snl_pbem.store.migrate import upgrade
 

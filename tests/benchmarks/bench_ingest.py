@@ -29,10 +29,10 @@ from dovecotserver import DovecotServer
 from imapclient import IMAPClient
 from sqlalchemy import func, select
 
+from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import load_config
-from snl_pbem.games import start_game, sync_games
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
-from snl_pbem.mailboxes import DatabaseHooks
+from snl_pbem.runners.mailboxes import DatabaseHooks
 from snl_pbem.store import Database, OrderRecord, OutboxMessage
 from snl_pbem.store.migrate import upgrade
 

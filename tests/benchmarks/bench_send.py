@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from smtpsink import free_port
 from sqlalchemy import func, select, update
 
+from snl_pbem.app.outbox import drain_parallel, enqueue_mail
 from snl_pbem.config import load_config
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
-from snl_pbem.outbox import drain_parallel, enqueue_mail
 from snl_pbem.store import Database, OutboxMessage
 from snl_pbem.store.migrate import upgrade
 

@@ -29,8 +29,8 @@ import pytest
 from imapclient import IMAPClient
 from mailhelpers import server_mail_config
 
-from snl_pbem.replay import Replay, run_replay
-from snl_pbem.rounds import game_rules
+from snl_pbem.app.rounds import game_rules
+from snl_pbem.offline.replay import Replay, run_replay
 from snl_pbem.rules import OrderSet
 from snl_pbem.store import Database, Game
 
@@ -233,7 +233,8 @@ def test_kill_nine_again_and_again(tmp_path: Path, dovecot, smtp_sink) -> None:
 def import_seconds() -> float:
     """How long `serve` takes to import itself on this machine now."""
     began = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import snl_pbem.server"], check=True, timeout=600)
+    command = [sys.executable, "-c", "import snl_pbem.runners.server"]
+    subprocess.run(command, check=True, timeout=600)
     return time.monotonic() - began
 
 

@@ -21,9 +21,9 @@ import pytest
 from mailhelpers import T0, game_config
 from sqlalchemy import event, func, select
 
+from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import load_config
-from snl_pbem.games import start_game, sync_games
-from snl_pbem.scheduler import RoundScheduler, make_scheduler
+from snl_pbem.runners.scheduler import RoundScheduler, make_scheduler
 from snl_pbem.store import Database, OutboxMessage, Round
 from snl_pbem.store.migrate import upgrade
 

@@ -14,13 +14,13 @@ import pytest
 from imapclient import IMAPClient
 from sqlalchemy import func, select
 
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.outbox import drain_parallel
 from snl_pbem.config import load_config
-from snl_pbem.games import start_game, sync_games
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
-from snl_pbem.mailboxes import DatabaseHooks
-from snl_pbem.outbox import drain_parallel
-from snl_pbem.scheduler import RoundScheduler
+from snl_pbem.runners.mailboxes import DatabaseHooks
+from snl_pbem.runners.scheduler import RoundScheduler
 from snl_pbem.store import Database, OrderRecord, OutboxMessage, Round
 from snl_pbem.store.migrate import upgrade
 

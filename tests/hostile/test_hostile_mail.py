@@ -15,7 +15,7 @@ import pytest
 from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import func, select
 
-from snl_pbem.intake import ACKS_PER_HOUR, ingest
+from snl_pbem.app.intake import ACKS_PER_HOUR, ingest
 from snl_pbem.mail.parse import parse_message, redact_secrets
 from snl_pbem.store import InboundMessage, OutboxMessage
 

@@ -19,7 +19,7 @@ from email import policy
 import pytest
 from mailhelpers import CORPUS, T0, orders_of, replies_since
 
-from snl_pbem.intake import ingest
+from snl_pbem.app.intake import ingest
 
 CLIENTS = CORPUS / "clients"
 

@@ -75,8 +75,8 @@ def test_dkim_signed_mail_verifies(tmp_path) -> None:
     import pytest
     from mailhelpers import T0, game_config
 
+    from snl_pbem.app.outbox import enqueue_mail
     from snl_pbem.config import load_config
-    from snl_pbem.outbox import enqueue_mail
     from snl_pbem.store import Database
     from snl_pbem.store.migrate import upgrade
 

@@ -6,7 +6,7 @@ import pytest
 from mailhelpers import CORPUS, T0, orders_of, replies_since
 from sqlalchemy import select
 
-from snl_pbem.intake import ingest
+from snl_pbem.app.intake import ingest
 from snl_pbem.store import InboundMessage, OutboxMessage
 
 # file: (status, player whose orders, dice, trapdoor, valid, reply recipients)

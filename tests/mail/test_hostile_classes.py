@@ -15,13 +15,13 @@ from imapclient import IMAPClient
 from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import select
 
+from snl_pbem.app.games import sync_games
+from snl_pbem.app.intake import GUEST_REPLIES_PER_ADDRESS_PER_HOUR, ingest
 from snl_pbem.config import ImapSettings, load_config
-from snl_pbem.games import sync_games
-from snl_pbem.intake import GUEST_REPLIES_PER_ADDRESS_PER_HOUR, ingest
 from snl_pbem.mail.commands import command_lines, parse_commands
 from snl_pbem.mail.imap import DeliveryFailed, ImapPoller, MailboxConfig
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
-from snl_pbem.mailboxes import DatabaseHooks, intake_health
+from snl_pbem.runners.mailboxes import DatabaseHooks, intake_health
 from snl_pbem.store import AuditEntry, InboundMessage, OutboxMessage, Player
 
 
@@ -141,7 +141,7 @@ def test_a_message_the_database_refuses_is_stored_as_a_stub(intake, monkeypatch)
     """If the database still refuses what was read from a message, the message is stored
     as received (a stub, nothing read from it) and set aside, and intake goes on."""
     db, config = intake
-    from snl_pbem import intake as intake_module
+    from snl_pbem.app import intake as intake_module
 
     monkeypatch.setattr(intake_module, "envelope_of", lambda raw: ("x" * 5000, None))
     if db.engine.dialect.name == "sqlite":  # SQLite holds any length: make it refuse
@@ -236,14 +236,14 @@ def test_a_mailbox_that_keeps_failing_marks_intake_unhealthy(dovecot, intake) ->
 
 
 def test_the_breaker_holds_a_round_while_the_last_read_failed(intake) -> None:
-    from snl_pbem.scheduler import RoundScheduler
+    from snl_pbem.runners.scheduler import RoundScheduler
 
     db, config = intake
     imap = ImapSettings(host="127.0.0.1", username="u", password="p")
     object.__setattr__(config.settings.mail, "imap", imap)
     rounds = RoundScheduler(db, config, clock=lambda: T0)
     hooks = DatabaseHooks(db, config, clock=lambda: T0)
-    from snl_pbem.mailboxes import imap_poller
+    from snl_pbem.runners.mailboxes import imap_poller
 
     source = imap_poller(db, config).config.source
     hooks._state(source)
@@ -818,8 +818,8 @@ def test_a_duplicate_and_quoted_keys_are_redacted_too(sqlite_intake) -> None:
 def test_a_round_closes_only_once_mail_from_before_its_deadline_is_read(intake) -> None:
     """With IMAP, the close waits for a poll that began after the deadline (and asks for
     one); a message stored before the deadline but not yet processed is processed first."""
-    from snl_pbem.mailboxes import imap_poller
-    from snl_pbem.scheduler import RoundScheduler
+    from snl_pbem.runners.mailboxes import imap_poller
+    from snl_pbem.runners.scheduler import RoundScheduler
     from snl_pbem.store import Round
 
     db, config = intake
@@ -877,7 +877,7 @@ def test_imap_never_fetches_an_oversize_message_whole(dovecot, sqlite_intake) ->
     c.append("INBOX", good_order())
     c.logout()
     hooks = DatabaseHooks(db, config, clock=lambda: T0)
-    from snl_pbem.mailboxes import imap_poller
+    from snl_pbem.runners.mailboxes import imap_poller
 
     poller = imap_poller(db, config, hooks)
     assert poller is None  # the fixture reads no mailbox: build one for Dovecot

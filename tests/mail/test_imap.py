@@ -10,7 +10,7 @@ from imapclient import IMAPClient
 from mailhelpers import CORPUS, T0, orders_of
 
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
-from snl_pbem.mailboxes import DatabaseHooks, last_good_poll
+from snl_pbem.runners.mailboxes import DatabaseHooks, last_good_poll
 
 
 def mailbox(dovecot, user: str) -> MailboxConfig:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from mailhelpers import CORPUS, T0, orders_of
 
-from snl_pbem.intake import ingest
+from snl_pbem.app.intake import ingest
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
 from snl_pbem.store import Database
 
@@ -86,7 +86,7 @@ def test_database_busy_is_a_temporary_451(tmp_path: Path) -> None:
     """SQLite locked by another process: the MTA is told to retry, and nothing is lost."""
     from mailhelpers import game_config
 
-    from snl_pbem.games import start_game, sync_games
+    from snl_pbem.app.games import start_game, sync_games
     from snl_pbem.store.migrate import upgrade
 
     db = Database(f"sqlite:///{tmp_path / 'snl.db'}", sqlite_busy_ms=200)

@@ -20,11 +20,11 @@ from mailhelpers import game_config
 from postfixserver import PostfixServer, PostfixUnavailable
 from sqlalchemy import select
 
+from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import Config, load_config
-from snl_pbem.games import start_game, sync_games
 from snl_pbem.mail.received import topmost_received
-from snl_pbem.mailboxes import lmtp_receiver
-from snl_pbem.scheduler import RoundScheduler
+from snl_pbem.runners.mailboxes import lmtp_receiver
+from snl_pbem.runners.scheduler import RoundScheduler
 from snl_pbem.store import Database, InboundMessage, OrderRecord, Player, Round
 from snl_pbem.store.migrate import upgrade
 

@@ -10,12 +10,12 @@ import pytest
 from mailhelpers import T0, game_config, orders_of
 from sqlalchemy import select
 
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.intake import ingest
 from snl_pbem.config import load_config
-from snl_pbem.games import start_game, sync_games
-from snl_pbem.intake import ingest
 from snl_pbem.mail.received import mta_receipt_time, received_by, topmost_received
-from snl_pbem.mailboxes import lmtp_receipt_time, lmtp_receiver
-from snl_pbem.scheduler import RoundScheduler
+from snl_pbem.runners.mailboxes import lmtp_receipt_time, lmtp_receiver
+from snl_pbem.runners.scheduler import RoundScheduler
 from snl_pbem.store import Database, InboundMessage, Round
 from snl_pbem.store.migrate import upgrade
 

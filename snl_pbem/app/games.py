@@ -1,0 +1,345 @@
+"""Games from the config into the database, and starting them.
+
+``sync_games`` makes the database agree with the config without ever losing
+history: new games and players are added, changed settings and deadlines of
+rounds not yet closed are applied, and a player removed from the config who
+has history is kept and reported, never silently deleted. ``start_game`` gives
+each player an order key, opens round 1 and enqueues the welcome mails.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import exists, select
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.config import Config, GameConfig, Schedule
+from snl_pbem.errors import LifecycleError, no_such_game
+from snl_pbem.keys import generate_key, hash_key, new_salt
+from snl_pbem.store import AuditEntry, Database, Game, OrderRecord, Player, Round, TurnRecord
+from snl_pbem.timeutil import show, wall_clock_add, zone
+
+log = logging.getLogger("snl_pbem.games")
+
+
+def audit(
+    session: Session, now: datetime, actor: str, action: str, game: Game | None, **detail: Any
+) -> None:
+    session.add(
+        AuditEntry(
+            at=now, actor=actor, action=action, game_id=game.id if game else None, detail=detail
+        )
+    )
+
+
+def game_by_id(session: Session, game_id: str, *, lock: bool = False) -> Game:
+    """The game with this id (locked for update when ``lock``); NotFound, in the one
+    wording of an unknown game, when the database has none."""
+    query = select(Game).where(Game.key == game_id)
+    game = session.scalar(query.with_for_update() if lock else query)
+    if game is None:
+        known = list(session.scalars(select(Game.key).order_by(Game.key)))
+        raise no_such_game(game_id, known, "the database")
+    return game
+
+
+def open_round(session: Session, game: Game, *, lock: bool = False) -> Round | None:
+    """The game's open round, if it has one (locked for update when ``lock``)."""
+    query = select(Round).where(Round.game_id == game.id, Round.state == "open")
+    return session.scalar(query.with_for_update() if lock else query)
+
+
+def schedule_json(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "first": schedule.first.isoformat(),
+        "explicit": [d.isoformat() for d in schedule.explicit],
+        "round_length_s": (
+            int(schedule.round_length.total_seconds()) if schedule.round_length else None
+        ),
+    }
+
+
+def schedule_from_game(game: Game) -> Schedule:
+    data = game.schedule
+    length = data.get("round_length_s")
+    return Schedule(
+        zone(game.timezone),
+        datetime.fromisoformat(data["first"]),
+        timedelta(seconds=length) if length else None,
+        tuple(datetime.fromisoformat(d) for d in data.get("explicit", [])),
+    )
+
+
+def scheduled_deadline(game: Game, round_number: int, now: datetime) -> datetime:
+    """The deadline a newly opened round gets: the schedule, moved by any pauses.
+
+    A round always gets time to play: if its scheduled deadline has passed or is
+    too close (the server was down, or the previous round was extended), it gets
+    one round length from now instead.
+    """
+    schedule = schedule_from_game(game)
+    deadline = schedule.deadline(round_number) + timedelta(seconds=game.schedule_shift_s)
+    if round_number == 1:
+        return deadline
+    step = schedule.deadline(round_number) - schedule.deadline(round_number - 1)
+    if deadline < now + step / 2:
+        return wall_clock_add(now, step, schedule.tz)
+    return deadline
+
+
+@dataclass
+class SyncReport:
+    """Every change a sync made, one line each. Not logged here: the caller shows them once
+    (``serve`` logs ``config: ...``, ``start`` prints them)."""
+
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def _apply_settings(game: Game, config: GameConfig) -> list[str]:
+    settings = config.settings
+    changes = []
+    values: dict[str, Any] = {
+        "title": settings.title,
+        "timezone": config.tz.key,
+        "schedule": schedule_json(config.schedule),
+        "double_from_round": settings.double_from_round,
+        "trapdoor_rule": settings.trapdoor_rule,
+        "seed": config.seed,
+        "remind_before_s": (
+            int(settings.remind_before.total_seconds()) if settings.remind_before else None
+        ),
+        "close_when_all_in": settings.close_when_all_in,
+        "settle_s": int(settings.settle_time.total_seconds()),
+        "reveal_after_game": settings.reveal_after_game,
+    }
+    if game.state == "new":
+        values["board"] = dict(config.board_table)
+    elif game.board != dict(config.board_table):
+        changes.append(
+            "the board changed in the config but the game has started: "
+            "it keeps the board it started with"
+        )
+    if game.state != "new":
+        for fixed in ("double_from_round", "trapdoor_rule", "seed"):
+            if getattr(game, fixed) != values[fixed]:
+                changes.append(
+                    f"{fixed} changed in the config but the game has started: "
+                    f"it keeps {getattr(game, fixed)!r}"
+                )
+                del values[fixed]
+    for key, value in values.items():
+        if getattr(game, key) != value:
+            if key not in ("schedule", "board"):
+                changes.append(f"{key}: {getattr(game, key)!r} -> {value!r}")
+            elif key == "schedule":
+                changes.append("schedule changed")
+            setattr(game, key, value)
+    return changes
+
+
+def sync_games(db: Database, config: Config, now: datetime, actor: str = "config") -> SyncReport:
+    """Make the database agree with the config (idempotent); report every change."""
+    report = SyncReport()
+    with db.transaction() as session:
+        db.serialize(session, "sync-games")  # two servers starting (or reloading) together
+        known = {g.key: g for g in session.scalars(select(Game))}
+        for game_config in config.games:
+            game = known.get(game_config.id)
+            if game is None:
+                game = Game(
+                    key=game_config.id,
+                    state="new",
+                    key_salt=new_salt(),
+                    created_at=now,
+                    board=dict(game_config.board_table),
+                    timezone=game_config.tz.key,
+                    schedule={},
+                )
+                session.add(game)
+                _apply_settings(game, game_config)
+                session.flush()
+                report.add(f"{game.key}: new game with {len(game_config.settings.players)} players")
+                audit(session, now, actor, "game-added", game)
+            else:
+                old_schedule = game.schedule
+                for change in _apply_settings(game, game_config):
+                    report.add(f"{game.key}: {change}")
+                if game.schedule != old_schedule:
+                    _sync_deadline(session, game, now, report)
+            _sync_players(session, game, game_config, now, report, actor)
+        for key in sorted(set(known) - {g.id for g in config.games}):
+            report.add(f"{key}: in the database but not in the config; left as it is")
+    return report
+
+
+def _sync_players(
+    session: Session,
+    game: Game,
+    config: GameConfig,
+    now: datetime,
+    report: SyncReport,
+    actor: str,
+) -> None:
+    existing = {p.name: p for p in session.scalars(select(Player).where(Player.game_id == game.id))}
+    wanted = {p.name: p for p in config.settings.players}
+    for name, spec in wanted.items():
+        player = existing.get(name)
+        if player is None:
+            if game.state != "new":
+                report.add(
+                    f"{game.key}: player {name} is new in the config but the game has "
+                    "started; players can join only before the start"
+                )
+                continue
+            player = Player(
+                game_id=game.id,
+                name=name,
+                email=spec.email,
+                joined_at=now,
+                key_source="config" if spec.key else "generated",
+            )
+            if spec.key:
+                player.key_hash = hash_key(spec.key, game.key_salt)
+            session.add(player)
+            report.add(f"{game.key}: player {name} added")
+            audit(session, now, actor, "player-added", game, player=name)
+            continue
+        if not player.active:
+            player.active = True
+            report.add(f"{game.key}: player {name} is back in the config")
+        if player.email != spec.email:
+            report.add(f"{game.key}: player {name}'s address changed")
+            audit(session, now, actor, "player-email", game, player=name)
+            player.email = spec.email
+        if spec.key and hash_key(spec.key, game.key_salt) != player.key_hash:
+            player.key_hash = hash_key(spec.key, game.key_salt)
+            player.key_source = "config"
+            report.add(f"{game.key}: player {name}'s key changed in the config")
+            audit(session, now, actor, "player-key", game, player=name)
+    for name, player in existing.items():
+        if name in wanted or not player.active:
+            continue
+        history = session.scalar(
+            select(
+                exists().where(OrderRecord.player_id == player.id)
+                | exists().where(TurnRecord.player_id == player.id)
+            )
+        )
+        if game.state == "new" and not history:
+            session.delete(player)
+            report.add(f"{game.key}: player {name} removed (no history)")
+        else:
+            player.active = False
+            report.add(
+                f"{game.key}: player {name} is no longer in the config: kept with their "
+                "history, still moved by the referee each round (R17), sent no mail"
+            )
+        audit(session, now, actor, "player-removed", game, player=name)
+
+
+def _sync_deadline(session: Session, game: Game, now: datetime, report: SyncReport) -> None:
+    """The config's schedule changed: the open round follows it, unless the referee set it."""
+    current = open_round(session, game)
+    if current is None or current.deadline_source != "schedule":
+        return
+    deadline = schedule_from_game(game).deadline(current.number) + timedelta(
+        seconds=game.schedule_shift_s
+    )
+    if deadline != current.deadline:
+        tz = zone(game.timezone)
+        passed = " (already passed: the round closes now)" if deadline <= now else ""
+        report.add(
+            f"{game.key}: round {current.number} deadline moved from "
+            f"{show(current.deadline, tz)} to {show(deadline, tz)}{passed}"
+        )
+        current.deadline = deadline
+
+
+@dataclass(frozen=True)
+class StartReport:
+    game: str
+    round_deadline: datetime
+    generated: int
+    welcomes: int
+
+
+def start_game(
+    db: Database, config: Config, game_key: str, now: datetime, actor: str = "referee"
+) -> StartReport:
+    """Give each player a key (unless the config sets one), open round 1, enqueue welcomes."""
+    game_config = config.game(game_key)
+    with db.transaction() as session:
+        game = session.scalar(select(Game).where(Game.key == game_key).with_for_update())
+        if game is None:
+            raise LifecycleError(
+                f"{game_key}: not in the database yet (run check-config, "
+                "then start again: start syncs the config first)"
+            )
+        if game.state != "new":
+            raise LifecycleError(f"{game_key}: already started (it is {game.state})")
+        deadline = scheduled_deadline(game, 1, now)
+        if deadline <= now:
+            raise LifecycleError(
+                f"{game_key}: first_deadline {show(deadline, zone(game.timezone))} is in the "
+                "past; set a later one in the config"
+            )
+        players = list(
+            session.scalars(
+                select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)
+            )
+        )
+        specs = {p.name: p for p in game_config.settings.players}
+        generated = 0
+        tz = zone(game.timezone)
+        for player in players:
+            key = specs[player.name].key if player.name in specs else None
+            if key is None:
+                key = generate_key()
+                player.key_hash = hash_key(key, game.key_salt)
+                player.key_source = "generated"
+                generated += 1
+            enqueue_mail(
+                session,
+                config,
+                game=game,
+                kind="welcome",
+                to=player.email,
+                now=now,
+                template="player/welcome.txt.j2",
+                secret=True,
+                player=player,
+                key=key,
+                players=len(players),
+                last=game_config.board.last,
+                double_from=game.double_from_round,
+                deadline=show(deadline, tz),
+            )
+        session.add(
+            Round(
+                game_id=game.id, number=1, turns=_turns(game, 1), deadline=deadline, opened_at=now
+            )
+        )
+        game.state, game.started_at = "running", now
+        audit(
+            session,
+            now,
+            actor,
+            "start",
+            game,
+            round_deadline=deadline.isoformat(),
+            generated_keys=generated,
+        )
+    log.info("%s: started, round 1 deadline %s", game_key, deadline.isoformat())
+    return StartReport(game_key, deadline, generated, len(players))
+
+
+def _turns(game: Game, round_number: int) -> int:
+    return 1 if round_number < game.double_from_round else 2

@@ -1,0 +1,1059 @@
+"""The one way mail enters: ``ingest(raw, received_at, source)``.
+
+Every intake (IMAP, LMTP/SMTP, a file) calls it. It first stores the raw
+message and its identity and commits — only then may the caller acknowledge
+it to its source — and then processes it in a second transaction: parse,
+authenticate, apply, reply. A message already stored (same bytes, same
+mailbox UID, or a Message-ID already processed) is recognised and not applied
+twice. A message whose processing fails is kept with its traceback, marked
+for the referee, and the server carries on.
+
+No one message can cost other players their orders: it is read in a worker
+process bounded in time and memory (``snl_pbem.mail.sandbox``), never inside a
+database transaction; what the database cannot hold (a NUL, a lone surrogate)
+is cleaned before it is written; a message that cannot be stored as received
+is stored as a stub and set aside; and a flood from one address is stored
+trimmed, never whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.bounces import record_bounce
+from snl_pbem.app.games import audit, open_round
+from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.rounds import game_players, load_state, submit_orders
+from snl_pbem.config import Config
+from snl_pbem.crashpoints import crash_point
+from snl_pbem.errors import NotFound
+from snl_pbem.keys import hash_key
+from snl_pbem.mail import sandbox
+from snl_pbem.mail.commands import Commands, LineProblem, parse_commands
+from snl_pbem.mail.parse import ParsedMail, ParseTimeout, clean_text, envelope_of, headers_only
+from snl_pbem.rules import Board
+from snl_pbem.store import (
+    Database,
+    Game,
+    InboundMessage,
+    OrderRecord,
+    OutboxMessage,
+    Player,
+)
+from snl_pbem.store.models import dice_values
+from snl_pbem.timeutil import show, zone
+
+log = logging.getLogger("snl_pbem.intake")
+
+MAX_STORED_BYTES = 25 * 1024 * 1024
+TRIMMED_BYTES = 64 * 1024
+"""What is kept of a message from a sender over their daily cap (any order fits in it)."""
+TOO_LARGE = "too large"
+"""The start of the error noted on a message stored as its headers only (over the size
+limit): processing rejects it with a notice instead of reading it."""
+MAX_ATTEMPTS = 5
+"""Restarts that may find a message still unprocessed before it is set aside (a message
+that kills the server every time must not keep it in a crash loop; a server killed by
+something else now and then must not lose an order)."""
+REPLY_KINDS = ("ack", "notice", "help", "status")
+"""Replies to authenticated players: ``replies_per_hour`` each, but an order is always
+acknowledged (up to ACKS_PER_HOUR, a bound only a flood with the player's key meets)."""
+ACKS_PER_HOUR = 100
+GUEST_KINDS = ("guest-notice", "guest-help")
+"""Replies to mail without a valid key: their own, smaller budget (a forged flood from a
+player's address must not use up that player's replies)."""
+GUEST_REPLIES_PER_ADDRESS_PER_HOUR = 3
+GUEST_HELP_PER_ADDRESS_PER_DAY = 2
+GUEST_HELP_PER_HOUR = 30
+"""HELP answered to any address, all of them together (a bound on backscatter). Notices
+go only to registered players' addresses: they have a per-address budget only, so a
+flood of HELP from strangers cannot silence the notices a player needs."""
+WRONG_KEYS_PER_SENDER_PER_HOUR = 5
+WRONG_KEYS_PER_GAME_PER_HOUR = 20
+"""Past these, wrong keys get no more notices and the referee is told (once an hour)."""
+RECEIPT_RESOLUTION = timedelta(seconds=1)
+WRONG_KEY = "authentication failed (wrong key)"
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    inbound_id: int | None
+    status: str
+    """stored-and-processed outcome: processed, rejected, ignored, duplicate, failed."""
+    detail: str = ""
+
+    @property
+    def stored(self) -> bool:
+        """True once the message is safely in the database (the source may be acknowledged)."""
+        return self.inbound_id is not None
+
+
+def ingest(
+    db: Database,
+    config: Config,
+    raw: bytes,
+    received_at: datetime,
+    source: str,
+    *,
+    uidvalidity: int | None = None,
+    uid: int | None = None,
+    size: int | None = None,
+) -> IngestResult:
+    """Store, then process, one message. Raises only if it could not be stored at all
+    (the database is down): a message the database refuses as it is, is stored as a
+    stub and set aside, so that no message stops the mailbox. ``size``: ``raw`` is only
+    the header of a message that large (the IMAP poller never fetches one over the
+    limit whole)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    message_id, sender = envelope_of(raw)  # headers only, bounded; before any lock
+    source = clean_text(source, 200)
+    try:
+        with db.transaction() as session:
+            known = _known(session, digest, source, uidvalidity, uid)
+            if known is not None:
+                return IngestResult(known.id, "duplicate", "already stored")
+            kept, note = _kept_bytes(config, raw, size)
+            row = InboundMessage(
+                message_id=message_id,
+                sha256=digest,
+                source=source,
+                uidvalidity=uidvalidity,
+                uid=uid,
+                received_at=received_at,
+                raw=kept,
+                status="new",
+                error=note,
+                attempts=0,  # counts the restarts that found it unprocessed
+                sender=sender,
+            )
+            session.add(row)
+            session.flush()
+            inbound_id = row.id
+    except IntegrityError:  # another process stored it at the same moment
+        with db.transaction() as session:
+            known = _known(session, digest, source, uidvalidity, uid)
+            if known is not None:
+                return IngestResult(known.id, "duplicate", "already stored")
+        return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid)
+    except Exception as exc:
+        if not _refused_as_data(exc):
+            raise  # the database is unreachable or locked: the source keeps the message
+        log.error("a message could not be stored as received (%s): storing a stub", exc)
+        return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid, exc)
+    crash_point("ingest.stored-not-processed")
+    return _process_row(db, config, inbound_id, (kept, note))
+
+
+def _refused_as_data(exc: Exception) -> bool:
+    """True when the database refused the row for its content, not for being away."""
+
+    if isinstance(exc, OperationalError):
+        return False
+    return isinstance(exc, (DataError, StatementError, ValueError, UnicodeError))
+
+
+def _store_stub(
+    db: Database,
+    raw: bytes,
+    digest: str,
+    source: str,
+    received_at: datetime,
+    uidvalidity: int | None,
+    uid: int | None,
+    exc: Exception | None = None,
+) -> IngestResult:
+    """Store a message the database would not take as it was: its bytes, nothing read from
+    them, set aside for the referee. Raises if even that fails (the database is away)."""
+    reason = "it could not be stored as received"
+    if exc is not None:
+        reason += f" ({type(exc).__name__}: {clean_text(str(exc), 300)})"
+    with db.transaction() as session:
+        known = _known(session, digest, source, uidvalidity, uid)
+        if known is not None:
+            return IngestResult(known.id, "duplicate", "already stored")
+        row = InboundMessage(
+            message_id=None,
+            sha256=digest,
+            source=source,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            received_at=received_at,
+            raw=raw[:MAX_STORED_BYTES],
+            status="failed",
+            error=f"set aside: {reason}",
+            attempts=0,
+        )
+        session.add(row)
+        session.flush()
+        log.error("inbound %d set aside: %s", row.id, reason)
+        return IngestResult(row.id, "failed", reason)
+
+
+def _kept_bytes(config: Config, raw: bytes, size: int | None) -> tuple[bytes, str | None]:
+    """What is stored of a message, and a note when it is not all of it: a message over
+    the size limit keeps its headers only. (A sender's daily cap trims what is kept only
+    after the message was read: a forged flood must not cut a player's real orders.)"""
+    mail_settings = config.settings.mail
+    size = max(len(raw), size or 0)
+    if size > mail_settings.max_message_size:
+        note = (
+            f"{TOO_LARGE} ({size} bytes; the limit is {mail_settings.max_message_size}): "
+            "only its headers are kept"
+        )
+        return headers_only(raw), note
+    return raw[:MAX_STORED_BYTES], None
+
+
+def _over_daily_cap(session: Session, config: Config, row: InboundMessage) -> bool:
+    """True when the sender's mail of the last day, this message included, is past
+    ``max_stored_per_sender`` or ``max_stored_bytes_per_sender``."""
+    if row.sender is None:
+        return False
+    count, size = session.execute(
+        select(func.count(), func.coalesce(func.sum(func.length(InboundMessage.raw)), 0)).where(
+            InboundMessage.sender == row.sender,
+            InboundMessage.received_at > row.received_at - timedelta(days=1),
+            InboundMessage.id <= row.id,
+        )
+    ).one()
+    mail_settings = config.settings.mail
+    return bool(
+        count > mail_settings.max_stored_per_sender
+        or size > mail_settings.max_stored_bytes_per_sender
+    )
+
+
+def _known(
+    session: Session, digest: str, source: str, uidvalidity: int | None, uid: int | None
+) -> InboundMessage | None:
+    found = session.scalar(select(InboundMessage).where(InboundMessage.sha256 == digest))
+    if found is None and uid is not None:
+        found = session.scalar(
+            select(InboundMessage).where(
+                InboundMessage.source == source,
+                InboundMessage.uidvalidity == uidvalidity,
+                InboundMessage.uid == uid,
+            )
+        )
+    return found
+
+
+def process_pending(db: Database, config: Config) -> list[IngestResult]:
+    """Process messages stored but not processed (the server stopped in between)."""
+    with db.transaction() as session:
+        ids = session.scalars(
+            select(InboundMessage.id)
+            .where(InboundMessage.status == "new")
+            .order_by(InboundMessage.id)
+        ).all()
+    return [process_stored(db, config, inbound_id) for inbound_id in ids]
+
+
+def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResult:
+    """Process a stored message again (after a stop); set aside after MAX_ATTEMPTS such
+    tries, each committed before it starts, so a try the process did not survive counts."""
+    with db.transaction() as session:
+        row = session.get(InboundMessage, inbound_id)
+        assert row is not None
+        if row.status != "new":
+            return IngestResult(inbound_id, row.status, row.error or "")
+        row.attempts += 1
+        if row.attempts > MAX_ATTEMPTS:  # it stopped the server every time: set it aside
+            row.status, row.error = "failed", "processing was interrupted several times"
+            log.error("inbound %d set aside: %s", inbound_id, row.error)
+            return IngestResult(inbound_id, "failed", row.error)
+    return _process_row(db, config, inbound_id)
+
+
+def process_now(db: Database, config: Config, inbound_id: int) -> IngestResult:
+    """Process a stored message now, if nobody has (a round is about to close and the
+    message reached us before its deadline). Safe beside another thread or process
+    processing the same message: the row is locked and its status checked."""
+    return _process_row(db, config, inbound_id)
+
+
+def retry_set_aside(
+    db: Database, config: Config, inbound_id: int, now: datetime, actor: str = "referee"
+) -> IngestResult:
+    """The referee runs a set-aside message again (after fixing what stopped it), judged by
+    its original receipt time. Raises NotFound if there is no such set-aside message."""
+    with db.transaction() as session:
+        row = session.get(InboundMessage, inbound_id, with_for_update=True)
+        if row is None or row.status != "failed":
+            state = "no such message" if row is None else f"it is {row.status}, not set aside"
+            raise NotFound(f"inbound {inbound_id}: {state}")
+        row.status, row.error, row.attempts = "new", None, 0
+        game = session.get(Game, row.game_id) if row.game_id else None
+        audit(session, now, actor, "inbound-retry", game, inbound=inbound_id)
+    return _process_row(db, config, inbound_id)
+
+
+def _read(raw: bytes, config: Config) -> ParsedMail | str:
+    """The parsed message, or why it could not be read (in the sandbox: bounded)."""
+    try:
+        return sandbox.parse(raw, config.settings.mail.address)
+    except ParseTimeout as exc:
+        return f"set aside: {exc}"
+    except sandbox.ParseFailed as exc:
+        return f"set aside: it could not be read: {exc}"
+
+
+def _process_row(
+    db: Database, config: Config, inbound_id: int, stored: tuple[bytes, str | None] | None = None
+) -> IngestResult:
+    """Process one stored message; any failure is recorded on it, never raised.
+
+    The message is read (parsed) first, outside any transaction, so no lock is held
+    while a hostile message is taken apart. Then the row is locked and its status
+    checked in the processing transaction, so that a message is processed once even
+    when two processes reach it together (one server's poller and another's start-up
+    ``process_pending``, or a referee's ``ingest``). That same transaction keeps the
+    message as it may be kept (``_kept_after_reading``). ``stored``: the row's raw bytes
+    and note, when the caller has just stored them (no need to read them back)."""
+    if stored is None:
+        with db.transaction() as session:
+            row = session.get(InboundMessage, inbound_id)
+            assert row is not None
+            status, raw, note = row.status, row.raw, row.error
+        if status != "new":
+            return IngestResult(inbound_id, "duplicate", f"already handled: {status}")
+    else:
+        raw, note = stored
+    too_large = bool(note and note.startswith(TOO_LARGE))
+    mail = _read(raw, config)
+    try:
+        with db.transaction() as session:
+            row = session.get(InboundMessage, inbound_id, with_for_update=True)
+            assert row is not None
+            if row.status != "new":
+                return IngestResult(inbound_id, "duplicate", f"already handled: {row.status}")
+            if isinstance(mail, str):
+                row.status, row.error = "failed", mail
+                status, detail = "failed", mail
+                log.error("inbound %d %s", inbound_id, mail)
+            else:
+                status, detail, secrets = _process(
+                    session, config, row, mail, note if too_large else None
+                )
+                row.status, row.error = status, clean_text(detail) or None
+                _kept_after_reading(session, config, row, raw, mail, secrets)
+    except Exception as exc:  # kept with its traceback for the referee; the server carries on
+        trace = traceback.format_exc(limit=20)
+        with db.transaction() as session:
+            row = session.get(InboundMessage, inbound_id)
+            assert row is not None
+            row.status, row.error = "failed", clean_text(trace[-8000:])
+        log.error(
+            "inbound %d set aside for the referee: %s: %s", inbound_id, type(exc).__name__, exc
+        )
+        return IngestResult(inbound_id, "failed", f"{type(exc).__name__}: {exc}")
+    if status != "failed":
+        log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
+    return IngestResult(inbound_id, status, detail)
+
+
+def _kept_after_reading(
+    session: Session,
+    config: Config,
+    row: InboundMessage,
+    raw: bytes,
+    mail: ParsedMail,
+    secrets: tuple[str, ...],
+) -> None:
+    """What is kept of a message once it has been read. Order keys are kept only as
+    hashes: every key it shows is replaced by **** (the copy the sandbox made while
+    reading it). Past its sender's daily cap it is cut to its first 64 KiB (under an
+    X-SNL-PBEM-Trimmed line). The digest of the original bytes stays, so the same message
+    arriving again is still recognised."""
+    kept = mail.redacted if secrets and mail.redacted is not None else raw
+    if len(kept) > TRIMMED_BYTES and _over_daily_cap(session, config, row):
+        mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
+        kept = mark.encode() + kept[:TRIMMED_BYTES]
+        log.warning("inbound %d: %s over its daily cap: kept trimmed", row.id, row.sender)
+    if kept != raw:
+        row.raw = kept
+
+
+@dataclass
+class _Context:
+    session: Session
+    config: Config
+    row: InboundMessage
+    mail: ParsedMail
+    commands: Commands
+    now: datetime
+
+
+def _process(
+    session: Session,
+    config: Config,
+    row: InboundMessage,
+    mail: ParsedMail,
+    too_large: str | None,
+) -> tuple[str, str, tuple[str, ...]]:
+    """(status, detail, the keys it gave) for one parsed message."""
+    mail_settings = config.settings.mail
+    row.sender = mail.sender
+    if mail_settings.authserv_id:
+        ours = [
+            a
+            for a in mail.authentication_results
+            if a.split(";")[0].strip().lower() == mail_settings.authserv_id.lower()
+        ]
+        row.auth_results = "\n".join(ours) or None
+    if mail.message_id:
+        earlier = session.scalar(
+            select(InboundMessage.id).where(
+                InboundMessage.message_id == mail.message_id,
+                InboundMessage.id != row.id,
+                InboundMessage.status.in_(("processed", "rejected")),
+            )
+        )
+        if earlier is not None:
+            return "duplicate", f"Message-ID already seen in inbound {earlier}", mail.quoted_keys
+    if mail.automated:
+        # a bounce of our own mail tells the referee; keys quoted in robots' mail (a bounced
+        # welcome returns its key) are redacted like a player's own
+        bounce = record_bounce(session, config, row, mail.delivery_report, row.received_at)
+        if bounce is not None:
+            return "ignored", bounce, mail.quoted_keys
+        return "ignored", f"automated mail, not answered: {mail.automated}", mail.quoted_keys
+    commands = mail.commands or parse_commands("", "")
+    ctx = _Context(session, config, row, mail, commands, row.received_at)
+    if too_large is not None:
+        _guest_notice(
+            ctx,
+            "Your message was too large to read "
+            f"({config.settings.mail.max_message_size // 1024} KiB at most), so nothing in "
+            "it was applied. Send your orders as plain text, without attachments.",
+        )
+        return "rejected", too_large, ()
+    status, detail = _dispatch(ctx)
+    return status, detail, tuple(sorted({*commands.keys, *mail.quoted_keys}))
+
+
+def _dispatch(ctx: _Context) -> tuple[str, str]:
+    session, mail, commands = ctx.session, ctx.mail, ctx.commands
+    game = _find_game(session, commands, mail.sender)
+    if game is None:
+        if commands.help and commands.key is None:
+            _guest_help(ctx, None)
+            return "processed", "help sent"
+        if commands.game is not None and not commands.game_from_subject:
+            _guest_notice(
+                ctx,
+                "Your message's GAME line names a game that is not on this server: check "
+                "the game id in your welcome message.",
+            )
+            return "rejected", f"unknown game {commands.game!r}"
+        _guest_notice(
+            ctx,
+            "Your message did not say which game it is for: add a "
+            "line GAME <id> (or put [id] in the subject)." + _cut_note(commands),
+        )
+        return "rejected", "no game given"
+    # The game row is locked, as a close locks it, and before anything that refers to it is
+    # written (a foreign key's share lock first would let two intakes deadlock): an order is
+    # either stored before a close reads the orders (and counts), or looked at after it (and
+    # refused with the reason), never stored for a round a concurrent close has adjudicated.
+    session.refresh(game, with_for_update=True)
+    ctx.row.game_id = game.id
+    if commands.conflict is not None:
+        _guest_notice(
+            ctx,
+            f"Your message was not applied: {commands.conflict}. Send one order set "
+            "per message, with one GAME and one KEY line.",
+            game,
+        )
+        return "rejected", f"not one order set: {commands.conflict}"
+    if commands.help and commands.key is None:
+        _guest_help(ctx, game)
+        return "processed", "help sent"
+    player = None
+    if commands.key is not None:
+        player = session.scalar(
+            select(Player).where(
+                Player.game_id == game.id,
+                Player.active,
+                Player.key_hash == hash_key(commands.key, game.key_salt),
+            )
+        )
+    if player is None:
+        return _not_authenticated(ctx, game)
+    ctx.row.player_id = player.id
+    other = _other_address(mail, player)
+    if other:
+        log.warning("inbound %d: %s's key used from %s", ctx.row.id, player.name, other)
+        audit(
+            session,
+            ctx.now,
+            "intake",
+            "key-elsewhere",
+            game,
+            player=player.name,
+            address=other,
+            inbound=ctx.row.id,
+        )
+    if commands.help:
+        _reply(ctx, game, player, "help", "player/help.txt.j2", other_sender=other)
+    if commands.has_orders or commands.clear:
+        return _orders(ctx, game, player, other)
+    if commands.status:
+        _status_reply(ctx, game, player, other)
+        return "processed", "status sent"
+    if commands.help:
+        return "processed", "help sent"
+    _reply(
+        ctx,
+        game,
+        player,
+        "notice",
+        "player/notice.txt.j2",
+        message="Your message had no orders (no DICE or TRAPDOOR line)." + _cut_note(commands),
+        line_problems=_redacted(commands.problems, commands.keys),
+        other_sender=other,
+    )
+    return "processed", "no orders in it"
+
+
+def _cut_note(commands: Commands) -> str:
+    """Why lines were not read, for a notice (without echoing them: it may be forged)."""
+    if commands.cut is None:
+        return ""
+    return (
+        ' (Reading stopped at a line that starts quoted text, such as "On ... wrote:"; '
+        "nothing below it was read. Write your orders above it, or below the quoted "
+        "lines marked with >.)"
+    )
+
+
+def _other_address(mail: ParsedMail, player: Player) -> str | None:
+    """The address the key was used from, when it is not plainly the player's own: another
+    address, none we could read, or a From header whose name shows another address."""
+    if mail.sender is None:
+        return f"an address we could not read ({mail.sender_doubt or 'no From address'})"
+    if mail.sender != player.email.lower():
+        return mail.sender
+    if mail.sender_doubt:
+        return f"{mail.sender} ({mail.sender_doubt})"
+    return None
+
+
+def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
+    """No active player has this key: refused; the registered sender is told (within the
+    guests' budget), and key guessing is counted and reported."""
+    session, commands, mail = ctx.session, ctx.commands, ctx.mail
+    reason = "no KEY line" if commands.key is None else "wrong key"
+    log.warning(
+        "inbound %d for %s: authentication failed (%s) from %s",
+        ctx.row.id,
+        game.key,
+        reason,
+        mail.sender,
+    )
+    quiet = False
+    if commands.key is not None:
+        audit(
+            session, ctx.now, "intake", "wrong-key", game, address=mail.sender, inbound=ctx.row.id
+        )
+        quiet = _key_guessing(ctx, game)
+    if not quiet:
+        _guest_notice(
+            ctx,
+            f"Your message had {'no' if commands.key is None else 'a wrong'} order key, so "
+            "nothing in it was applied. Every order needs the line KEY followed by your "
+            "order key (see your welcome message)." + _cut_note(commands),
+            game,
+        )
+    return "rejected", f"authentication failed ({reason})"
+
+
+def _key_guessing(ctx: _Context, game: Game) -> bool:
+    """Count wrong keys; past the limits the sender gets no more notices and the referee
+    is told (once an hour per game). True when this message should go unanswered.
+
+    A right key is never refused for it: a forger could otherwise lock a player out by
+    sending wrong keys from the player's address. Guessing gains nothing in any case:
+    every reply goes to a registered address, never to the guesser."""
+    session, sender = ctx.session, ctx.mail.sender
+    since = ctx.now - timedelta(hours=1)
+    wrong = (
+        InboundMessage.game_id == game.id,
+        InboundMessage.error == WRONG_KEY,
+        InboundMessage.received_at > since,
+        InboundMessage.id != ctx.row.id,
+    )
+
+    def bounded_count(*conditions: Any, limit: int) -> int:
+        """How many (this message included), counted only up to just past ``limit``."""
+        ids = select(InboundMessage.id).where(*conditions).limit(limit + 1).subquery()
+        return 1 + (session.scalar(select(func.count()).select_from(ids)) or 0)
+
+    over_sender = (
+        sender is not None
+        and bounded_count(
+            *wrong, InboundMessage.sender == sender, limit=WRONG_KEYS_PER_SENDER_PER_HOUR
+        )
+        > WRONG_KEYS_PER_SENDER_PER_HOUR
+    )
+    over_game = bounded_count(*wrong, limit=WRONG_KEYS_PER_GAME_PER_HOUR) > (
+        WRONG_KEYS_PER_GAME_PER_HOUR
+    )
+    if not (over_sender or over_game):
+        return False
+    # past the game's limit the referee is told; only a sender past its own limit is
+    # quietened (one guesser must not silence every player's wrong-key notices)
+    already = session.scalar(
+        select(func.count())
+        .select_from(OutboxMessage)
+        .where(
+            OutboxMessage.game_id == game.id,
+            OutboxMessage.kind == "key-guessing",
+            OutboxMessage.created_at > since,
+        )
+    )
+    if not already:
+        counts = session.execute(
+            select(InboundMessage.sender, func.count())
+            .where(*wrong)
+            .group_by(InboundMessage.sender)
+            .order_by(func.count().desc())
+            .limit(20)
+        ).all()
+        senders = {address or "(no address)": n for address, n in counts}
+        senders[sender or "(no address)"] = senders.get(sender or "(no address)", 0) + 1
+        enqueue_mail(
+            session,
+            ctx.config,
+            game=game,
+            kind="key-guessing",
+            to=ctx.config.settings.mail.referee,
+            now=ctx.now,
+            template="referee/key_guessing.txt.j2",
+            total=sum(senders.values()),
+            senders=sorted(senders.items(), key=lambda item: -item[1]),
+            per_sender=WRONG_KEYS_PER_SENDER_PER_HOUR,
+            per_game=WRONG_KEYS_PER_GAME_PER_HOUR,
+        )
+        log.warning("%s: many wrong order keys in the last hour: referee told", game.key)
+    return over_sender
+
+
+def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tuple[str, str]:
+    session, commands = ctx.session, ctx.commands
+    round_ = open_round(session, game)
+    refusal = None
+    if game.state == "paused":
+        refusal = "The game is paused: orders cannot be accepted until the referee resumes it."
+    elif game.state != "running" or round_ is None:
+        refusal = (
+            f"The game is {'over' if game.state == 'over' else 'not running'}: "
+            "there is no round to send orders for."
+        )
+    elif commands.round is not None and commands.round != round_.number:
+        refusal = (
+            f"Your orders are for round {commands.round}, but the round open now is "
+            f"round {round_.number}. Send them again with ROUND {round_.number} (or "
+            "without a ROUND line)."
+        )
+    elif ctx.now + RECEIPT_RESOLUTION <= round_.opened_at:  # IMAP dates are whole seconds
+        refusal = (
+            f"Your message reached us before round {round_.number} opened, so it was meant "
+            f"for an earlier round, which is closed now. Send your orders for round "
+            f"{round_.number} again."
+        )
+    elif ctx.now > round_.deadline:
+        refusal = (
+            f"Your orders arrived after round {round_.number}'s deadline "
+            f"({show(round_.deadline, zone(game.timezone))}), so they do not count."
+        )
+    if refusal is not None:
+        _reply(
+            ctx,
+            game,
+            player,
+            "notice",
+            "player/notice.txt.j2",
+            message=refusal,
+            line_problems=(),
+            other_sender=other,
+            always=True,
+        )
+        return "rejected", refusal
+    assert round_ is not None
+    last = last_space(game)
+    line_problems = _redacted(commands.problems, commands.keys)
+    trapdoor = commands.trapdoor
+    first = "first " if round_.turns == 2 else ""
+    r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
+    if trapdoor is not None and not 1 <= trapdoor <= last:
+        line_problems.insert(
+            0,
+            LineProblem(
+                f"TRAPDOOR {trapdoor}",
+                f"there is no space {trapdoor}: the board's spaces are 1 to {last}, so this "
+                f"is not a nomination; unless you send another, {r16}",
+            ),
+        )
+        trapdoor = None
+    dice = commands.dice if commands.dice is not None else ()
+    receipt = submit_orders(
+        session,
+        game,
+        player,
+        dice=dice,
+        trapdoor=trapdoor,
+        received_at=ctx.now,
+        inbound_id=ctx.row.id,
+        withdraw=commands.clear and not commands.has_orders,
+    )
+    problems = list(receipt.problems)
+    if commands.dice is None and not commands.clear:
+        problems.insert(
+            0,
+            "no DICE line: this message replaces your earlier orders as a whole, so it has no dice",
+        )
+    trapdoor_text = f"space {trapdoor}" if trapdoor is not None else f"none ({r16})"
+    if receipt.valid:
+        open_label = "Still open in your set of six after these dice"
+        open_after = receipt.open_after
+    else:
+        open_label = "Open in your current set of six"
+        open_after = receipt.open_values
+    first_turn = game.turns_played + 1
+    _reply(
+        ctx,
+        game,
+        player,
+        "ack",
+        "player/orders_ack.txt.j2",
+        always=True,
+        cleared=commands.clear and not commands.has_orders,
+        round=round_,
+        dice_ok=receipt.valid and commands.dice is not None,
+        dice_sent=" ".join(map(str, dice)),
+        turns=list(zip(range(first_turn, first_turn + len(dice)), dice, strict=False)),
+        dice_problems=problems,
+        trapdoor_text=trapdoor_text,
+        line_problems=line_problems,
+        replaced=[
+            (_redact(a, commands.keys), _redact(b, commands.keys)) for a, b in commands.replaced
+        ],
+        ignored=[_redact(x, commands.keys) for x in commands.ignored][:20],
+        dropped=commands.dropped_lines,
+        open_label=open_label,
+        open_values=", ".join(map(str, open_after)),
+        deadline=show(round_.deadline, zone(game.timezone)),
+        other_sender=other,
+        note=ctx.mail.note if ctx.mail.note and "attachment" in ctx.mail.note else None,
+        cut=_redact(commands.cut, commands.keys) if commands.cut else None,
+    )
+    return "processed", (
+        "orders withdrawn"
+        if commands.clear and not commands.has_orders
+        else f"orders for round {round_.number} ({'valid' if receipt.valid else 'invalid dice'})"
+    )
+
+
+def last_space(game: Game) -> int:
+    """The board's last space L (a player may be told it: the welcome mail says it)."""
+    return Board.from_mapping(game.board).last
+
+
+def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) -> None:
+    session = ctx.session
+    players = game_players(session, game)
+    state = load_state(session, game, players)
+    round_ = open_round(session, game)
+    orders_text = "none yet"
+    if round_ is not None:
+        latest = session.scalar(
+            select(OrderRecord)
+            .where(OrderRecord.round_id == round_.id, OrderRecord.player_id == player.id)
+            .order_by(OrderRecord.received_at.desc(), OrderRecord.id.desc())
+            .limit(1)
+        )
+        if latest is not None:
+            dice = " ".join(map(str, dice_values(latest.dice))) or "no dice"
+            orders_text = (
+                "withdrawn"
+                if latest.withdrawn
+                else f"dice {dice}, {'valid' if latest.valid else 'NOT valid'}"
+            )
+    state_text = {
+        "running": "running",
+        "paused": "paused by the referee",
+        "over": "over",
+        "new": "not started yet",
+    }[game.state]
+    _reply(
+        ctx,
+        game,
+        player,
+        "status",
+        "player/status.txt.j2",
+        state_text=state_text,
+        position=state.positions[player.name],
+        used=", ".join(map(str, state.used_in_set(player.name))) or "none",
+        open_values=", ".join(map(str, state.open_values(player.name))),
+        round=round_,
+        orders_text=orders_text,
+        deadline=show(round_.deadline, zone(game.timezone)) if round_ else "",
+        other_sender=other,
+    )
+
+
+def _find_game(session: Session, commands: Commands, sender: str | None) -> Game | None:
+    """The game a GAME line names; else the first [id] of the subject that is a game here
+    (a gateway's "[EXTERNAL]" may come first); else the one running game the sender
+    plays in."""
+    if commands.game is not None and not commands.game_from_subject:
+        return session.scalar(select(Game).where(Game.key == commands.game))
+    for candidate in commands.subject_games:
+        game = session.scalar(select(Game).where(Game.key == candidate))
+        if game is not None:
+            return game
+    if sender is None:
+        return None
+    games = session.scalars(
+        select(Game)
+        .join(Player, Player.game_id == Game.id)
+        .where(
+            func.lower(Player.email) == sender,
+            Player.active,
+            Game.state.in_(("running", "paused")),
+        )
+    ).all()
+    return games[0] if len(set(g.id for g in games)) == 1 else None
+
+
+def _registered(session: Session, game: Game | None, sender: str | None) -> Player | None:
+    if sender is None:
+        return None
+    query = select(Player).where(func.lower(Player.email) == sender, Player.active)
+    if game is not None:
+        query = query.where(Player.game_id == game.id)
+    return session.scalars(query.limit(1)).first()
+
+
+def _guest_budget(ctx: _Context, address: str, kind: str) -> bool:
+    """True if a reply to unauthenticated mail may go to ``address`` now."""
+    session, now = ctx.session, ctx.now
+    per_address = (
+        (GUEST_HELP_PER_ADDRESS_PER_DAY, now - timedelta(days=1))
+        if kind == "guest-help"
+        else (GUEST_REPLIES_PER_ADDRESS_PER_HOUR, now - timedelta(hours=1))
+    )
+    sent_to = session.scalar(
+        select(func.count())
+        .select_from(OutboxMessage)
+        .where(
+            OutboxMessage.recipient == address,
+            OutboxMessage.kind == kind,
+            OutboxMessage.created_at > per_address[1],
+        )
+    )
+    sent_all = 0
+    if kind == "guest-help":  # help goes to any address: bounded for all of them together
+        sent_all = (
+            session.scalar(
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(
+                    OutboxMessage.kind == "guest-help",
+                    OutboxMessage.created_at > now - timedelta(hours=1),
+                )
+            )
+            or 0
+        )
+    if (sent_to or 0) >= per_address[0] or sent_all >= GUEST_HELP_PER_HOUR:
+        log.warning(
+            "inbound %d: no reply to %s (unauthenticated replies' budget)", ctx.row.id, address
+        )
+        return False
+    return True
+
+
+def _guest_notice(
+    ctx: _Context,
+    message: str,
+    game: Game | None = None,
+    line_problems: tuple[LineProblem, ...] = (),
+) -> None:
+    """A notice about unauthenticated mail: only ever to a registered player's address
+    (no backscatter to forgeries), within the guests' own budget."""
+    player = _registered(ctx.session, game, ctx.mail.sender)
+    if player is None:
+        log.info("inbound %d: no reply to unregistered sender %s", ctx.row.id, ctx.mail.sender)
+        return
+    if _verified_sender(ctx):  # not forged: the player's own budget, as for their orders
+        owner = ctx.session.get(Game, player.game_id)
+        _reply(
+            ctx,
+            owner,
+            player,
+            "notice",
+            "player/notice.txt.j2",
+            message=message,
+            line_problems=_redacted(line_problems, ctx.commands.keys),
+        )
+        return
+    if not _guest_budget(ctx, player.email, "guest-notice"):
+        return
+    owner = ctx.session.get(Game, player.game_id)
+    _send(
+        ctx,
+        owner,
+        player.email,
+        "guest-notice",
+        "player/notice.txt.j2",
+        subject=_subject(owner, "About your message"),
+        player=player,
+        message=message,
+        line_problems=_redacted(line_problems, ctx.commands.keys),
+    )
+
+
+def _verified_sender(ctx: _Context) -> bool:
+    """True when our own MTA's Authentication-Results (``authserv_id``) say the From
+    domain authenticated this message (DMARC pass, or DKIM pass for that domain)."""
+    results, sender = (ctx.row.auth_results or "").lower(), ctx.mail.sender
+    if not results or sender is None or ctx.mail.sender_doubt:
+        return False
+    domain = sender.rpartition("@")[2]
+    return (
+        "dmarc=pass" in results
+        or re.search(rf"dkim=pass[^;]*header\.(?:d|i)=@?{re.escape(domain)}\b", results) is not None
+    )
+
+
+def _guest_help(ctx: _Context, game: Game | None) -> None:
+    """HELP from anyone, key or not: the help text to the sender (a few a day each)."""
+    address = ctx.mail.sender
+    if address is None or ctx.mail.sender_doubt:
+        log.info("inbound %d: HELP from an unusable address: not answered", ctx.row.id)
+        return
+    if not _guest_budget(ctx, address, "guest-help"):
+        return
+    player = _registered(ctx.session, game, address)
+    _send(
+        ctx,
+        game,
+        address,
+        "guest-help",
+        "player/help.txt.j2",
+        subject=_subject(game, "How to send orders"),
+        player=player,
+        other_sender=None,
+    )
+
+
+SUBJECTS = {
+    "ack": "Orders received",
+    "notice": "About your message",
+    "help": "How to send orders",
+    "status": "Your status",
+}
+
+
+def _subject(game: Game | None, text: str) -> str:
+    """Our own subject line: never an echo of what the sender wrote."""
+    return f"[{game.key}] {text}" if game is not None else f"Snakes and Ladders: {text}"
+
+
+def _reply(
+    ctx: _Context,
+    game: Game | None,
+    player: Player,
+    kind: str,
+    template: str,
+    always: bool = False,
+    **context: Any,
+) -> None:
+    """A reply to an authenticated player's registered address, threaded, unless the
+    rate limit holds; ``always`` (an order's acknowledgement) has its own, larger bound."""
+    limit = ctx.config.settings.mail.replies_per_hour
+    recent = (
+        ctx.session.scalar(
+            select(func.count())
+            .select_from(OutboxMessage)
+            .where(
+                OutboxMessage.recipient == player.email,
+                OutboxMessage.kind.in_(REPLY_KINDS),
+                OutboxMessage.created_at > ctx.now - timedelta(hours=1),
+            )
+        )
+        or 0
+    )
+    if always:  # an acknowledgement: counted apart, so other replies never use it up
+        limit = ACKS_PER_HOUR
+        recent = (
+            ctx.session.scalar(
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(
+                    OutboxMessage.recipient == player.email,
+                    OutboxMessage.kind == kind,
+                    OutboxMessage.created_at > ctx.now - timedelta(hours=1),
+                )
+            )
+            or 0
+        )
+    if recent >= limit:
+        log.warning(
+            "reply to %s held: %d replies in the last hour (limit %d)", player.name, recent, limit
+        )
+        return
+    subject = SUBJECTS[kind]
+    if kind == "ack" and "round" in context and context["round"] is not None:
+        subject = f"Orders received for round {context['round'].number}"
+    _send(
+        ctx,
+        game,
+        player.email,
+        kind,
+        template,
+        subject=_subject(game, subject),
+        player=player,
+        **context,
+    )
+
+
+def _send(
+    ctx: _Context, game: Game | None, to: str, kind: str, template: str, **context: Any
+) -> None:
+    enqueue_mail(
+        ctx.session,
+        ctx.config,
+        game=game,
+        kind=kind,
+        to=to,
+        now=ctx.now,
+        template=template,
+        auto_submitted="auto-replied",
+        in_reply_to=ctx.mail.message_id,
+        references=ctx.mail.references,
+        **context,
+    )
+
+
+def _redact(line: str, keys: tuple[str, ...]) -> str:
+    """Never echo a key: any occurrence of one in an echoed line becomes ****."""
+    for key in keys:
+        if key and len(key) >= 3:
+            line = re.sub(re.escape(key), "****", line, flags=re.IGNORECASE)
+    return line
+
+
+def _redacted(problems: tuple[LineProblem, ...], keys: tuple[str, ...]) -> list[LineProblem]:
+    return [LineProblem(_redact(p.line, keys), p.reason) for p in problems]

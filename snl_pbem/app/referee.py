@@ -1,0 +1,337 @@
+"""The referee's commands on a running game: status, extend, pause, resume, and
+sending failed mail again.
+
+Each change is audit-logged. ``status`` is the referee's private view: who
+has orders in and whether they are valid — never sent to players. Given the
+config, ``extend`` and ``resume`` tell every active player of a moved deadline
+in one notice each, in the same transaction (nothing when it did not move).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.games import audit, game_by_id, open_round
+from snl_pbem.app.reports import enqueue_deadline_notice
+from snl_pbem.app.rounds import latest_orders, load_state
+from snl_pbem.config import Config
+from snl_pbem.errors import LifecycleError, NotFound
+from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player, Round
+from snl_pbem.timeutil import show, zone
+
+
+def _game(session: Session, game_key: str, lock: bool = False) -> Game:
+    return game_by_id(session, game_key, lock=lock)
+
+
+def _open_round(session: Session, game: Game) -> Round:
+    round_ = open_round(session, game, lock=True)
+    if round_ is None:
+        raise LifecycleError(f"{game.key}: no round is open (the game is {game.state})")
+    return round_
+
+
+def extend(
+    db: Database,
+    game_key: str,
+    now: datetime,
+    *,
+    by: timedelta | None = None,
+    until: datetime | None = None,
+    actor: str = "referee",
+    config: Config | None = None,
+) -> datetime:
+    """Move the open round's deadline later (by a duration, or to a time); with ``config``,
+    every active player is told (when it moved)."""
+    if (by is None) == (until is None):
+        raise LifecycleError("give either --by DURATION or --until TIME")
+    with db.transaction() as session:
+        game = _game(session, game_key, lock=True)
+        round_ = _open_round(session, game)
+        new = round_.deadline + by if by is not None else until
+        assert new is not None
+        if new <= now:
+            raise LifecycleError(f"{game_key}: {show(new, zone(game.timezone))} has already passed")
+        old = round_.deadline
+        round_.deadline, round_.deadline_source = new, "referee"
+        round_.held_at = None  # a held round with a new deadline is judged again at that time
+        audit(
+            session,
+            now,
+            actor,
+            "extend",
+            game,
+            round=round_.number,
+            old=old.isoformat(),
+            new=new.isoformat(),
+        )
+        if config is not None:
+            reason = "extended" if new > old else "earlier"
+            enqueue_deadline_notice(
+                session, config, game, round_, old=old, new=new, reason=reason, now=now
+            )
+        return new
+
+
+def pause(db: Database, game_key: str, now: datetime, *, actor: str = "referee") -> None:
+    """Stop the clock: a paused game's deadline does not fire."""
+    with db.transaction() as session:
+        game = _game(session, game_key, lock=True)
+        if game.state != "running":
+            raise LifecycleError(
+                f"{game_key}: only a running game can be paused (it is {game.state})"
+            )
+        game.state, game.paused_at = "paused", now
+        audit(session, now, actor, "pause", game)
+
+
+def resume(
+    db: Database,
+    game_key: str,
+    now: datetime,
+    *,
+    actor: str = "referee",
+    config: Config | None = None,
+) -> datetime:
+    """Restart the clock: the open deadline, and the schedule after it, move by the pause
+    (in whole seconds); with ``config``, every active player is told (when it moved)."""
+    with db.transaction() as session:
+        game = _game(session, game_key, lock=True)
+        if game.state != "paused" or game.paused_at is None:
+            raise LifecycleError(f"{game_key}: not paused (it is {game.state})")
+        shift = timedelta(seconds=int((now - game.paused_at).total_seconds()))
+        round_ = _open_round(session, game)
+        old = round_.deadline
+        round_.deadline += shift
+        round_.deadline_source = "referee"
+        round_.held_at = None  # judged again at its new deadline
+        game.schedule_shift_s += int(shift.total_seconds())
+        game.state, game.paused_at = "running", None
+        audit(
+            session,
+            now,
+            actor,
+            "resume",
+            game,
+            shifted_s=int(shift.total_seconds()),
+            deadline=round_.deadline.isoformat(),
+        )
+        if config is not None:
+            enqueue_deadline_notice(
+                session,
+                config,
+                game,
+                round_,
+                old=old,
+                new=round_.deadline,
+                reason="resumed",
+                now=now,
+            )
+        return round_.deadline
+
+
+@dataclass(frozen=True)
+class MailRetry:
+    """One failed outbox message the referee asked to send again."""
+
+    id: int
+    kind: str
+    recipient: str
+    refused: str | None = None
+    """Why it was left failed, or None when it is back in the queue."""
+
+
+def retry_mail(
+    db: Database,
+    now: datetime,
+    *,
+    referee: str,
+    outbox_id: int | None = None,
+    game_key: str | None = None,
+    actor: str = "referee",
+) -> list[MailRetry]:
+    """Failed mail back to pending: attempts 0, due now, and a fresh ``give_up_after``
+    (counted from ``created_at``, which becomes now; the original time is in the audit
+    log). The running server's sender sends it within 15 seconds.
+
+    One message (``outbox_id``; NotFound if there is none, or it is not failed) or every
+    failed one (of ``game_key``). A message written to a player's address that is no longer
+    theirs (the config was corrected since) stays failed: it may hold an order key, and
+    the old address may be a stranger's.
+    """
+    with db.transaction() as session:
+        query = select(OutboxMessage).where(OutboxMessage.status == "failed")
+        if outbox_id is not None:
+            row = session.get(OutboxMessage, outbox_id, with_for_update=True)
+            if row is None or row.status != "failed":
+                state = "no such message" if row is None else f"it is {row.status}, not failed"
+                raise NotFound(f"outbox {outbox_id}: {state}")
+            rows = [row]
+        else:
+            if game_key is not None:
+                query = query.where(OutboxMessage.game_id == _game(session, game_key).id)
+            rows = list(session.scalars(query.order_by(OutboxMessage.id).with_for_update()))
+        done = []
+        for row in rows:
+            refused = _stale_address(session, row, referee)
+            done.append(MailRetry(row.id, row.kind, row.recipient, refused))
+            if refused is not None:
+                continue
+            game = session.get(Game, row.game_id) if row.game_id is not None else None
+            audit(
+                session,
+                now,
+                actor,
+                "mail-retry",
+                game,
+                outbox=row.id,
+                kind=row.kind,
+                recipient=row.recipient,
+                attempts=row.attempts,
+                created=row.created_at.isoformat(),
+                last_error=(row.last_error or "")[:500],
+            )
+            row.status, row.attempts, row.last_error = "pending", 0, None
+            row.next_attempt_at = row.created_at = now
+            row.claimed_by = row.claim_until = None
+        return done
+
+
+def _stale_address(session: Session, row: OutboxMessage, referee: str) -> str | None:
+    """Why ``row`` must not go to its recipient any more, or None."""
+    if row.game_id is None or row.recipient.lower() == referee.lower():
+        return None
+    players = session.scalars(select(Player).where(Player.game_id == row.game_id)).all()
+    owner = next((p for p in players if p.email.lower() == row.recipient.lower()), None)
+    if owner is not None and owner.active:
+        return None
+    if owner is not None:
+        return f"{owner.name} is no longer in the game (not in the config)"
+    return (
+        f"{row.recipient} is no longer a player's address (the config was changed since): "
+        "it is not sent there"
+    )
+
+
+@dataclass
+class PlayerStatus:
+    name: str
+    email: str
+    active: bool
+    position: int
+    orders: str
+    """none, valid, invalid (with reasons), or withdrawn."""
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GameStatus:
+    key: str
+    title: str
+    state: str
+    timezone: str
+    rounds_played: int
+    round: int | None
+    round_turns: int | None
+    deadline: datetime | None
+    deadline_shown: str | None
+    players: list[PlayerStatus]
+    result: dict[str, Any] | None
+    mail_failed: int
+    mail_pending: int
+    inbound_set_aside: int
+    mail_waiting_since: datetime | None = None
+    """When the oldest message still waiting to be sent was written."""
+    mail_waiting_since_shown: str | None = None
+    mail_last_error: str | None = None
+    """The latest error of a message still waiting (an SMTP outage shows here)."""
+
+    def as_json(self) -> dict[str, Any]:
+        data = dict(self.__dict__)
+        data["deadline"] = self.deadline.isoformat() if self.deadline else None
+        since = self.mail_waiting_since
+        data["mail_waiting_since"] = since.isoformat() if since else None
+        data["players"] = [p.__dict__ for p in self.players]
+        return data
+
+
+def status(db: Database, game_key: str | None = None) -> list[GameStatus]:
+    """The referee's view of every game (or one)."""
+    with db.transaction() as session:
+        query = select(Game).order_by(Game.key)
+        games = [_game(session, game_key)] if game_key else list(session.scalars(query))
+        return [_status(session, game) for game in games]
+
+
+def _status(session: Session, game: Game) -> GameStatus:
+    tz = zone(game.timezone)
+    players = list(
+        session.scalars(select(Player).where(Player.game_id == game.id).order_by(Player.id))
+    )
+    state = load_state(session, game, players)
+    round_ = open_round(session, game)
+    latest = latest_orders(session, round_.id) if round_ is not None else {}
+    rows = []
+    for player in players:
+        found = latest.get(player.id)
+        problems: list[str] = []
+        if found is None:
+            orders = "none"
+        elif found.withdrawn:
+            orders = "withdrawn"
+        else:
+            orders = "valid" if found.valid else "invalid"
+            problems = [] if found.valid else list(found.problems)
+        rows.append(
+            PlayerStatus(
+                player.name,
+                player.email,
+                player.active,
+                state.positions[player.name],
+                orders,
+                list(problems),
+            )
+        )
+
+    def count(model: Any, *conditions: Any) -> int:
+        return session.scalar(select(func.count()).select_from(model).where(*conditions)) or 0
+
+    waiting = (OutboxMessage.game_id == game.id, OutboxMessage.status == "pending")
+    since = session.scalar(select(func.min(OutboxMessage.created_at)).where(*waiting))
+    last_error = session.scalar(
+        select(OutboxMessage.last_error)
+        .where(*waiting, OutboxMessage.last_error.is_not(None))
+        .order_by(OutboxMessage.id.desc())
+        .limit(1)
+    )
+
+    return GameStatus(
+        key=game.key,
+        title=game.title,
+        state=game.state,
+        timezone=game.timezone,
+        rounds_played=game.rounds_played,
+        round=round_.number if round_ else None,
+        round_turns=round_.turns if round_ else None,
+        deadline=round_.deadline if round_ else None,
+        deadline_shown=show(round_.deadline, tz) if round_ else None,
+        players=rows,
+        result=game.result,
+        mail_failed=count(
+            OutboxMessage, OutboxMessage.game_id == game.id, OutboxMessage.status == "failed"
+        ),
+        mail_pending=count(
+            OutboxMessage, OutboxMessage.game_id == game.id, OutboxMessage.status == "pending"
+        ),
+        inbound_set_aside=count(
+            InboundMessage, InboundMessage.game_id == game.id, InboundMessage.status == "failed"
+        ),
+        mail_waiting_since=since,
+        mail_waiting_since_shown=show(since, tz) if since else None,
+        mail_last_error=last_error,
+    )

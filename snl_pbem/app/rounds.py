@@ -1,0 +1,505 @@
+"""Orders in, rounds closed: the game's state changes, each in one transaction.
+
+``close_round`` reads every player's counting orders, adjudicates with the
+rules engine, writes the results, and opens the next round (or ends the game)
+in ONE transaction. It is guarded: the round's state changes from ``open``
+with ``UPDATE ... WHERE state = 'open'`` (under a row lock on PostgreSQL,
+BEGIN IMMEDIATE on SQLite), so two processes, or a retry after a crash, can
+never close a round twice.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import CursorResult, delete, or_, select, update
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.games import audit, game_by_id, open_round, scheduled_deadline
+from snl_pbem.app.reports import enqueue_deadline_notice, enqueue_round_mail
+from snl_pbem.config import Config
+from snl_pbem.crashpoints import crash_point
+from snl_pbem.errors import LifecycleError
+from snl_pbem.rules import (
+    Board,
+    GameRules,
+    GameState,
+    OrderSet,
+    RoundResult,
+    TrapdoorRule,
+    adjudicate_round,
+    check_dice,
+    open_values,
+)
+from snl_pbem.rules.postal.dice import SET_SIZE
+from snl_pbem.store import (
+    Database,
+    Game,
+    OrderRecord,
+    Player,
+    Round,
+    RoundTally,
+    TurnRecord,
+)
+from snl_pbem.store.bulk import insert_rows
+from snl_pbem.store.models import dice_text, dice_values
+
+log = logging.getLogger("snl_pbem.rounds")
+
+TURN_COLUMNS = (
+    "game_id",
+    "round_id",
+    "player_id",
+    "turn",
+    "die",
+    "start",
+    "target",
+    "final",
+    "events",
+)
+
+
+@dataclass(frozen=True)
+class PlayerRef:
+    """The two things the round close needs of a player."""
+
+    id: int
+    name: str
+
+
+def game_players(session: Session, game: Game) -> list[PlayerRef]:
+    """Every player of the game (in the config or not: all still play, R17), by id."""
+    rows = session.execute(
+        select(Player.id, Player.name).where(Player.game_id == game.id).order_by(Player.id)
+    )
+    return [PlayerRef(pid, name) for pid, name in rows]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection during a round close.
+
+    A close makes a few objects per player, none of them cyclic garbage, yet with
+    many players the collector would walk the whole heap several times over
+    (a third of the close's time at 10,000 players). It runs again right after.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def game_rules(game: Game) -> GameRules:
+    return GameRules(
+        Board.from_mapping(game.board),
+        double_from_round=game.double_from_round,
+        trapdoor_rule=TrapdoorRule(game.trapdoor_rule),
+        seed=game.seed,
+    )
+
+
+def load_state(session: Session, game: Game, players: Sequence[PlayerRef | Player]) -> GameState:
+    """The game's state from its stored results: positions and the current set's dice."""
+    names = tuple(p.name for p in players)
+    turns = game.turns_played
+    set_start = turns - turns % SET_SIZE
+    positions = dict.fromkeys(names, 0)
+    played: dict[str, list[int]] = {name: [] for name in names}
+    by_id = {p.id: p.name for p in players}
+    rows = session.execute(
+        select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final)
+        .where(TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns))
+        .order_by(TurnRecord.turn)
+    )
+    for player_id, turn, die, final in rows:
+        name = by_id[player_id]
+        if turn > set_start:
+            played[name].append(die)
+        if turn == turns:
+            positions[name] = final
+    return GameState(
+        players=names,
+        positions=positions,
+        played={name: tuple(dice) for name, dice in played.items()},
+        rounds_played=game.rounds_played,
+        turns_played=turns,
+        played_from=set_start,
+    )
+
+
+def dice_in_current_set(session: Session, game: Game, player_id: int) -> tuple[int, ...]:
+    """One player's dice used so far in the current set of six (R6), in turn order."""
+    set_start = game.turns_played - game.turns_played % SET_SIZE
+    return tuple(
+        session.scalars(
+            select(TurnRecord.die)
+            .where(
+                TurnRecord.game_id == game.id,
+                TurnRecord.player_id == player_id,
+                TurnRecord.turn > set_start,
+            )
+            .order_by(TurnRecord.turn)
+        )
+    )
+
+
+def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
+    """Each player's latest order set for a round (by player id), whatever its receipt time."""
+    latest: dict[int, OrderRecord] = {}
+    for record in session.scalars(
+        select(OrderRecord)
+        .where(OrderRecord.round_id == round_id)
+        .order_by(OrderRecord.received_at, OrderRecord.id)
+    ):
+        latest[record.player_id] = record
+    return latest
+
+
+def counting_orders(
+    session: Session, round_: Round, players: Sequence[PlayerRef | Player]
+) -> dict[str, OrderSet | None]:
+    """Each player's latest order set received by the deadline (or entered by the referee)."""
+    by_id = {p.id: p.name for p in players}
+    latest: dict[str, OrderSet | None] = {}
+    rows = session.execute(
+        select(OrderRecord.player_id, OrderRecord.dice, OrderRecord.trapdoor, OrderRecord.withdrawn)
+        .where(
+            OrderRecord.round_id == round_.id,
+            or_(OrderRecord.received_at <= round_.deadline, OrderRecord.source == "referee"),
+        )
+        .order_by(OrderRecord.received_at, OrderRecord.id)
+    )
+    for player_id, dice, trapdoor, withdrawn in rows:
+        name = by_id.get(player_id)
+        if name is not None:  # later ones replace earlier ones, as a whole
+            latest[name] = None if withdrawn else OrderSet(dice_values(dice), trapdoor)
+    return {name: order for name, order in latest.items() if order is not None}
+
+
+@dataclass(frozen=True)
+class OrderReceipt:
+    """What became of a submitted order set, for the acknowledgement."""
+
+    round: int
+    valid: bool
+    problems: tuple[str, ...]
+    open_values: tuple[int, ...]
+    """Values open in the player's current set before these dice."""
+    open_after: tuple[int, ...]
+    """Values open after these dice (when valid), ready for the next turn."""
+
+
+def submit_orders(
+    session: Session,
+    game: Game,
+    player: Player,
+    *,
+    dice: Sequence[int],
+    trapdoor: int | None,
+    received_at: datetime,
+    source: str = "email",
+    inbound_id: int | None = None,
+    withdraw: bool = False,
+) -> OrderReceipt:
+    """Store one order set for the open round (every one is kept; the latest counts)."""
+    round_ = open_round(session, game)
+    if round_ is None or game.state not in ("running", "paused"):
+        raise LifecycleError(f"{game.key}: no round is open for orders")
+    used = dice_in_current_set(session, game, player.id)
+    check = check_dice(used, dice, round_.turns)
+    problems = tuple(str(p) for p in check.problems)
+    session.add(
+        OrderRecord(
+            round_id=round_.id,
+            player_id=player.id,
+            inbound_id=inbound_id,
+            received_at=received_at,
+            source=source,
+            dice=dice_text(dice),
+            trapdoor=trapdoor,
+            valid=check.valid and not withdraw,
+            problems=list(problems),
+            withdrawn=withdraw,
+        )
+    )
+    before = open_values(used)
+    after = open_values((*used, *dice)) if check.valid else before
+    return OrderReceipt(round_.number, check.valid, problems, before, after)
+
+
+@dataclass(frozen=True)
+class CloseOutcome:
+    game: str
+    round: int
+    result: RoundResult
+    next_round: int | None
+    next_deadline: datetime | None
+
+
+def close_round(
+    db: Database,
+    game_key: str,
+    now: datetime,
+    *,
+    actor: str = "scheduler",
+    expect_round: int | None = None,
+    config: Config | None = None,
+) -> CloseOutcome | None:
+    """Close the game's open round exactly once; None if there is none (already closed).
+
+    With ``config``, the round's mail (reports, referee summary) is enqueued in the
+    same transaction; a close by the referee before the round's deadline is first
+    announced to every active player (the deadline notice, "closed early").
+
+    ``expect_round`` guards a scheduled close: if the open round is another one
+    (closed and reopened meanwhile), nothing happens.
+    """
+    with db.transaction() as session:
+        game = game_by_id(session, game_key, lock=True)
+        round_ = open_round(session, game, lock=True)
+        if round_ is None or (expect_round is not None and round_.number != expect_round):
+            return None
+        claimed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+            update(Round)
+            .where(Round.id == round_.id, Round.state == "open")
+            .values(state="closed", closed_at=now, closed_by=actor)
+            .execution_options(synchronize_session=False)
+        )
+        if claimed.rowcount != 1:  # someone else closed it first
+            return None
+        with gc_paused():
+            outcome = _adjudicate_and_store(session, game, round_, now, actor, config)
+        crash_point("close.before-commit", prepare=session.flush)
+    crash_point("close.after-commit")
+    log.info("%s: round %d closed by %s", game_key, outcome.round, actor)
+    return outcome
+
+
+def _adjudicate_and_store(
+    session: Session,
+    game: Game,
+    round_: Round,
+    now: datetime,
+    actor: str,
+    config: Config | None = None,
+) -> CloseOutcome:
+    players = game_players(session, game)
+    state = load_state(session, game, players)
+    if state.rounds_played != round_.number - 1:
+        raise LifecycleError(
+            f"{game.key}: round {round_.number} is open but {state.rounds_played} were played"
+        )
+    orders = counting_orders(session, round_, players)
+    result, after = adjudicate_round(game_rules(game), state, orders, keep_history=False)
+
+    ids = {p.name: p.id for p in players}
+    game_id, round_id = game.id, round_.id
+    described: dict[int, str] = {}  # moves share their events tuples: describe each once
+    rows = []
+    for turn in result.turns:
+        number = turn.turn
+        for name, move in turn.moves.items():
+            events = described.get(id(move.events))
+            if events is None:
+                events = described[id(move.events)] = "; ".join(map(str, move.events))
+            rows.append(
+                (
+                    game_id,
+                    round_id,
+                    ids[name],
+                    number,
+                    move.die,
+                    move.start,
+                    move.target,
+                    move.final,
+                    events,
+                )
+            )
+    insert_rows(session, TurnRecord, TURN_COLUMNS, rows)
+    result_json = None
+    if result.result is not None:
+        winners = list(result.result.winners)
+        result_json = {"draw": winners} if result.result.is_draw else {"winner": winners[0]}
+    session.add(
+        RoundTally(
+            round_id=round_.id,
+            nominations=dict(result.nominations),
+            defaulted=sorted(result.defaulted),
+            votes={str(space): n for space, n in result.tally.votes.items()},
+            threshold=result.tally.threshold,
+            trapdoors=list(result.trapdoors),
+            by_lot=result.tally.by_lot,
+            nmr={name: str(nmr) for name, nmr in result.nmr.items()},
+            result=result_json,
+            adjudicated_at=now,
+        )
+    )
+    game.rounds_played = after.rounds_played
+    game.turns_played = after.turns_played
+    next_round = next_deadline = None
+    if result.result is not None:
+        game.state, game.result, game.ended_at = "over", result_json, now
+    else:
+        next_round = round_.number + 1
+        next_deadline = scheduled_deadline(game, next_round, now)
+        session.add(
+            Round(
+                game_id=game.id,
+                number=next_round,
+                turns=1 if next_round < game.double_from_round else 2,
+                deadline=next_deadline,
+                opened_at=now,
+            )
+        )
+    if config is not None and actor == "referee" and now < round_.deadline:
+        enqueue_deadline_notice(
+            session, config, game, round_, old=round_.deadline, new=now, reason="closed", now=now
+        )
+    if config is not None:
+        next_turns = None
+        if next_round is not None:
+            next_turns = 1 if next_round < game.double_from_round else 2
+        enqueue_round_mail(
+            session,
+            config,
+            game,
+            round_,
+            result,
+            played=dict(after.played),
+            next_round=next_round,
+            next_turns=next_turns,
+            next_deadline=next_deadline,
+            actor=actor,
+            now=now,
+        )
+    audit(
+        session,
+        now,
+        actor,
+        "close-round",
+        game,
+        round=round_.number,
+        nmr=len(result.nmr),
+        trapdoors=len(result.trapdoors),
+        result=result_json,
+    )
+    return CloseOutcome(game.key, round_.number, result, next_round, next_deadline)
+
+
+def close_with_backup(
+    db: Database,
+    game_key: str,
+    now: datetime,
+    *,
+    backups: int,
+    backup_dir: Path | None = None,
+    actor: str = "scheduler",
+    expect_round: int | None = None,
+    config: Config | None = None,
+) -> CloseOutcome | None:
+    """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
+    db.backup(backup_dir, f"{game_key}-before-close", backups)
+    return close_round(db, game_key, now, actor=actor, expect_round=expect_round, config=config)
+
+
+def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
+    """Open rounds of running games whose deadline has passed, oldest deadline first."""
+    with db.transaction() as session:
+        rows = session.execute(
+            select(Game.key, Round.number, Round.deadline)
+            .join(Round, Round.game_id == Game.id)
+            .where(Game.state == "running", Round.state == "open", Round.deadline <= now)
+            .order_by(Round.deadline, Game.key)
+        )
+        return [(key, number, deadline) for key, number, deadline in rows]
+
+
+def close_due_rounds(
+    db: Database,
+    now: datetime,
+    *,
+    backups: int = 0,
+    backup_dir: Path | None = None,
+    config: Config | None = None,
+) -> list[CloseOutcome]:
+    """Close every round whose deadline passed (e.g. while the server was down), each once,
+    in deadline order. A round opened by one of these closes gets a fresh deadline."""
+    closed = []
+    for key, number, _deadline in due_rounds(db, now):
+        outcome = close_with_backup(
+            db,
+            key,
+            now,
+            backups=backups,
+            backup_dir=backup_dir,
+            actor="catch-up",
+            expect_round=number,
+            config=config,
+        )
+        if outcome is not None:
+            closed.append(outcome)
+    return closed
+
+
+def rollback_round(
+    db: Database, game_key: str, now: datetime, *, actor: str = "referee", force: bool = False
+) -> int:
+    """Reopen the last closed round: its results are discarded, its orders kept.
+
+    The game is left paused so that the scheduler does not close it again at
+    once; correct what needs correcting, then ``close-round`` or ``resume``.
+    The next round is removed; if it already has orders, only with ``force``
+    (the messages they came in stay stored and can be ingested again).
+    """
+    with db.transaction() as session:
+        game = game_by_id(session, game_key, lock=True)
+        last = session.scalar(
+            select(Round)
+            .where(Round.game_id == game.id, Round.state == "closed")
+            .order_by(Round.number.desc())
+            .limit(1)
+            .with_for_update()
+        )
+        if last is None:
+            raise LifecycleError(f"{game_key}: no round has been closed yet")
+        following = session.scalar(
+            select(Round).where(Round.game_id == game.id, Round.number == last.number + 1)
+        )
+        if following is not None:
+            count = len(
+                session.scalars(
+                    select(OrderRecord.id).where(OrderRecord.round_id == following.id)
+                ).all()
+            )
+            if count and not force:
+                raise LifecycleError(
+                    f"{game_key}: round {following.number} already has {count} order set(s); "
+                    "rollback --force discards them (their emails stay stored)"
+                )
+            session.delete(following)
+            session.flush()
+        first_turn = session.scalar(
+            select(TurnRecord.turn)
+            .where(TurnRecord.round_id == last.id)
+            .order_by(TurnRecord.turn)
+            .limit(1)
+        )
+        session.execute(delete(TurnRecord).where(TurnRecord.round_id == last.id))
+        session.execute(delete(RoundTally).where(RoundTally.round_id == last.id))
+        last.state, last.closed_at, last.closed_by = "open", None, None
+        game.rounds_played = last.number - 1
+        game.turns_played = (first_turn or 1) - 1
+        game.result, game.ended_at = None, None
+        game.state, game.paused_at = "paused", now
+        audit(session, now, actor, "rollback", game, round=last.number, force=force)
+        return last.number

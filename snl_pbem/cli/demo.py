@@ -1,0 +1,313 @@
+"""``snl-pbem demo``: a whole game by email on this machine, in under a minute.
+
+It runs the real ``serve`` machinery: a SQLite database in a folder, the
+built-in SMTP receiver on loopback as the game address, and an SMTP sink
+standing in for the players' mailboxes, which writes every message it is
+given to ``DIR/mail/<player>/`` as an ``.eml`` file. Scripted players email
+their orders — most of them correctly; one repeats a die (R18); two nominate
+the same trapdoor; one never writes (R17) — deadlines pass every few seconds,
+reports go out, and the game plays to its end.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import smtplib
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TextIO
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP as SMTPServer
+from aiosmtpd.smtp import Envelope, Session
+
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.referee import status
+from snl_pbem.app.rounds import CloseOutcome
+from snl_pbem.config import load_config
+from snl_pbem.rules.postal.dice import open_values, used_in_set
+from snl_pbem.runners.server import Server, configure_logging
+from snl_pbem.store import Database
+from snl_pbem.store.migrate import upgrade
+
+NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
+ADDRESS = "snl@demo.example"
+BOARD = (
+    '{ rows = 4, columns = 10, ladders = { "3" = 13, "8" = 22, "17" = 29 }, '
+    'snakes = { "27" = 9, "34" = 15 }, '
+    'family = [ { kind = "snake", row = 4, last_digit = 9, shift = -10 } ] }'
+)
+FIRST_DEADLINE_S = 5
+ROUND_LENGTH_S = 4
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Mailboxes:
+    """The sink's handler: every delivered message becomes DIR/mail/<local part>/NNN.eml."""
+
+    root: Path
+    count: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
+        raw = envelope.original_content or b""
+        subject = re.search(rb"^Subject: (.*)$", raw, re.MULTILINE)
+        slug = re.sub(
+            r"[^a-z0-9]+",
+            "-",
+            (subject.group(1).decode(errors="replace") if subject else "message").lower(),
+        ).strip("-")[:50]
+        with self.lock:
+            for rcpt in envelope.rcpt_tos:
+                self.count += 1
+                box = self.root / rcpt.split("@")[0].lower()
+                box.mkdir(parents=True, exist_ok=True)
+                (box / f"{self.count:03d}-{slug}.eml").write_bytes(raw)
+        return "250 2.0.0 Delivered to the demo mailbox"
+
+
+def write_config(folder: Path, names: tuple[str, ...], receiver: int, sink: int) -> Path:
+    first = datetime.now(UTC) + timedelta(seconds=FIRST_DEADLINE_S)
+    players = "\n".join(
+        f'  {{ name = "{n}", email = "{n}@demo.example", key = "demo-key-{n}" }},' for n in names
+    )
+    text = f"""# Written by snl-pbem demo.
+timezone = "UTC"
+log_level = "warning"
+[database]
+url = "sqlite:///{folder / "demo.db"}"
+backups = 2
+[mail]
+address = "{ADDRESS}"
+referee = "referee@demo.example"
+replies_per_hour = 100
+[mail.lmtp]
+host = "127.0.0.1"
+port = {receiver}
+protocol = "smtp"
+redelivery_grace = "0s"  # no MTA queues mail for the demo: rounds close on time
+[mail.smtp]
+host = "127.0.0.1"
+port = {sink}
+tls = "none"
+[[games]]
+id = "demo"
+title = "Demo game"
+board = {BOARD}
+first_deadline = "{first.isoformat(timespec="seconds")}"
+round_length = "{ROUND_LENGTH_S}s"
+double_from_round = 4
+reveal_after_game = true
+players = [
+{players}
+]
+"""
+    path = folder / "config.toml"
+    path.write_text(text)
+    return path
+
+
+@dataclass
+class Bot:
+    """A scripted player who keeps their own record of the dice they used."""
+
+    name: str
+    style: str  # "careful", "repeater" (repeats a die once), "silent" (never writes)
+    rng: random.Random
+    used: list[int] = field(default_factory=list)
+    repeated: bool = False
+
+    def orders(self, number: int, turns: int, trapdoor: int | None) -> str | None:
+        if self.style == "silent":
+            return None
+        in_set = used_in_set(self.used)
+        if self.style == "repeater" and not self.repeated and in_set:
+            self.repeated = True
+            dice = [in_set[0]] * turns  # the same value again: R18, the referee moves instead
+        else:
+            dice = []
+            for _ in range(turns):  # a value still open in the set (R6), by the rules' count
+                dice.append(self.rng.choice(open_values([*self.used, *dice])))
+        lines = [
+            "Hi referee,",
+            "",
+            "GAME demo",
+            f"KEY demo-key-{self.name}",
+            f"ROUND {number}",
+            "DICE " + " ".join(map(str, dice)),
+        ]
+        if trapdoor is not None:
+            lines.append(f"TRAPDOOR {trapdoor}")
+        return "\r\n".join([*lines, "", "Thanks!", "-- ", self.name])
+
+    def learn(self, dice: list[int]) -> None:
+        """What the referee actually played for us (from our own report's 'Used' line)."""
+        self.used.extend(dice)
+
+
+def run_demo(
+    directory: Path | None = None,
+    players: int = 4,
+    seed: int = 1,
+    out: TextIO | None = None,
+    patience: float = 90.0,
+) -> int:
+
+    out = out or sys.stdout
+    folder = directory or Path(tempfile.mkdtemp(prefix="snl-demo-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in ("demo.db", "demo.db-wal", "demo.db-shm", "mail", "backups"):
+        target = folder / stale
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    names = NAMES[: max(2, min(players, len(NAMES)))]
+    rng = random.Random(seed)
+    receiver_port, sink_port = free_port(), free_port()
+    config_path = write_config(folder, names, receiver_port, sink_port)
+    configure_logging("warning")
+    mailboxes = Mailboxes(folder / "mail")
+    sink = Controller(mailboxes, hostname="127.0.0.1", port=sink_port)
+    sink.start()
+
+
+    config = load_config(config_path)
+    db = Database(config.database_url)
+    upgrade(db)
+
+    sync_games(db, config, datetime.now(UTC))
+    start_game(db, config, "demo", datetime.now(UTC))
+    last = config.game("demo").board.last
+
+    closes: list[CloseOutcome] = []
+    server = Server(config_path, on_close=closes.append)
+    runner = threading.Thread(
+        target=server.serve_forever, kwargs={"install_signals": False}, name="serve", daemon=True
+    )
+    runner.start()
+    if not server.ready.wait(30):
+        print("The server did not start (see the messages above).", file=out)
+        sink.stop()
+        return 1
+    styles = {names[-1]: "silent", names[1]: "repeater"}
+    bots = [Bot(n, styles.get(n, "careful"), random.Random(rng.random())) for n in names]
+    print(
+        f"snl-pbem demo: {len(names)} players on a {last}-space board, a deadline every "
+        f"{ROUND_LENGTH_S}s.\nFolder: {folder}\n"
+        f"  {names[1]} will repeat a die once (R18), {names[-1]} never writes (R17), "
+        f"{names[0]} and {names[2 % len(names)]} vote for the same trapdoors.\n",
+        file=out,
+    )
+    started = time.monotonic()
+    seen_closes = 0
+    sent_for = 0
+    try:
+        while time.monotonic() - started < patience:
+            while seen_closes < len(closes):  # first learn what the referee played
+                outcome = closes[seen_closes]
+                seen_closes += 1
+                _learn(bots, outcome)
+                _progress(outcome, last, out)
+            [game] = status(db, "demo")
+            if game.state == "over":
+                break
+            if game.round is not None and game.round != sent_for and game.round == seen_closes + 1:
+                _send_orders(bots, game.round, game.round_turns or 1, last, receiver_port, rng)
+                sent_for = game.round
+            time.sleep(0.2)
+        while seen_closes < len(closes):
+            _progress(closes[seen_closes], last, out)
+            seen_closes += 1
+        _wait_for_mail(
+            lambda: sum(1 for _ in (folder / "mail").rglob("*game-over*.eml")), len(names), 15
+        )
+    finally:
+        server.stop_event.set()
+        runner.join(30)
+        sink.stop()
+        db.dispose()
+    [game] = status(Database(config.database_url), "demo")
+    if game.state != "over":
+        print(f"The game did not finish within {patience:.0f}s.", file=out)
+        return 1
+    result = game.result or {}
+    verdict = (
+        f"the winner is {result['winner']}"
+        if "winner" in result
+        else "a draw between " + ", ".join(result.get("draw", []))
+    )
+    print(f"\nGame over after {len(closes)} rounds: {verdict}.", file=out)
+    print(
+        f"Every message is in {folder / 'mail'} ({mailboxes.count} .eml files, one folder "
+        "per player and one for the referee); open them with any mail client.",
+        file=out,
+    )
+    print(
+        f"The referee's config is {config_path}; try: snl-pbem status --config {config_path}",
+        file=out,
+    )
+    return 0
+
+
+def _send_orders(
+    bots: list[Bot], number: int, turns: int, last: int, port: int, rng: random.Random
+) -> None:
+    shared_trap = rng.randint(last // 3, last - 2)  # two bots gang up on one space
+    with smtplib.SMTP("127.0.0.1", port, timeout=30) as client:
+        for index, bot in enumerate(bots):
+            trapdoor = shared_trap if index in (0, 2) else None
+            text = bot.orders(number, turns, trapdoor)
+            if text is None:
+                continue
+            raw = (
+                f"From: {bot.name.title()} <{bot.name}@demo.example>\r\nTo: {ADDRESS}\r\n"
+                f"Subject: [demo] orders for round {number}\r\n"
+                f"Message-ID: <{bot.name}.{number}.{rng.getrandbits(32)}@demo.example>\r\n"
+                "Content-Type: text/plain; charset=utf-8\r\n\r\n" + text + "\r\n"
+            )
+            client.sendmail(f"{bot.name}@demo.example", [ADDRESS], raw.encode())
+
+
+def _learn(bots: list[Bot], outcome: CloseOutcome) -> None:
+    for bot in bots:
+        bot.learn([turn.moves[bot.name].die for turn in outcome.result.turns])
+
+
+def _progress(outcome: CloseOutcome, last: int, out: TextIO) -> None:
+    result = outcome.result
+    traps = ", ".join(map(str, result.trapdoors)) or "none"
+    print(
+        f"Round {outcome.round} closed ({result.turns_ordered} turn"
+        f"{'s' if result.turns_ordered > 1 else ''}; trapdoors: {traps})",
+        file=out,
+    )
+    width = max(len(n) for n in result.positions)
+    for name, position in sorted(result.positions.items(), key=lambda i: (-i[1], i[0])):
+        filled = min(30, round(30 * position / last))
+        note = f"  referee moved: {result.nmr[name]}" if name in result.nmr else ""
+        print(
+            f"  {name:<{width}} {position:>3} |{'#' * filled}{'.' * (30 - filled)}|{note}", file=out
+        )
+    out.flush()
+
+
+def _wait_for_mail(count: Callable[[], int], expected: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and count() < expected:
+        time.sleep(0.2)

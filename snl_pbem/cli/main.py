@@ -1,0 +1,242 @@
+"""The ``snl-pbem`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from snl_pbem import __version__
+from snl_pbem.cli.demo import run_demo
+from snl_pbem.cli.referee import add_commands
+from snl_pbem.errors import CommandError, SnlError
+from snl_pbem.offline.replay import (
+    dump_json,
+    load_replay,
+    outcome_json,
+    parse_replay,
+    read_document,
+    run_replay,
+)
+from snl_pbem.offline.replaytext import render_outcome_text
+from snl_pbem.rules import Board, BoardError
+from snl_pbem.rules.boardspec import BOARD_KEYS
+from snl_pbem.views.board import no_orders_line, render_svg, render_text
+
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="snl-pbem", description="A play-by-email referee for Postal Snakes and Ladders."
+    )
+    parser.add_argument("--version", action="version", version=f"snl-pbem {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    adj = sub.add_parser(
+        "adjudicate",
+        help="play a replay file and print the whole game as JSON",
+        description="Read a replay file (JSON or TOML) and print every round as JSON.",
+    )
+    adj.add_argument("file", type=Path, help="the replay file")
+    adj.add_argument(
+        "--detail", action="store_true", help="add votes, NMR reasons and each move's path"
+    )
+    adj.add_argument(
+        "--text", action="store_true", help="print a readable round-by-round account instead"
+    )
+    adj.set_defaults(handler=cmd_adjudicate)
+
+    board = sub.add_parser(
+        "board",
+        help="show a board as a text grid (and as SVG with --svg)",
+        description="Show the board of a board, replay or config file.",
+    )
+    board.add_argument("file", type=Path, help="a file holding a [board] table")
+    board.add_argument("--svg", type=Path, metavar="OUT.svg", help="also draw it as SVG")
+    board.add_argument("--game", help="in a config file, the game whose board to show")
+    board.set_defaults(handler=cmd_board)
+
+    example = sub.add_parser(
+        "example",
+        help="show the bundled example game: its board and every round, adjudicated",
+        description="Adjudicate the bundled example game and show the result.",
+    )
+    example.set_defaults(handler=cmd_example)
+
+    demo = sub.add_parser(
+        "demo",
+        help="play a whole game by email on this machine (under a minute)",
+        description="Run the real server on embedded defaults with scripted players.",
+    )
+    demo.add_argument(
+        "--dir",
+        type=Path,
+        help="where to put the database and the mail (default: a new temporary folder)",
+    )
+    demo.add_argument("--players", type=int, default=4, help="2 to 8 (default 4)")
+    demo.add_argument("--seed", type=int, default=1, help="vary the players' choices")
+    demo.set_defaults(handler=cmd_demo)
+    add_commands(sub)
+    return parser
+
+
+EXIT_TEMPORARY = 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = time.monotonic()
+    try:
+        code: int = args.handler(args)
+    except SnlError as exc:  # every problem meant for the user: one line, exit 2
+        print(f"snl-pbem {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        return 0
+    except DBAPIError as exc:
+        if not is_lock_timeout(exc):
+            raise
+        print(
+            f"snl-pbem {args.command}: the database is locked by another process (waited "
+            f"{time.monotonic() - started:.1f} s); try again",
+            file=sys.stderr,
+        )
+        return EXIT_TEMPORARY
+    return code
+
+
+def is_lock_timeout(exc: DBAPIError) -> bool:
+    """SQLite's "database is locked" (its busy timeout ran out) or PostgreSQL's
+    lock_timeout (SQLSTATE 55P03, lock_not_available)."""
+    original = exc.orig
+    if getattr(original, "sqlstate", None) == "55P03":
+        return True
+    text = str(original).lower()
+    return "database is locked" in text or "database table is locked" in text
+
+
+def _write(data: bytes | str) -> None:
+    sys.stdout.buffer.write(data.encode("utf-8") if isinstance(data, str) else data)
+    sys.stdout.flush()
+
+
+def cmd_adjudicate(args: argparse.Namespace) -> int:
+    replay = load_replay(args.file)
+    outcome = run_replay(replay)
+    if args.text:
+        _write(render_outcome_text(replay, outcome))
+    else:
+        _write(dump_json(outcome_json(outcome, detail=args.detail)))
+    if outcome.unplayed:
+        print(
+            f"snl-pbem adjudicate: the game ended in round {len(outcome.rounds)}; "
+            f"{outcome.unplayed} later round(s) in the file were not played",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_board(args: argparse.Namespace) -> int:
+    boards = boards_in_file(args.file, args.game)
+    if args.svg is not None and len(boards) > 1:
+        raise CommandError(
+            "the file holds several games' boards; choose one with --game "
+            + "("
+            + ", ".join(name for name, _ in boards)
+            + ")"
+        )
+    for name, board in boards:
+        if len(boards) > 1:
+            _write(f"== {name} ==\n")
+        _write(render_text(board))
+        _write(no_orders_line(board) + "\n")
+    if args.svg is not None:
+        name, board = boards[0]
+        try:
+            args.svg.write_text(render_svg(board, title=name), encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"{args.svg}: cannot write: {exc.strerror or exc}") from None
+        print(f"SVG written to {args.svg}", file=sys.stderr)
+    return 0
+
+
+def boards_in_file(path: Path, game: str | None = None) -> list[tuple[str, Board]]:
+    """The boards a file holds: a [board] table, a bare board table, or a config's games."""
+    data = read_document(path)
+    if not isinstance(data, Mapping):
+        raise CommandError(f"{path}: expected a table holding a board")
+    if "board" in data:
+        return [(path.stem, _board(data["board"], path, "board"))]
+    if isinstance(data.get("games"), list):
+        found = []
+        for index, entry in enumerate(data["games"]):
+            if not isinstance(entry, Mapping) or "board" not in entry:
+                continue
+            name = str(entry.get("id", f"games[{index}]"))
+            if game is None or name == game:
+                found.append((name, _board(entry["board"], path, f"games[{index}].board")))
+        if not found:
+            raise CommandError(
+                f"{path}: no game {game!r} with a board" if game else f"{path}: no game has a board"
+            )
+        return found
+    if data and all(key in BOARD_KEYS for key in data):
+        return [(path.stem, _board(data, path, "board"))]
+    raise CommandError(f"{path}: no [board] table found (keys: {', '.join(map(str, data))})")
+
+
+def _board(spec: Any, path: Path, where: str) -> Board:
+    if isinstance(spec, str):  # a config's board may name a file beside it
+        target = (path.parent / spec).resolve()
+        data = read_document(target)
+        if isinstance(data, Mapping) and "board" in data:
+            data = data["board"]
+        return _board(data, target, "board")
+    try:
+        return Board.from_mapping(spec, where)
+    except BoardError as exc:
+        raise CommandError(f"{path}: {exc}") from None
+
+
+EXAMPLE = "example-game.json"
+
+
+def cmd_example(args: argparse.Namespace) -> int:
+    source = resources.files("snl_pbem").joinpath("examples", EXAMPLE)
+    replay = parse_replay(read_json_resource(source.read_bytes()), f"(bundled) {EXAMPLE}")
+    outcome = run_replay(replay)
+    _write(
+        f"snl-pbem {__version__}: the bundled example game, adjudicated by the referee\n"
+        f"Players: {', '.join(replay.players)}\n\nThe board (secret from players during a game):\n"
+    )
+    _write(render_text(replay.rules.board))
+    _write("\nEvery round, as the referee sees it:\n")
+    _write(render_outcome_text(replay, outcome))
+    _write(
+        "\nPlayers would have seen only the positions after each round (R19).\n"
+        "Try: snl-pbem adjudicate FILE | snl-pbem board FILE --svg board.svg\n"
+    )
+    return 0
+
+
+def read_json_resource(raw: bytes) -> Any:
+    return json.loads(raw.decode("utf-8"))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+
+    if not 2 <= args.players <= 8:
+        raise CommandError("--players must be between 2 and 8")
+    return run_demo(args.dir, players=args.players, seed=args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

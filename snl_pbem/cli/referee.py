@@ -1,0 +1,607 @@
+"""The referee's and GM's commands: check-config, db upgrade, start, status, close-round,
+extend, ingest, inbound, outbox, pause, resume, rollback. Each takes ``--config FILE``.
+
+Every time they print is ``timeutil.show``: a game's in its zone, the rest in the
+config's ``timezone``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from email import policy
+from email.parser import BytesHeaderParser
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+
+from snl_pbem.app.games import game_by_id, start_game, sync_games
+from snl_pbem.app.intake import ingest, retry_set_aside
+from snl_pbem.app.referee import GameStatus, extend, pause, resume, retry_mail, status
+from snl_pbem.app.rounds import close_with_backup, rollback_round
+from snl_pbem.cli.service import service_check
+from snl_pbem.config import Config, config_path, load_config
+from snl_pbem.errors import CommandError, ConfigError, LifecycleError
+from snl_pbem.keys import WEAK_BELOW
+from snl_pbem.runners.server import serve
+from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, SchemaOutOfDate
+from snl_pbem.store.migrate import current_revision, head_revision, upgrade
+from snl_pbem.timeutil import format_duration, parse_duration, parse_time, show, utcnow, zone
+
+LOCK_WAIT_SECONDS = 30.0
+"""How long a command waits for a lock another process holds (SQLite's busy timeout,
+PostgreSQL's lock_timeout) before it gives up and says so."""
+OUTBOX_STATES = ("failed", "bounced", "pending", "sent")
+OUTBOX_LIST_LIMIT = 200
+
+
+def add_commands(sub: Any) -> None:
+    def command(
+        name: str, handler: Callable[[argparse.Namespace], int], help: str, game: bool = False
+    ) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = sub.add_parser(name, help=help, description=help)
+        parser.add_argument(
+            "--config",
+            metavar="FILE",
+            help="the config file (default: $SNL_PBEM_CONFIG, then /etc/snl-pbem/config.toml)",
+        )
+        if game:
+            parser.add_argument("game", help="the game's id")
+        parser.set_defaults(handler=handler)
+        return parser
+
+    chk = command("check-config", cmd_check_config, "check the config and show each game")
+    chk.add_argument(
+        "--as-service",
+        action="store_true",
+        help="also check, as the service's user, that it can read the config, boards and "
+        "secrets, write the database's folder and run the unit's command (done by itself "
+        "when root checks the service's own config)",
+    )
+    chk.add_argument(
+        "--user", help="the service's user (default: User= of the unit, else snl-pbem)"
+    )
+    chk.add_argument(
+        "--unit",
+        metavar="FILE",
+        help="the systemd unit (default: the installed snl-pbem.service)",
+    )
+    srv = command("serve", cmd_serve, "run the server: mail intake, deadlines, outbox")
+    srv.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    db = command("db", cmd_db, "database schema: 'db upgrade' applies the migrations")
+    db.add_argument("action", choices=["upgrade", "current"])
+    command("start", cmd_start, "start a game: order keys, round 1, welcome mails", game=True)
+    st = command("status", cmd_status, "the referee's view of the games (private)")
+    st.add_argument("game", nargs="?")
+    st.add_argument("--json", action="store_true")
+    command("close-round", cmd_close_round, "close the open round now", game=True)
+    ext = command("extend", cmd_extend, "move the open round's deadline later", game=True)
+    ext.add_argument("--by", metavar="DURATION", help='e.g. "1d" or "12h"')
+    ext.add_argument("--until", metavar="TIME", help="a time, in the game's time zone")
+    ing = command("ingest", cmd_ingest, "feed saved .eml files through the mail intake")
+    ing.add_argument("files", nargs="+", metavar="FILE")
+    inb = command(
+        "inbound",
+        cmd_inbound,
+        "incoming mail: 'inbound list' shows what was set aside, 'inbound show ID' one "
+        "message as received, 'inbound retry ID' runs a set-aside message again",
+    )
+    inb.add_argument("action", choices=["list", "show", "retry"])
+    inb.add_argument("id", nargs="?", type=int, help="the message's number (from 'list')")
+    inb.add_argument("--all", action="store_true", help="list: the latest 50 of any status")
+    out = command(
+        "outbox",
+        cmd_outbox,
+        "outgoing mail: 'outbox list' shows what failed, 'outbox show ID' one message "
+        "(headers only if it holds an order key), 'outbox retry ID' (or --all-failed) "
+        "queues failed mail again for the running server to send",
+    )
+    out.add_argument("action", choices=["list", "show", "retry"])
+    out.add_argument("id", nargs="?", type=int, help="the message's number (from 'list')")
+    out.add_argument(
+        "--status",
+        choices=[*OUTBOX_STATES, "all"],
+        default="failed",
+        help="list: mail in this state (default: failed)",
+    )
+    out.add_argument("--game", help="list, retry --all-failed: only this game's mail")
+    out.add_argument("--all-failed", action="store_true", help="retry: every failed message")
+    command("pause", cmd_pause, "stop the game's clock", game=True)
+    command("resume", cmd_resume, "restart the clock; the deadline moves by the pause", game=True)
+    rb = command("rollback", cmd_rollback, "reopen the last closed round", game=True)
+    rb.add_argument(
+        "--force",
+        action="store_true",
+        help="also discard orders already sent for the round after it",
+    )
+
+
+def _config(args: argparse.Namespace) -> Config:
+    """The config, without the mail passwords (only serve uses them) and, for a command
+    that only reads, without the DKIM key: such a command needs no mail secret."""
+    path = config_path(args.config)
+    try:
+        return load_config(path, passwords=False, signing_key=not _reads_only(args))
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _reads_only(args: argparse.Namespace) -> bool:
+    """A command that queues no mail (so signs none): it needs no DKIM key."""
+    if args.command in ("status", "db", "outbox"):
+        return True
+    return bool(args.command == "inbound" and args.action != "retry")
+
+
+def _database(config: Config, *, check: bool = True) -> Database:
+    wait_ms = int(LOCK_WAIT_SECONDS * 1000)
+    if make_url(config.database_url).get_backend_name() == "sqlite":
+        db = Database(config.database_url, sqlite_busy_ms=wait_ms)
+    else:  # PostgreSQL waits for a lock for ever unless told not to
+        db = Database(config.database_url, connect_args={"options": f"-c lock_timeout={wait_ms}"})
+    if check:
+        try:
+            db.check_schema()
+        except SchemaOutOfDate as exc:
+            db.dispose()
+            raise CommandError(str(exc)) from None
+    return db
+
+
+def _zone(config: Config, game_key: str | None = None) -> ZoneInfo:
+    """Where a command shows times: the game's zone, else the config's ``timezone``."""
+    if game_key is not None and game_key in {g.id for g in config.games}:
+        return config.game(game_key).tz
+    return zone(config.settings.timezone)
+
+
+def _run(action: Callable[[], Any]) -> Any:
+    try:
+        return action()
+    except LifecycleError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+
+    return serve(config_path(args.config), args.log_level)
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    path = config_path(args.config)
+    try:
+        config = load_config(path, passwords=False)
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+    notes = _check_service(config, args)
+    settings = config.settings
+    print(f"{config.path}: OK")
+    print(f"  database: {config.database_url.split('@')[-1]}")
+    mail = settings.mail
+    intakes = [name for name in ("imap", "lmtp") if getattr(mail, name) is not None]
+    print(
+        f"  game address: {mail.address}; referee: {mail.referee}; "
+        f"mail in: {', '.join(intakes) or 'none configured'}; "
+        f"mail out: {'smtp ' + mail.smtp.host if mail.smtp else 'none configured'}"
+    )
+    for game in config.games:
+        s = game.settings
+        tz = game.tz
+        length = format_duration(s.round_length) if s.round_length else "as listed"
+        print(f"  game {game.id}: {s.title or '(no title)'}")
+        print(f"    players ({len(s.players)}): " + ", ".join(p.name for p in s.players))
+        print(
+            f"    board: {game.board.rows}x{game.board.columns}, {len(game.board.snakes)} "
+            f"snakes, {len(game.board.ladders)} ladders, last space {game.board.last}"
+        )
+        print(
+            f"    schedule ({tz.key}): round 1 {show(game.schedule.deadline(1), tz)}, "
+            f"round 2 {show(game.schedule.deadline(2), tz)}, then every {length}; "
+            f"two-turn rounds from round {s.double_from_round}"
+        )
+        for player in s.players:
+            if player.key is not None and len(player.key) < WEAK_BELOW:
+                print(
+                    f"    warning: {player.name}'s key is shorter than {WEAK_BELOW} "
+                    "characters; a generated key (leave key out) is much harder to guess"
+                )
+    for note in notes:
+        print(f"  {note}")
+    return 0
+
+
+def _check_service(config: Config, args: argparse.Namespace) -> list[str]:
+    """The passwords where the service will read them and, as its user, the rest of what
+    it needs (snl_pbem.cli.service); problems raise CommandError, notes are returned."""
+
+
+    try:
+        return service_check(
+            config,
+            forced=args.as_service or args.user is not None,
+            user=args.user,
+            unit_file=Path(args.unit) if args.unit else None,
+        )
+    except ConfigError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config, check=False)
+    try:
+        if args.action == "current":
+            print(f"schema revision {current_revision(db) or 'none'} (newest {head_revision()})")
+            return 0
+        before = current_revision(db)
+        upgrade(db)
+        after = current_revision(db)
+        print(
+            f"database schema: {before or 'empty'} -> {after}"
+            if before != after
+            else f"database schema already at {after}"
+        )
+        return 0
+    finally:
+        db.dispose()
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        now = utcnow()
+        for line in sync_games(db, config, now, actor="start").lines:
+            print(f"config: {line}")
+        report = _run(lambda: start_game(db, config, args.game, now))
+        tz = config.game(args.game).tz
+        print(
+            f"{args.game}: started; round 1 deadline {show(report.round_deadline, tz)}; "
+            f"{report.generated} key(s) generated; {report.welcomes} welcome mail(s) queued"
+        )
+        return 0
+    finally:
+        db.dispose()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        games = _run(lambda: status(db, args.game))
+    finally:
+        db.dispose()
+    if args.json:
+        sys.stdout.write(json.dumps([g.as_json() for g in games], indent=2, sort_keys=True) + "\n")
+    else:
+        for game in games:
+            sys.stdout.write(render_status(game))
+    return 0
+
+
+def render_status(game: GameStatus) -> str:
+    lines = [f"{game.key}: {game.title or '(no title)'} [{game.state}]"]
+    if game.round is not None:
+        kind = "one turn" if game.round_turns == 1 else "two turns"
+        valid = sum(1 for p in game.players if p.orders == "valid")
+        lines.append(
+            f"  round {game.round} ({kind}), deadline {game.deadline_shown}; "
+            f"valid orders from {valid} of {len(game.players)}"
+        )
+    if game.result:
+        lines.append(f"  result: {json.dumps(game.result, sort_keys=True)}")
+    width = max([len(p.name) for p in game.players] + [6])
+    lines.append(f"  {'player':<{width}}  position  orders")
+    for p in game.players:
+        note = f" ({'; '.join(p.problems)})" if p.problems else ""
+        gone = "  [not in the config]" if not p.active else ""
+        lines.append(f"  {p.name:<{width}}  {p.position:>8}  {p.orders}{note}{gone}")
+    lines.append(
+        f"  mail: {game.mail_pending} waiting to be sent, {game.mail_failed} failed; "
+        f"{game.inbound_set_aside} incoming message(s) set aside"
+    )
+    if game.mail_pending and game.mail_waiting_since_shown:
+        lines.append(f"  the oldest mail waiting was written {game.mail_waiting_since_shown}")
+    if game.mail_pending and game.mail_last_error:
+        lines.append(f"  last sending error: {game.mail_last_error.splitlines()[0][:200]}")
+    if game.mail_failed:
+        lines.append(
+            f"  failed mail: snl-pbem outbox list --game {game.key}; "
+            "send it again with outbox retry ID"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def cmd_close_round(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        dbs = config.settings.database
+        outcome = _run(
+            lambda: close_with_backup(
+                db,
+                args.game,
+                utcnow(),
+                backups=dbs.backups,
+                backup_dir=dbs.backup_dir,
+                actor="referee",
+                config=config,
+            )
+        )
+    finally:
+        db.dispose()
+    if outcome is None:
+        raise CommandError(f"{args.game}: no round is open")
+    tz = _zone(config, args.game)
+    positions = ", ".join(
+        f"{n} {p}" for n, p in sorted(outcome.result.positions.items(), key=lambda i: (-i[1], i[0]))
+    )
+    print(f"{args.game}: round {outcome.round} closed; positions: {positions}")
+    if outcome.next_round is not None and outcome.next_deadline is not None:
+        print(f"  round {outcome.next_round} open, deadline {show(outcome.next_deadline, tz)}")
+    else:
+        result = outcome.result.result
+        assert result is not None
+        print(
+            f"  game over: {'draw between ' if result.is_draw else 'winner '}"
+            f"{', '.join(result.winners)}"
+        )
+    return 0
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    """Exit 0 when every file was stored and processed, 1 if one failed, 2 if one is unreadable."""
+
+
+    config = _config(args)
+    db = _database(config)
+    unreadable = failed = 0
+    try:
+        for name in args.files:
+            path = Path(name)
+            try:
+                raw = path.read_bytes()
+            except OSError as exc:
+                print(f"{path}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+                unreadable += 1
+                continue
+            result = ingest(db, config, raw, utcnow(), f"file:{path.name}")
+            print(f"{path}: {result.status}" + (f" ({result.detail})" if result.detail else ""))
+            failed += result.status == "failed"
+    finally:
+        db.dispose()
+    return 2 if unreadable else 1 if failed else 0
+
+
+def cmd_extend(args: argparse.Namespace) -> int:
+    config = _config(args)
+    tz = _zone(config, args.game)
+    try:
+        by = parse_duration(args.by) if args.by else None
+        until = parse_time(args.until, tz) if args.until else None
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    db = _database(config)
+    try:
+        new = _run(lambda: extend(db, args.game, utcnow(), by=by, until=until, config=config))
+    finally:
+        db.dispose()
+    print(f"{args.game}: deadline now {show(new, tz)}")
+    return 0
+
+
+def cmd_inbound(args: argparse.Namespace) -> int:
+    """Set-aside incoming mail: see it, read it, run it again (after fixing the cause)."""
+
+
+    if args.action != "list" and args.id is None:
+        raise CommandError(f"inbound {args.action}: give the message's number (see 'inbound list')")
+    config = _config(args)
+    db = _database(config)
+    try:
+        if args.action == "retry":
+            try:
+                result = retry_set_aside(db, config, args.id, utcnow())
+            except LookupError as exc:
+                raise CommandError(str(exc)) from None
+            print(
+                f"inbound {args.id}: {result.status}"
+                + (f" ({result.detail})" if result.detail else "")
+            )
+            return 1 if result.status == "failed" else 0
+        with db.transaction() as session:
+            if args.action == "show":
+                row = session.get(InboundMessage, args.id)
+                if row is None:
+                    raise CommandError(f"inbound {args.id}: no such message")
+                print(
+                    f"inbound {row.id}: {row.status}, received "
+                    f"{show(row.received_at, _zone(config))} "
+                    f"from {row.sender or '?'} via {row.source}",
+                    file=sys.stderr,
+                )
+                if row.error:
+                    print(row.error.rstrip(), file=sys.stderr)
+                sys.stdout.buffer.write(row.raw)  # as received: save it with > message.eml
+                sys.stdout.flush()
+                return 0
+            query = select(InboundMessage).order_by(InboundMessage.id.desc()).limit(50)
+            if not args.all:
+                query = query.where(InboundMessage.status == "failed")
+            rows = list(session.scalars(query))
+            if not rows:
+                print("no incoming mail set aside" if not args.all else "no incoming mail")
+            for row in reversed(rows):
+                why = (row.error or "").strip().splitlines()
+                sender = (row.sender or _from_header(row.raw))[:40]
+                print(
+                    f"{row.id:>6}  {show(row.received_at, _zone(config)):<29} {row.status:<9} "
+                    f"{sender:<40}  {why[-1][:80] if why else ''}"
+                )
+            return 0
+    finally:
+        db.dispose()
+
+
+def cmd_outbox(args: argparse.Namespace) -> int:
+    """Outgoing mail: what failed (or bounced), one message as stored, and sending again."""
+    if args.action == "show" and args.id is None:
+        raise CommandError("outbox show: give the message's number (see 'outbox list')")
+    if args.action == "retry" and (args.id is None) == (not args.all_failed):
+        raise CommandError("outbox retry: give a message's number or --all-failed (not both)")
+    config = _config(args)
+    db = _database(config)
+    try:
+        if args.action == "retry":
+            return _outbox_retry(db, config, args)
+        with db.transaction() as session:
+            if args.action == "show":
+                return _outbox_show(session, args.id, _zone(config))
+            return _outbox_list(session, args.status, args.game, _zone(config))
+    finally:
+        db.dispose()
+
+
+def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int:
+
+    try:
+        done = _run(
+            lambda: retry_mail(
+                db,
+                utcnow(),
+                referee=config.settings.mail.referee,
+                outbox_id=args.id,
+                game_key=args.game if args.all_failed else None,
+            )
+        )
+    except LookupError as exc:
+        raise CommandError(str(exc)) from None
+    if args.id is not None and done[0].refused is not None:
+        raise CommandError(f"outbox {args.id}: left failed: {done[0].refused}")
+    if not done:
+        print("no failed mail to retry")
+    for item in done:
+        if item.refused is not None:
+            print(f"outbox {item.id}: left failed: {item.refused}", file=sys.stderr)
+        else:
+            print(f"outbox {item.id}: {item.kind} to {item.recipient} queued again")
+    if any(item.refused is None for item in done):
+        print("the running server sends it within 15 seconds (snl-pbem status shows what waits)")
+    return 0
+
+
+def _outbox_show(session: Any, outbox_id: int, tz: ZoneInfo) -> int:
+
+    row = session.get(OutboxMessage, outbox_id)
+    if row is None:
+        raise CommandError(f"outbox {outbox_id}: no such message")
+    game = session.get(Game, row.game_id) if row.game_id is not None else None
+    print(
+        f"outbox {row.id}: {row.status}, {row.kind} to {row.recipient}"
+        + (f" (game {game.key})" if game else "")
+        + f", {row.attempts} attempt(s), written {show(row.created_at, tz)}"
+        + (f", sent {show(row.sent_at, tz)}" if row.sent_at else ""),
+        file=sys.stderr,
+    )
+    if row.last_error:
+        print(f"last error: {row.last_error.rstrip()}", file=sys.stderr)
+    if row.secret:  # an order key: never on a terminal, in a scrollback or a pasted log
+        print(
+            f"outbox {row.id}: headers only: the body holds {row.recipient}'s order key",
+            file=sys.stderr,
+        )
+        sys.stdout.buffer.write(row.message.split(b"\r\n\r\n", 1)[0] + b"\r\n")
+    else:
+        sys.stdout.buffer.write(row.message)  # as sent: save it with > message.eml
+    sys.stdout.flush()
+    return 0
+
+
+def _outbox_list(session: Any, state: str, game_key: str | None, tz: ZoneInfo) -> int:
+
+
+    conditions = [] if state == "all" else [OutboxMessage.status == state]
+    if game_key is not None:
+        conditions.append(OutboxMessage.game_id == game_by_id(session, game_key).id)
+    rows = session.execute(
+        select(OutboxMessage, Game.key)
+        .outerjoin(Game, Game.id == OutboxMessage.game_id)
+        .where(*conditions)
+        .order_by(OutboxMessage.id.desc())
+        .limit(OUTBOX_LIST_LIMIT)
+    ).all()
+    what = "mail" if state == "all" else f"{state} mail"
+    if not rows:
+        print(f"no {what}" + (f" for {game_key}" if game_key else ""))
+        return 0
+    print(
+        f"{'id':>6}  {'game':<10} {'kind':<16} {'recipient':<32} {'status':<8} tries "
+        f"{'created':<29} last error"
+    )
+    for row, key in reversed(rows):
+        error = (row.last_error or "").strip().splitlines()
+        print(
+            f"{row.id:>6}  {(key or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
+            f"{row.status:<8} {row.attempts:>5} {show(row.created_at, tz):<29} "
+            f"{error[0][:100] if error else ''}"
+        )
+    total = session.scalar(select(func.count()).select_from(OutboxMessage).where(*conditions))
+    if total and total > len(rows):
+        print(f"(the newest {len(rows)} of {total} shown)")
+    return 0
+
+
+def _from_header(raw: bytes) -> str:
+    """The From header of a message that was never parsed (set aside), for the list only."""
+
+    try:
+        value = BytesHeaderParser(policy=policy.compat32).parsebytes(raw[:65536])["From"]
+    except Exception:  # a broken header: the list still shows the message
+        return "?"
+    return " ".join(str(value).split()) if value else "?"
+
+
+def _simple(action: Callable[..., Any], done: str) -> Callable[[argparse.Namespace], int]:
+    def handler(args: argparse.Namespace) -> int:
+        config = _config(args)
+        db = _database(config)
+        try:
+            value = _run(lambda: action(db, args.game, utcnow()))
+        finally:
+            db.dispose()
+        print(f"{args.game}: {done.format(value=value)}")
+        return 0
+
+    return handler
+
+
+cmd_pause = _simple(pause, "paused (its deadline will not fire until resume)")
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        new = _run(lambda: resume(db, args.game, utcnow(), config=config))
+    finally:
+        db.dispose()
+    print(f"{args.game}: resumed; deadline now {show(new, _zone(config, args.game))}")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        number = _run(lambda: rollback_round(db, args.game, utcnow(), force=args.force))
+    finally:
+        db.dispose()
+    print(
+        f"{args.game}: round {number} reopened (results discarded, orders kept); the game "
+        "is paused: correct what you need, then close-round or resume"
+    )
+    return 0

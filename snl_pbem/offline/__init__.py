@@ -1,0 +1,1 @@
+"""Offline tools: replaying a game from its replay file, and its text view."""

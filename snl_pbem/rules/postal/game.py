@@ -1,0 +1,417 @@
+"""A whole game: its settings, its state between rounds, and adjudicating one round.
+
+``adjudicate_round`` is the referee's whole job for one round, in RULES.md's
+order: check each player's dice (R6, R18) or play the lowest legal dice for
+them (R17); take each nomination or default it (R16, R18); tally the
+trapdoors (R8, R9, R10); resolve every player's move, turn by turn,
+simultaneously (R11-R15); stop after any turn in which someone reached the
+last space (R5). It is pure: the same inputs give the same result.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import NamedTuple, TypeAlias
+
+from snl_pbem.rules.board import Board, Event, Position, Space
+from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.postal.dice import (
+    SET_SIZE,
+    DiceProblem,
+    Die,
+    check_dice,
+    lowest_legal_dice,
+    open_values,
+    used_in_set,
+)
+from snl_pbem.rules.postal.trapdoors import (
+    Tally,
+    TrapdoorRule,
+    default_nomination,
+    tally_trapdoors,
+)
+
+PlayerId: TypeAlias = str
+"""A player's name, unique within a game."""
+
+DEFAULT_DOUBLE_FROM_ROUND = 7
+"""R7: rounds 1-6 are single-turn (the first set of six), two-turn from round 7."""
+
+
+@dataclass(frozen=True)
+class GameRules:
+    """Everything fixed for a game: the board and the options of RULES.md."""
+
+    board: Board
+    double_from_round: int = DEFAULT_DOUBLE_FROM_ROUND
+    """The first two-turn round (R7); 1 makes every round two-turn."""
+    trapdoor_rule: TrapdoorRule = TrapdoorRule.ALL
+    seed: int = 0
+    """Seeds the lot that breaks a most-voted tie, so results are repeatable."""
+
+    def __post_init__(self) -> None:
+        if self.double_from_round < 1:
+            raise GameSetupError(f"double_from_round: {self.double_from_round} must be 1 or more")
+
+    def turns_in_round(self, round_number: int) -> int:
+        """One turn before ``double_from_round``, two from it on (R7)."""
+        return 1 if round_number < self.double_from_round else 2
+
+
+@dataclass(frozen=True, slots=True)
+class OrderSet:
+    """What one player ordered for one round: a die per turn and a nomination (R6, R8)."""
+
+    dice: tuple[int, ...]
+    trapdoor: int | None = None
+
+
+class NmrCause(Enum):
+    """Why the referee moved for a player."""
+
+    NO_ORDERS = "no-orders"
+    """No orders received (R17)."""
+    INVALID_DICE = "invalid-dice"
+    """Orders whose dice break R6: treated as no orders (R18)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Nmr:
+    """A player treated as sending no orders, and why."""
+
+    cause: NmrCause
+    problems: tuple[DiceProblem, ...] = ()
+
+    def __str__(self) -> str:
+        if self.cause is NmrCause.NO_ORDERS:
+            return "no orders received (R17)"
+        return "invalid dice (R18): " + "; ".join(map(str, self.problems))
+
+
+class Move(NamedTuple):
+    """One player's move in one turn."""
+
+    die: Die
+    start: Position
+    target: Position
+    """start + die, before any trapdoor, snake or ladder."""
+    final: Position
+    events: tuple[Event, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """Every player's move in one turn; ``turn`` counts the game's turns from 1."""
+
+    turn: int
+    moves: Mapping[PlayerId, Move]
+
+    @property
+    def dice(self) -> dict[PlayerId, Die]:
+        return {name: move.die for name, move in self.moves.items()}
+
+    @property
+    def positions(self) -> dict[PlayerId, Position]:
+        return {name: move.final for name, move in self.moves.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class GameResult:
+    """The end of the game (R5): the winner, or the players who drew."""
+
+    winners: tuple[PlayerId, ...]
+    """One name for a win; several, sorted, for a draw."""
+    turn: int
+    """The turn after which the game ended."""
+
+    @property
+    def is_draw(self) -> bool:
+        return len(self.winners) > 1
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """Everything the referee decided in one round: the private record (R19 keeps it secret)."""
+
+    round: int
+    turns_ordered: int
+    """Turns the round's orders covered (1 or 2, R7)."""
+    orders: Mapping[PlayerId, OrderSet | None]
+    nmr: Mapping[PlayerId, Nmr]
+    nominations: Mapping[PlayerId, Space | None]
+    """After R16 defaults; None where the target was past the last space."""
+    defaulted: frozenset[PlayerId]
+    """Players whose nomination came from R16 rather than their orders."""
+    tally: Tally
+    turns: tuple[TurnResult, ...]
+    """The turns actually played: the second is skipped when the game ends on the first."""
+    positions: Mapping[PlayerId, Position]
+    result: GameResult | None
+
+    @property
+    def trapdoors(self) -> tuple[Space, ...]:
+        return self.tally.active
+
+
+@dataclass(frozen=True)
+class GameState:
+    """Where a game stands between rounds."""
+
+    players: tuple[PlayerId, ...]
+    positions: Mapping[PlayerId, Position]
+    played: Mapping[PlayerId, tuple[Die, ...]]
+    """The dice each player has played after turn ``played_from``, in turn order."""
+    rounds_played: int = 0
+    turns_played: int = 0
+    result: GameResult | None = None
+    history: tuple[RoundResult, ...] = field(default=(), repr=False)
+    played_from: int = 0
+    """Turns before ``played`` begins: a multiple of six, so that a state loaded from
+    storage need only hold the dice of the current set (R6 looks no further back)."""
+
+    def __post_init__(self) -> None:
+        # Every player takes every turn (an NMR still moves), so all share turn numbers.
+        lengths = set(map(len, self.played.values()))
+        expected = self.turns_played - self.played_from
+        if (
+            lengths - {expected}
+            or len(self.played) != len(self.players)
+            or self.played_from % SET_SIZE
+            or expected < 0
+        ):
+            raise GameSetupError(
+                f"every player must have played {expected} dice since turn "
+                f"{self.played_from} (found {sorted(lengths)})"
+            )
+
+    @classmethod
+    def start(cls, players: Sequence[PlayerId]) -> GameState:
+        """Every player off the board at 0 (R4). Any number of players may play (R1)."""
+        names = tuple(players)
+        if not names:
+            raise GameSetupError("players: a game needs at least one player")
+        for name in names:
+            if not isinstance(name, str) or not name.strip():
+                raise GameSetupError(f"players: {name!r} is not a player name")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise GameSetupError("players: named more than once: " + ", ".join(twice))
+        return cls(names, dict.fromkeys(names, 0), dict.fromkeys(names, ()))
+
+    def used_in_set(self, player: PlayerId) -> tuple[Die, ...]:
+        """The player's dice used so far in the current set (R6)."""
+        return used_in_set(self.played[player])
+
+    def open_values(self, player: PlayerId) -> tuple[Die, ...]:
+        """The values the player may still choose in the current set (R6)."""
+        return open_values(self.played[player])
+
+
+def adjudicate_round(
+    rules: GameRules,
+    state: GameState,
+    orders: Mapping[PlayerId, OrderSet | None],
+    *,
+    keep_history: bool = True,
+) -> tuple[RoundResult, GameState]:
+    """Play the next round with these orders; a missing or None order is an NMR (R17)."""
+    if state.result is not None:
+        raise GameSetupError(f"the game is over (after round {state.rounds_played})")
+    unknown = [name for name in orders if name not in state.positions]
+    if unknown:
+        raise GameSetupError("orders from players not in the game: " + ", ".join(sorted(unknown)))
+    number = state.rounds_played + 1
+    turns = rules.turns_in_round(number)
+    last = rules.board.last
+    names = state.players
+    starts = [state.positions[name] for name in names]
+    histories = [state.played[name] for name in names]
+
+    set_start = state.turns_played - state.turns_played % SET_SIZE - state.played_from
+    dice_played, nmr, nominations, defaulted = _referee_orders(
+        names, starts, [h[set_start:] for h in histories], orders, turns, last
+    )
+    tally = tally_trapdoors(
+        nominations,
+        len(names),
+        rules.trapdoor_rule,
+        random.Random(f"snl-pbem/{rules.seed}/{number}"),
+    )
+
+    # All players move simultaneously and independently (R11-R15), turn by turn.
+    table = MoveTable(rules.board, tally.active)
+    positions = starts
+    turn_results: list[TurnResult] = []
+    result: GameResult | None = None
+    for index in range(turns):
+        rows = {start: table.row(start) for start in set(positions)}
+        moves = [rows[p][dice[index]] for p, dice in zip(positions, dice_played, strict=True)]
+        positions = [move.final for move in moves]
+        turn = state.turns_played + index + 1
+        turn_results.append(TurnResult(turn, dict(zip(names, moves, strict=True))))
+        if max(positions) >= last:  # R5: the game ends after this turn
+            result = game_result(dict(zip(names, positions, strict=True)), last, turn)
+            break
+    if len(turn_results) < turns:  # the game ended before the round's last turn
+        dice_played = [dice[: len(turn_results)] for dice in dice_played]
+    played = {
+        name: history + dice
+        for name, history, dice in zip(names, histories, dice_played, strict=True)
+    }
+    final_positions = dict(zip(names, positions, strict=True))
+
+    round_result = RoundResult(
+        round=number,
+        turns_ordered=turns,
+        orders=dict(orders),
+        nmr=nmr,
+        nominations=dict(zip(names, nominations, strict=True)),
+        defaulted=frozenset(defaulted),
+        tally=tally,
+        turns=tuple(turn_results),
+        positions=final_positions,
+        result=result,
+    )
+    next_state = GameState(
+        players=names,
+        positions=final_positions,
+        played=played,
+        rounds_played=number,
+        turns_played=turn_results[-1].turn,
+        result=result,
+        history=(*state.history, round_result) if keep_history else (),
+        played_from=state.played_from,
+    )
+    return round_result, next_state
+
+
+def _referee_orders(
+    names: Sequence[PlayerId],
+    starts: Sequence[Position],
+    used_in_set: Sequence[tuple[Die, ...]],
+    orders: Mapping[PlayerId, OrderSet | None],
+    turns: int,
+    last: Space,
+) -> tuple[list[tuple[Die, ...]], dict[PlayerId, Nmr], list[Space | None], list[PlayerId]]:
+    """Each player's dice actually played and nomination, after R16-R18 (in ``names`` order).
+
+    ``used_in_set`` holds each player's dice already used in the current set.
+    """
+    dice_played: list[tuple[Die, ...]] = []
+    nominations: list[Space | None] = []
+    nmr: dict[PlayerId, Nmr] = {}
+    defaulted: list[PlayerId] = []
+    no_orders = Nmr(NmrCause.NO_ORDERS)
+    # Many players share a history and an order: decide each distinct pair once.
+    verdicts: dict[tuple[tuple[Die, ...], tuple[int, ...]], tuple[tuple[Die, ...], Nmr | None]]
+    verdicts = {}
+    order_for = orders.get
+    for name, start, used in zip(names, starts, used_in_set, strict=True):
+        order = order_for(name)
+        nomination: int | None = None
+        if order is None:
+            nmr[name] = no_orders  # R17
+            dice = lowest_legal_dice(used, turns)
+        else:
+            nomination = order.trapdoor
+            key = (used, order.dice)
+            verdict = verdicts.get(key)
+            if verdict is None:
+                verdict = verdicts[key] = _dice_verdict(used, order.dice, turns)
+            dice, invalid = verdict
+            if invalid is not None:
+                nmr[name] = invalid
+        dice_played.append(dice)
+        if type(nomination) is not int or not 1 <= nomination <= last:
+            # R16/R17: the target of the (first) move actually played
+            nomination = default_nomination(start + dice[0], last)
+            defaulted.append(name)
+        nominations.append(nomination)
+    return dice_played, nmr, nominations, defaulted
+
+
+def _dice_verdict(
+    used: tuple[Die, ...], dice: tuple[int, ...], turns: int
+) -> tuple[tuple[Die, ...], Nmr | None]:
+    """The dice to play for an order and, if its dice break R6, why it counts as no orders."""
+    check = check_dice(used, dice, turns)
+    if check.valid:
+        return check.dice, None
+    # R18: as if no orders (so R17's lowest legal dice), but a valid nomination stands
+    return lowest_legal_dice(used, turns), Nmr(NmrCause.INVALID_DICE, check.problems)
+
+
+class MoveTable:
+    """One round's moves, resolved once per (start, die).
+
+    Given the round's trapdoors a move depends only on its start and die, so
+    every player starting on the same space with the same die shares one Move.
+    """
+
+    def __init__(self, board: Board, trapdoors: tuple[Space, ...]) -> None:
+        self._board = board
+        self._active = frozenset(trapdoors)
+        self._outcomes = board.outcomes(self._active)
+        self._rows: dict[Position, list[Move]] = {}
+
+    def row(self, start: Position) -> list[Move]:
+        """The moves from ``start``, indexed by die (index 0 unused)."""
+        row = self._rows.get(start)
+        if row is None:
+            row = self._rows[start] = [self._resolve(start, die) for die in range(7)]
+        return row
+
+    def _resolve(self, start: Position, die: Die) -> Move:
+        target = start + die
+        if target < len(self._outcomes):
+            final, events = self._outcomes[target]
+        else:
+            final, events = self._board.resolve(target, self._active)
+        return Move(die, start, target, final, events)
+
+
+def game_result(
+    positions: Mapping[PlayerId, Position], last: Space, turn: int
+) -> GameResult | None:
+    """R5: after a turn, the player furthest on or past the last space wins; a tie draws."""
+    best = max(positions.values(), default=0)
+    if best < last:
+        return None
+    return GameResult(tuple(sorted(n for n, p in positions.items() if p == best)), turn)
+
+
+@dataclass(frozen=True, slots=True)
+class PlayerReport:
+    """What one player may be told after a round (R19), and nothing more."""
+
+    round: int
+    positions: Mapping[PlayerId, Position]
+    """Every player's position at the end of the round."""
+    used: tuple[Die, ...]
+    """The reader's own dice used in the current set (private to the reader)."""
+    open: tuple[Die, ...]
+    """The reader's values still open in the current set (private to the reader)."""
+    next_round: int | None
+    next_round_turns: int | None
+    result: GameResult | None
+
+
+def player_report(rules: GameRules, state: GameState, player: PlayerId) -> PlayerReport:
+    """R19: the round number, every position, the next round's kind, the reader's own dice.
+
+    Never another player's dice, nominations, votes, trapdoors, who sent no
+    orders, or anything about the board.
+    """
+    over = state.result is not None
+    return PlayerReport(
+        round=state.rounds_played,
+        positions=dict(state.positions),
+        used=state.used_in_set(player),
+        open=state.open_values(player),
+        next_round=None if over else state.rounds_played + 1,
+        next_round_turns=None if over else rules.turns_in_round(state.rounds_played + 1),
+        result=state.result,
+    )

@@ -1,0 +1,657 @@
+"""Deadlines without a person: APScheduler wakes the server; the database is the truth.
+
+Jobs are rebuilt from the rounds table (at start, after every close, on a
+config reload, and every ``RESCAN_SECONDS``, so that what the referee's
+commands change while the server runs -- a game started, a round rolled back,
+a game resumed -- is picked up): one per open round's deadline, one per
+reminder, with explicit ids, ``replace_existing`` and
+``misfire_grace_time=None`` (a job that is late still runs). A deadline
+missed while the server was down is closed at start, each exactly once (the
+guarded close). Every job calls a plain method that takes the time from the
+injected clock, so tests drive them directly instead of sleeping. A deadline
+job looks at the round again before closing it: if the deadline was moved
+later meanwhile (``extend``), it only plans the close for the new time. With
+LMTP, no round closes in the first ``[mail.lmtp] redelivery_grace`` after
+start-up (``redelivery_until``): mail the MTA queued while the server was down,
+timed by the MTA's own Received header, is delivered first.
+
+The circuit breaker: when an IMAP mailbox is configured and its last good
+poll is older than ``healthy_within`` at a deadline, the round is *held*
+(the referee is mailed once) and closes only once intake has been healthy
+again for that long, or when the referee runs ``close-round``.
+
+Housekeeping: handled inbound mail older than ``[mail] keep_processed_mail`` is
+trimmed to its headers (``snl_pbem.app.retention``) when the scheduler starts and
+then once a day, in short transactions on the same worker thread as the closes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.schedulers.base import BaseScheduler
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.intake import process_now
+from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.retention import purge_raw_mail
+from snl_pbem.app.rounds import (
+    CloseOutcome,
+    close_due_rounds,
+    close_with_backup,
+    dice_in_current_set,
+    due_rounds,
+    latest_orders,
+)
+from snl_pbem.config import Config
+from snl_pbem.rules.postal.dice import lowest_legal_dice, open_values
+from snl_pbem.runners.mailboxes import imap_poller, intake_health
+from snl_pbem.store import Database, Game, InboundMessage, Player, Round
+from snl_pbem.store.models import MailboxState
+from snl_pbem.timeutil import format_duration, show, utcnow, zone
+
+log = logging.getLogger("snl_pbem.scheduler")
+
+HELD_CHECK_SECONDS = 60
+RESCAN_SECONDS = 15
+CATCH_UP_SECONDS = 1
+"""How often a close waiting for the mailbox to be read to its end looks again."""
+RETRY_SECONDS = 30
+PURGE_EVERY = timedelta(days=1)
+PURGE_RETRY = timedelta(hours=1)
+PURGE_BATCH = 500
+"""Messages trimmed per transaction: a long first purge never holds a lock for long."""
+
+
+@dataclass(frozen=True)
+class Planned:
+    job_id: str
+    run_at: datetime
+
+
+def make_scheduler() -> BackgroundScheduler:
+    """One worker thread: closes never run in parallel within a process."""
+    return BackgroundScheduler(
+        executors={"default": ThreadPoolExecutor(1)},
+        timezone="UTC",
+        job_defaults={"coalesce": True, "misfire_grace_time": None},
+    )
+
+
+class RoundScheduler:
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        scheduler: BaseScheduler | None = None,
+        after_close: Callable[[CloseOutcome], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.clock = clock
+        self.scheduler = scheduler
+        self.after_close = after_close
+        self.failures: list[str] = []
+        """Closes that failed and will be retried (for the log and tests)."""
+        self.request_poll: Callable[[], None] | None = None
+        """Asks this process's IMAP poller to read the mailbox now (the server sets it)."""
+        self.started_at = clock()
+        """When this scheduler (the server) started: see ``redelivery_until``."""
+
+    # -- planning ---------------------------------------------------------------------
+
+    def plan(self) -> list[Planned]:
+        """The jobs the database calls for now: deadlines, reminders, held rounds' checks."""
+        planned: list[Planned] = []
+        now = self.clock()
+        with self.db.transaction() as session:
+            rows = session.execute(
+                select(Game, Round)
+                .join(Round, Round.game_id == Game.id)
+                .where(Game.state == "running", Round.state == "open")
+            ).all()
+            for game, round_ in rows:
+                if round_.held_at is None:  # a held round is released by check_held only
+                    planned.append(
+                        Planned(
+                            f"close:{game.key}:{round_.number}",
+                            self._not_before(round_.deadline + self.intake_grace),
+                        )
+                    )
+                if game.remind_before_s and round_.reminded_at is None:
+                    at = round_.deadline - timedelta(seconds=game.remind_before_s)
+                    if at > round_.opened_at:
+                        planned.append(Planned(f"remind:{game.key}:{round_.number}", max(at, now)))
+        return planned
+
+    @property
+    def held_check_seconds(self) -> float:
+        """How often held rounds are looked at: every minute, or more often when intake
+        need only be healthy for less than two minutes before they are released."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return HELD_CHECK_SECONDS
+        return min(HELD_CHECK_SECONDS, max(1.0, imap.healthy_within.total_seconds() / 2))
+
+    @property
+    def intake_grace(self) -> timedelta:
+        """How long after a deadline the close is first tried. With IMAP, the close then
+        waits until a poll that began after the deadline has read the mailbox to its end
+        (the poller is asked to read at once), so mail that reached the mailbox before the
+        deadline counts; stored messages not yet processed are processed first. LMTP
+        delivery is synchronous: no wait."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return timedelta(0)
+        return timedelta(seconds=1)  # then it waits for a poll begun after the deadline
+
+    @property
+    def redelivery_until(self) -> datetime | None:
+        """With LMTP, no round closes before ``redelivery_grace`` after start-up: mail the
+        MTA accepted while this server was down stays in its queue until its next retry
+        (Postfix: 300 s, or at once on ``postqueue -f``) and, timed by the MTA's own
+        Received header, may still count for a round whose deadline has passed."""
+        lmtp = self.config.settings.mail.lmtp
+        if lmtp is None or lmtp.redelivery_grace <= timedelta(0):
+            return None
+        return self.started_at + lmtp.redelivery_grace
+
+    def _not_before(self, at: datetime) -> datetime:
+        until = self.redelivery_until
+        return at if until is None else max(at, until)
+
+    def rebuild(self) -> list[Planned]:
+        """Replace the scheduler's jobs with the plan (stale ones are removed)."""
+        planned = self.plan()
+        if self.scheduler is None:
+            return planned
+        wanted = {p.job_id for p in planned}
+        for job in self.scheduler.get_jobs():
+            if job.id.startswith(("close:", "remind:")) and job.id not in wanted:
+                job.remove()
+        for item in planned:
+            kind, key, number = item.job_id.split(":")
+            target = self.on_deadline if kind == "close" else self.on_reminder
+            self.scheduler.add_job(
+                target,
+                "date",
+                run_date=item.run_at,
+                id=item.job_id,
+                args=(key, int(number)),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+        if self.scheduler.get_job("rescan") is None:
+            self.scheduler.add_job(
+                self._rescan,
+                "interval",
+                seconds=RESCAN_SECONDS,
+                id="rescan",
+                replace_existing=True,
+            )
+        if self.scheduler.get_job("purge-mail") is None:  # now (start-up), then daily
+            self.scheduler.add_job(
+                self._purge_job,
+                "interval",
+                seconds=PURGE_EVERY.total_seconds(),
+                next_run_time=datetime.now(UTC),
+                id="purge-mail",
+                replace_existing=True,
+            )
+        held_check = self.scheduler.get_job("held-check")
+        every = self.held_check_seconds
+        if held_check is None or held_check.trigger.interval.total_seconds() != every:
+            self.scheduler.add_job(
+                self.check_held,
+                "interval",
+                seconds=every,
+                id="held-check",
+                replace_existing=True,
+            )
+        return planned
+
+    def _rescan(self) -> None:
+        """The periodic rebuild: a database that is down for a while is one log line each time."""
+        try:
+            self.rebuild()
+        except Exception as exc:
+            log.warning("rescanning the rounds failed (%s: %s)", type(exc).__name__, exc)
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def purge_mail(self) -> int:
+        """Trim handled inbound mail older than keep_processed_mail to its headers (in
+        transactions of PURGE_BATCH messages); logs and returns how many were trimmed."""
+        keep = self.config.settings.mail.keep_processed_mail
+        if keep is None:
+            log.info("inbound mail is kept whole (keep_processed_mail = false)")
+            return 0
+        now = self.clock()
+        total = 0
+        while True:
+            with self.db.transaction() as session:
+                trimmed = purge_raw_mail(session, now, keep, limit=PURGE_BATCH)
+            total += trimmed
+            if trimmed < PURGE_BATCH:
+                break
+        log.info(
+            "trimmed %d handled inbound message(s) received more than %s ago to their headers",
+            total,
+            format_duration(keep),
+        )
+        return total
+
+    def _purge_job(self) -> None:
+        """The daily purge: a failure (the database down) is one log line, tried again in
+        an hour."""
+        try:
+            self.purge_mail()
+        except Exception as exc:
+            log.warning(
+                "trimming old inbound mail failed (%s: %s); trying again in %s",
+                type(exc).__name__,
+                exc,
+                format_duration(PURGE_RETRY),
+            )
+            if self.scheduler is not None:
+                self.scheduler.add_job(
+                    self._purge_job,
+                    "date",
+                    run_date=datetime.now(UTC) + PURGE_RETRY,
+                    id="purge-mail-retry",
+                    replace_existing=True,
+                    misfire_grace_time=None,
+                )
+
+    def catch_up(self) -> list[CloseOutcome]:
+        """At start: close every round whose deadline passed while nothing ran (with LMTP,
+        once ``redelivery_grace`` has passed: they are planned for then)."""
+        until = self.redelivery_until
+        if until is not None and self.clock() < until:
+            due = self._due()
+            if due:
+                log.info(
+                    "%d round(s) past their deadline close at %s, once the MTA has "
+                    "redelivered what it queued while the server was down",
+                    len(due),
+                    until.isoformat(timespec="seconds"),
+                )
+            self.rebuild()
+            return []
+        if self.intake_unhealthy() is not None:
+            for key, number, _ in self._due():
+                self.on_deadline(key, number)
+            return []
+        outcomes = close_due_rounds(self.db, self.clock(), config=self.config, **self._backup())
+        for outcome in outcomes:
+            self._closed(outcome)
+        self.rebuild()
+        return outcomes
+
+    def on_deadline(
+        self, game_key: str, number: int, *, early: bool = False
+    ) -> CloseOutcome | None:
+        """A round's deadline: close it, unless mail intake is unhealthy (then hold it).
+
+        A paused game's deadline does nothing (the referee may still close-round it). A
+        deadline moved later since the job was planned (``extend`` while the server runs)
+        only re-plans the close; ``early`` is for close-when-all-in, which closes before
+        the deadline on purpose. If the database fails (locked, disk full), nothing is half
+        done (one transaction) and the deadline is tried again shortly.
+        """
+        try:
+            if not self._running(game_key):
+                return None
+            until = self.redelivery_until
+            if early and until is not None and self.clock() < until:
+                self._all_in_at(game_key, number, until)  # an order may be in the MTA's queue
+                return None
+            if not early:
+                due = self._close_due_at(game_key, number)
+                if due is None:  # closed meanwhile (close-round, another server)
+                    return None
+                if self.clock() < due:
+                    log.info(
+                        "%s: round %d is not due yet (deadline moved, or the MTA's redelivery "
+                        "grace after start-up); closing at %s",
+                        game_key,
+                        number,
+                        due.isoformat(timespec="seconds"),
+                    )
+                    self.rebuild()
+                    return None
+            problem = self.intake_unhealthy()
+            if problem is not None:
+                self._hold(game_key, number, problem)
+                return None
+            if not early and self._intake_behind(game_key, number):
+                self._close_soon(game_key, number)
+                return None
+            self._process_stragglers(game_key, number)
+            return self._close(game_key, number, actor="scheduler")
+        except Exception as exc:
+            self._retry_later(game_key, number, exc)
+            return None
+
+    def _intake_behind(self, game_key: str, number: int) -> bool:
+        """True while no poll that began after the round's deadline has completed."""
+        if self.config.settings.mail.imap is None:
+            return False
+        with self.db.transaction() as session:
+            deadline = session.scalar(
+                select(Round.deadline)
+                .join(Game, Game.id == Round.game_id)
+                .where(Game.key == game_key, Round.number == number)
+            )
+        last_ok, _ = self._health()
+        if deadline is None or (last_ok is not None and last_ok >= deadline):
+            return False
+        if self.request_poll is not None:
+            self.request_poll()
+        return True
+
+    def _close_soon(self, game_key: str, number: int) -> None:
+        """Try the close again in a moment (the mailbox is being read to its end)."""
+        log.info("%s: round %d: reading the mailbox to its end before closing", game_key, number)
+        if self.scheduler is not None:
+            self.scheduler.add_job(
+                self.on_deadline,
+                "date",
+                run_date=self.clock() + timedelta(seconds=CATCH_UP_SECONDS),
+                id=f"close:{game_key}:{number}",
+                args=(game_key, number),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def _process_stragglers(self, game_key: str, number: int) -> None:
+        """Process every stored message received before the deadline that is still
+        unprocessed (being processed by another thread, or left by a failure), so that
+        none is judged after the round it was meant for has closed."""
+        with self.db.transaction() as session:
+            deadline = session.scalar(
+                select(Round.deadline)
+                .join(Game, Game.id == Round.game_id)
+                .where(Game.key == game_key, Round.number == number)
+            )
+            if deadline is None:
+                return
+            waiting = session.scalars(
+                select(InboundMessage.id)
+                .where(InboundMessage.status == "new", InboundMessage.received_at <= deadline)
+                .order_by(InboundMessage.id)
+            ).all()
+        for inbound_id in waiting:
+            result = process_now(self.db, self.config, inbound_id)
+            log.info("inbound %d processed before the close: %s", inbound_id, result.status)
+
+    def _retry_later(self, game_key: str, number: int, exc: Exception) -> None:
+        log.error(
+            "%s: closing round %d failed (%s: %s); retrying in %ds",
+            game_key,
+            number,
+            type(exc).__name__,
+            exc,
+            RETRY_SECONDS,
+        )
+        self.failures.append(f"{type(exc).__name__}: {exc}")
+        if self.scheduler is not None:
+            self.scheduler.add_job(
+                self.on_deadline,
+                "date",
+                run_date=self.clock() + timedelta(seconds=RETRY_SECONDS),
+                id=f"close:{game_key}:{number}",
+                args=(game_key, number),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def check_held(self) -> list[CloseOutcome]:
+        """Release held rounds once intake has been healthy for the limit again."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return []
+        limit = imap.healthy_within
+        _, since = self._health()
+        if since is None or self.clock() - since < limit:
+            return []
+        closed = []
+        with self.db.transaction() as session:
+            held = session.execute(
+                select(Game.key, Round.number)
+                .join(Round, Round.game_id == Game.id)
+                .where(Round.state == "open", Round.held_at.is_not(None), Game.state == "running")
+            ).all()
+        for key, number in held:
+            outcome = self._close(key, number, actor="scheduler (released)")
+            if outcome is not None:
+                closed.append(outcome)
+        return closed
+
+    def on_reminder(self, game_key: str, number: int) -> int:
+        """Remind each player without valid orders (and only them); returns how many.
+
+        A reminder whose deadline was moved later since it was planned only re-plans."""
+        with self.db.transaction() as session:
+            game = session.scalar(select(Game).where(Game.key == game_key))
+            deadline = session.scalar(
+                select(Round.deadline).where(
+                    Round.game_id == (game.id if game else -1), Round.number == number
+                )
+            )
+            early = (
+                game is not None
+                and deadline is not None
+                and self.clock() < deadline - timedelta(seconds=game.remind_before_s or 0)
+            )
+        if early:
+            self.rebuild()
+            return 0
+        return self._remind(game_key, number)
+
+    def _remind(self, game_key: str, number: int) -> int:
+        now = self.clock()
+        sent = 0
+        with self.db.transaction() as session:
+            game, round_ = _open_round(session, game_key, number, lock=True)
+            if game is None or round_ is None or round_.reminded_at is not None:
+                return 0
+            round_.reminded_at = now
+            latest = latest_orders(session, round_.id)
+            tz = zone(game.timezone)
+            for player in session.scalars(
+                select(Player).where(Player.game_id == game.id, Player.active)
+            ):
+                mine = latest.get(player.id)
+                if mine is not None and mine.valid and not mine.withdrawn:
+                    continue
+                used = dice_in_current_set(session, game, player.id)
+                enqueue_mail(
+                    session,
+                    self.config,
+                    game=game,
+                    kind="reminder",
+                    to=player.email,
+                    now=now,
+                    template="player/reminder.txt.j2",
+                    player=player,
+                    round=round_,
+                    deadline=show(round_.deadline, tz),
+                    problems=list(mine.problems) if mine is not None else [],
+                    open_values=", ".join(map(str, open_values(used))),
+                    example_dice=" ".join(map(str, lowest_legal_dice(used, round_.turns))),
+                )
+                sent += 1
+        log.info("%s: round %d reminders sent to %d player(s)", game_key, number, sent)
+        return sent
+
+    def check_all_in(self, game_key: str) -> datetime | None:
+        """close_when_all_in: once every player has valid orders, close after the settle time.
+
+        Called after orders arrive; returns when the early close is planned (or None).
+        """
+        now = self.clock()
+        with self.db.transaction() as session:
+            game = session.scalar(select(Game).where(Game.key == game_key))
+            if game is None or not game.close_when_all_in or game.state != "running":
+                return None
+            round_ = session.scalar(
+                select(Round).where(Round.game_id == game.id, Round.state == "open")
+            )
+            if round_ is None or not self._all_in(session, game, round_):
+                return None
+            at = min(now + timedelta(seconds=game.settle_s), round_.deadline)
+            number = round_.number
+        self._all_in_at(game_key, number, at)
+        return at
+
+    def _all_in_at(self, game_key: str, number: int, at: datetime) -> None:
+        if self.scheduler is not None:
+            self.scheduler.add_job(
+                self.on_all_in,
+                "date",
+                run_date=at,
+                id=f"allin:{game_key}:{number}",
+                args=(game_key, number),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def on_all_in(self, game_key: str, number: int) -> CloseOutcome | None:
+        """The settle time after everyone's orders: close if all are still valid."""
+        with self.db.transaction() as session:
+            game, round_ = _open_round(session, game_key, number)
+            if game is None or round_ is None or not self._all_in(session, game, round_):
+                return None
+        return self.on_deadline(game_key, number, early=True)
+
+    @staticmethod
+    def _all_in(session: Any, game: Game, round_: Round) -> bool:
+        latest = latest_orders(session, round_.id)
+        players = session.scalars(select(Player.id).where(Player.game_id == game.id)).all()
+        return all(
+            (r := latest.get(pid)) is not None and r.valid and not r.withdrawn for pid in players
+        )
+
+    def _close_due_at(self, game_key: str, number: int) -> datetime | None:
+        """When round ``number`` is to close now (its deadline and the intake grace), or None
+        if it is not open, or held (then check_held releases it)."""
+        with self.db.transaction() as session:
+            deadline = session.scalar(
+                select(Round.deadline)
+                .join(Game, Game.id == Round.game_id)
+                .where(
+                    Game.key == game_key,
+                    Round.number == number,
+                    Round.state == "open",
+                    Round.held_at.is_(None),
+                )
+            )
+        return None if deadline is None else self._not_before(deadline + self.intake_grace)
+
+    def _running(self, game_key: str) -> bool:
+        with self.db.transaction() as session:
+            return session.scalar(select(Game.state).where(Game.key == game_key)) == "running"
+
+    # -- the circuit breaker ---------------------------------------------------------------
+
+    def intake_unhealthy(self) -> str | None:
+        """Why intake cannot be trusted now, or None (also None with no IMAP configured)."""
+        imap = self.config.settings.mail.imap
+        if imap is None:
+            return None
+        last_ok, since = self._health()
+        now = self.clock()
+        if last_ok is None or now - last_ok > imap.healthy_within:
+            when = "never" if last_ok is None else f"{format_duration(now - last_ok)} ago"
+            return f"the mailbox was last read successfully {when}"
+        if since is None:  # the latest read failed (a message could not be stored, ...)
+            return (
+                "the last read of the mailbox failed (it was last read successfully "
+                f"{format_duration(now - last_ok)} ago)"
+            )
+        return None
+
+    def _health(self) -> tuple[datetime | None, datetime | None]:
+
+        poller = imap_poller(self.db, self.config)
+        return intake_health(self.db, poller.config.source) if poller else (None, None)
+
+    def _hold(self, game_key: str, number: int, problem: str) -> None:
+        now = self.clock()
+        with self.db.transaction() as session:
+            game, round_ = _open_round(session, game_key, number, lock=True)
+            if game is None or round_ is None or round_.held_at is not None:
+                return
+            round_.held_at = now
+            state = session.scalars(select(MailboxState)).first()
+            imap = self.config.settings.mail.imap
+            assert imap is not None
+            enqueue_mail(
+                session,
+                self.config,
+                game=game,
+                kind="round-held",
+                to=self.config.settings.mail.referee,
+                now=now,
+                template="referee/round_held.txt.j2",
+                round=round_,
+                deadline=show(round_.deadline, zone(game.timezone)),
+                last_ok=show(state.last_ok_at, zone(game.timezone))
+                if state and state.last_ok_at
+                else "never",
+                limit=format_duration(imap.healthy_within),
+                error=(state.last_error if state and state.last_error else problem),
+            )
+        log.error("%s: round %d held: %s", game_key, number, problem)
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _close(self, game_key: str, number: int, actor: str) -> CloseOutcome | None:
+        outcome = close_with_backup(
+            self.db,
+            game_key,
+            self.clock(),
+            actor=actor,
+            expect_round=number,
+            config=self.config,
+            **self._backup(),
+        )
+        if outcome is not None:
+            self._closed(outcome)
+            self.rebuild()
+        return outcome
+
+    def _closed(self, outcome: CloseOutcome) -> None:
+        if self.after_close is not None:
+            self.after_close(outcome)
+
+    def _due(self) -> list[tuple[str, int, datetime]]:
+
+        return due_rounds(self.db, self.clock())
+
+    def _backup(self) -> dict[str, Any]:
+        database = self.config.settings.database
+        return {"backups": database.backups, "backup_dir": database.backup_dir}
+
+
+def _open_round(
+    session: Session, game_key: str, number: int, *, lock: bool = False
+) -> tuple[Game | None, Round | None]:
+    """The game and its round ``number`` if that round is open (locked for update if asked)."""
+    game = session.scalar(select(Game).where(Game.key == game_key))
+    if game is None:
+        return None, None
+    query = select(Round).where(
+        Round.game_id == game.id, Round.number == number, Round.state == "open"
+    )
+    return game, session.scalar(query.with_for_update() if lock else query)

@@ -1,0 +1,331 @@
+"""``snl-pbem serve``: intake, scheduler and outbox sender in one process.
+
+The main thread watches over the parts and handles signals: SIGTERM/SIGINT
+stop taking new work, let the transaction in progress finish, close the
+connections and exit 0; SIGHUP reloads the config (new games and players,
+changed deadlines and mail settings) and logs what changed. With systemd,
+readiness and a watchdog are notified on ``$NOTIFY_SOCKET``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from snl_pbem.app.games import sync_games
+from snl_pbem.app.intake import IngestResult, process_pending
+from snl_pbem.app.outbox import drain_parallel
+from snl_pbem.app.rounds import CloseOutcome
+from snl_pbem.config import load_config
+from snl_pbem.errors import ConfigError, StartupError
+from snl_pbem.mail.imap import ImapPoller
+from snl_pbem.mail.lmtp import ReceiverController
+from snl_pbem.mail.sandbox import default_sandbox
+from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
+from snl_pbem.procs import identity
+from snl_pbem.runners.mailboxes import DatabaseHooks, imap_poller, lmtp_receiver
+from snl_pbem.runners.scheduler import RoundScheduler, make_scheduler
+from snl_pbem.store import Database, SchemaOutOfDate
+from snl_pbem.timeutil import utcnow
+
+log = logging.getLogger("snl_pbem.server")
+
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+SENDER_IDLE_SECONDS = 15.0
+SMTP_DOWN_LONGEST = 300.0
+
+
+def configure_logging(level: str) -> None:
+    """One line per event on stderr (journald adds the time)."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO), format=LOG_FORMAT, force=True
+    )
+    for noisy in ("apscheduler", "mail.log", "alembic", "imapclient"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+def sd_notify(message: str) -> None:
+    """Tell systemd (Type=notify) how we are; a no-op without $NOTIFY_SOCKET."""
+    path = os.environ.get("NOTIFY_SOCKET")
+    if not path:
+        return
+    address = "\0" + path[1:] if path.startswith("@") else path
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.connect(address)
+            sock.sendall(message.encode())
+    except OSError as exc:
+        log.warning("could not notify systemd: %s", exc)
+
+
+@dataclass
+class Server:
+    config_path: Path
+    clock: Callable[[], datetime] = utcnow
+    on_close: Callable[[CloseOutcome], None] | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    ready: threading.Event = field(default_factory=threading.Event)
+    """Set once every part is running."""
+    _reload: threading.Event = field(default_factory=threading.Event)
+    _kick: threading.Event = field(default_factory=threading.Event)
+    _threads: dict[str, threading.Thread] = field(default_factory=dict)
+    _mail_stop: threading.Event = field(default_factory=threading.Event)
+    _receiver: ReceiverController | None = None
+    _poller: ImapPoller | None = None
+
+    # -- start -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load, check, sync, catch up, then start every part. Raises StartupError."""
+        try:
+            self.config = load_config(self.config_path)
+        except ConfigError as exc:
+            raise StartupError(str(exc)) from None
+        self.db = Database(self.config.database_url)
+        try:
+            self.db.check_schema()
+        except SchemaOutOfDate as exc:
+            self.db.dispose()
+            raise StartupError(str(exc)) from None
+        for line in sync_games(self.db, self.config, self.clock(), actor="serve").lines:
+            log.info("config: %s", line)
+        # the parse workers, forked now, while this process has one thread (milliseconds;
+        # a worker spawned later, from a threaded process, costs a new interpreter)
+        default_sandbox().warm()
+        for result in process_pending(self.db, self.config):
+            log.info("inbound %s processed after a restart: %s", result.inbound_id, result.status)
+        self.scheduler = make_scheduler()
+        self.rounds = RoundScheduler(
+            self.db,
+            self.config,
+            clock=self.clock,
+            scheduler=self.scheduler,
+            after_close=self._closed,
+        )
+        self._start_mail(first_poll=True)
+        self.scheduler.start(paused=True)
+        for outcome in self.rounds.catch_up():
+            log.info("%s: round %d closed on catch-up", outcome.game, outcome.round)
+        self.rounds.rebuild()
+        self.scheduler.resume()
+        self._kick.set()
+        log.info("serving %d game(s) from %s", len(self.config.games), self.config_path)
+
+    def _start_mail(self, first_poll: bool = False) -> None:
+        self._mail_stop = threading.Event()
+        hooks = DatabaseHooks(self.db, self.config, clock=self.clock)
+        original_deliver = hooks.deliver
+
+        def deliver(
+            raw: bytes,
+            source: str,
+            uidvalidity: int,
+            uid: int,
+            arrived: datetime | None = None,
+            size: int | None = None,
+        ) -> bool:
+            stored = original_deliver(raw, source, uidvalidity, uid, arrived, size)
+            self._after_ingest(hooks.results.pop() if hooks.results else None)
+            return stored
+
+        hooks.deliver = deliver  # type: ignore[method-assign]
+        self._poller = imap_poller(self.db, self.config, hooks)
+        if self.rounds is not None:  # a deadline asks the poller to read the mailbox now
+            self.rounds.request_poll = self._poller.wake.set if self._poller else None
+        if self._poller is not None:
+            if first_poll:  # read what arrived while we were down before catching up
+                try:
+                    self._poller.poll_once()
+                except Exception as exc:  # the circuit breaker holds rounds if it stays down
+                    log.warning("first poll failed: %s: %s", type(exc).__name__, exc)
+                    self._poller.close()
+            self._spawn("imap", self._poll_loop)
+        self._receiver = lmtp_receiver(
+            self.db, self.config, clock=self.clock, after=self._after_ingest
+        )
+        if self._receiver is not None:
+            self._receiver.start()
+            lmtp = self.config.settings.mail.lmtp
+            assert lmtp is not None
+            log.info("receiving %s on %s:%d", lmtp.protocol.upper(), lmtp.host, lmtp.port)
+        if self.config.settings.mail.smtp is None:
+            log.warning("no [mail.smtp] configured: mail is queued in the outbox, not sent")
+        else:
+            self._spawn("sender", self._send_loop)
+
+    def _spawn(self, name: str, target: Callable[[], Any]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        self._threads[name] = thread
+        thread.start()
+
+    # -- running -----------------------------------------------------------------------
+
+    def serve_forever(self, install_signals: bool = True) -> int:
+        """Start, then watch over the parts until stopped; returns the exit status."""
+        if install_signals:
+            signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
+            signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+            signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        self.start()
+        self.ready.set()
+        sd_notify("READY=1\nSTATUS=serving")
+        watchdog = int(os.environ.get("WATCHDOG_USEC", "0")) / 2e6
+        last_ping = time.monotonic()
+        while not self.stop_event.wait(1.0):
+            if self._reload.is_set():
+                self._reload.clear()
+                self.reload()
+            self._mind_threads()
+            if watchdog and time.monotonic() - last_ping >= watchdog:
+                sd_notify("WATCHDOG=1")
+                last_ping = time.monotonic()
+        sd_notify("STOPPING=1")
+        self.shutdown()
+        return 0
+
+    def _mind_threads(self) -> None:
+        for name, thread in list(self._threads.items()):
+            if not thread.is_alive() and not self._mail_stop.is_set():
+                log.error("%s stopped unexpectedly; restarting it", name)
+                self._spawn(name, self._send_loop if name == "sender" else self._poll_loop)
+
+    def _poll_loop(self) -> None:
+        if self._poller is not None:
+            self._poller.run(self._mail_stop)
+
+    def _send_loop(self) -> None:
+        def make_sender() -> SmtpSender:
+            smtp = self.config.settings.mail.smtp
+            assert smtp is not None
+            return SmtpSender(
+                SmtpConfig(
+                    smtp.host, smtp.port, smtp.tls, smtp.username, self.config.password(smtp)
+                ),
+                self.config.settings.mail.address,
+            )
+
+        smtp = self.config.settings.mail.smtp
+        connections = smtp.connections if smtp else 1
+        give_up = smtp.give_up_after if smtp else timedelta(days=3)
+        down = 0  # drains in a row that found the SMTP server unreachable
+        while not self._mail_stop.is_set():
+            self._kick.clear()
+            try:
+                report = drain_parallel(
+                    self.db,
+                    self.config,
+                    make_sender,
+                    self.clock,
+                    connections=connections,
+                    worker=identity(),
+                    give_up_after=give_up,
+                )
+                if report.sent or report.failed or (report.deferred and not report.unreachable):
+                    log.info(
+                        "outbox: %d sent, %d deferred, %d failed",
+                        report.sent,
+                        report.deferred,
+                        report.failed,
+                    )
+                if report.unreachable is not None:
+                    # wait for the server (not for a kick): backoff, capped, with jitter
+                    down += 1
+                    delay = min(SMTP_DOWN_LONGEST, 2.0 ** min(down, 9)) * random.uniform(0.5, 1)
+                    log.warning(
+                        "outbox: SMTP server unreachable (%s); trying again in %.0fs",
+                        report.unreachable,
+                        delay,
+                    )
+                    self._mail_stop.wait(delay)
+                    continue
+                if down:
+                    log.info("outbox: SMTP server reachable again after %d failed tries", down)
+                    down = 0
+            except Exception as exc:  # the database or the network: try again shortly
+                log.error("outbox: %s: %s", type(exc).__name__, exc)
+            self._kick.wait(SENDER_IDLE_SECONDS)
+
+    def _after_ingest(self, result: IngestResult | None) -> None:
+        self._kick.set()  # a reply may be waiting
+        if result is not None and result.status == "processed":
+            for game in self.config.games:
+                if game.settings.close_when_all_in:
+                    self.rounds.check_all_in(game.id)
+
+    def _closed(self, outcome: CloseOutcome) -> None:
+        log.info(
+            "%s: round %d closed%s",
+            outcome.game,
+            outcome.round,
+            f"; round {outcome.next_round} open" if outcome.next_round else "; game over",
+        )
+        self._kick.set()
+        if self.on_close is not None:
+            self.on_close(outcome)
+
+    # -- reload and stop ---------------------------------------------------------------------
+
+    def reload(self) -> None:
+        """SIGHUP: read the config again; a bad one is logged and the old one kept."""
+        try:
+            new = load_config(self.config_path)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running config:\n%s", exc)
+            return
+        mail_changed = new.settings.mail != self.config.settings.mail
+        self.config = new
+        self.rounds.config = new
+        for line in sync_games(self.db, new, self.clock(), actor="reload").lines:
+            log.info("config: %s", line)
+        self.rounds.rebuild()
+        if mail_changed:
+            log.info("mail settings changed: restarting intake and sender")
+            self._stop_mail()
+            self._start_mail()
+        log.info("config reloaded: %d game(s)", len(new.games))
+
+    def _stop_mail(self) -> None:
+        self._mail_stop.set()
+        self._kick.set()
+        if self._receiver is not None:
+            self._receiver.stop()
+            self._receiver = None
+        for thread in self._threads.values():
+            thread.join(timeout=20)
+        self._threads.clear()
+        if self._poller is not None:
+            self._poller.close()
+
+    def shutdown(self) -> None:
+        """Stop taking work, let the transaction in progress finish, close everything."""
+        log.info("stopping")
+        self.scheduler.shutdown(wait=True)  # a close in progress completes
+        self._stop_mail()
+        self.db.dispose()
+        log.info("stopped")
+
+
+def serve(config_path: Path, log_level: str | None = None) -> int:
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(f"snl-pbem serve: cannot start:\n{exc}", file=sys.stderr)
+        return 2
+    configure_logging(log_level or config.settings.log_level)
+    server = Server(config_path)
+    try:
+        return server.serve_forever()
+    except StartupError as exc:
+        log.error("cannot start: %s", exc)
+        return 2

@@ -1,0 +1,1 @@
+"""Pictures of a board: the text grid and the SVG."""

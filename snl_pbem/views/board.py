@@ -1,0 +1,165 @@
+"""Pictures of a board for the referee: a text grid for the terminal and an SVG drawing.
+
+These show the board's secrets (R2): they are for the referee before a game
+and for a post-game reveal, never for a player during one.
+"""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape, quoteattr
+
+from snl_pbem.rules import Board, EventKind, FeatureKind, Position, Space, lowest_legal_dice
+from snl_pbem.rules.postal.dice import SET_SIZE
+
+SNAKE_MARK = "v"
+LADDER_MARK = "^"
+
+
+def cell_label(board: Board, space: Space) -> str:
+    """``16v6`` for a snake head, ``4^14`` for a ladder foot, ``7`` otherwise."""
+    feature = board.feature_at(space)
+    if feature is None:
+        return str(space)
+    mark = SNAKE_MARK if feature.kind is FeatureKind.SNAKE else LADDER_MARK
+    return f"{space}{mark}{feature.destination}"
+
+
+def render_text(board: Board) -> str:
+    """The grid, top row first, each cell its number and any snake (v) or ladder (^)."""
+    labels = [[cell_label(board, s) if s is not None else "" for s in row] for row in board.grid]
+    width = max(len(label) for row in labels for label in row)
+    rule = "+" + "+".join("-" * (width + 2) for _ in range(board.columns)) + "+"
+    lines = [rule]
+    for row in labels:
+        lines.append("|" + "|".join(f" {label:>{width}} " for label in row) + "|")
+        lines.append(rule)
+    lines.append(summary(board))
+    return "\n".join(lines) + "\n"
+
+
+def summary(board: Board) -> str:
+    """A few lines saying what the board is: size, layout, every snake, ladder and family."""
+    lines = [
+        f"{board.rows} rows x {board.columns} columns, {board.layout.value} layout, "
+        f"last space {board.last}; {SNAKE_MARK} snake head, {LADDER_MARK} ladder foot"
+    ]
+    for title, pairs in (("Ladders", board.ladders), ("Snakes", board.snakes)):
+        listed = ", ".join(f"{s}->{_dest(d, board.last)}" for s, d in pairs.items())
+        lines.append(f"{title} ({len(pairs)}): {listed or 'none'}")
+    for family in board.families:
+        lines.append(f"Family: {family.describe()}")
+    return "\n".join(lines)
+
+
+def no_orders_line(board: Board) -> str:
+    """Where the no-orders default (R17: the lowest open die each turn, so 1 to 6 in the
+    first set of six) takes a player who never writes, turn by turn, with no trapdoor
+    under them: ``No orders (R17): a player who never writes plays 1 2 3 4 5 6 in the
+    first six turns and stands at 38 (1^38), 40, ...``.
+
+    Each position names the snakes and ladders that took the player there; a position
+    at or past the last space ends the game there (R5).
+    """
+    dice = lowest_legal_dice((), SET_SIZE)
+    position: Position = 0
+    steps = []
+    for die in dice:
+        outcome = board.resolve(position + die)
+        position = outcome.final
+        marks = [
+            f"{e.start}{LADDER_MARK if e.kind is EventKind.LADDER else SNAKE_MARK}{e.end}"
+            for e in outcome.events
+        ]
+        steps.append(f"{position}" + (f" ({', '.join(marks)})" if marks else ""))
+        if position >= board.last:
+            steps[-1] += f", at or past the last space {board.last}: the game ends"
+            break
+    played = " ".join(map(str, dice[: len(steps)]))
+    return (
+        f"No orders (R17): a player who never writes plays {played} in the first "
+        f"{'six turns' if len(steps) == SET_SIZE else f'{len(steps)} turn(s)'} and stands at "
+        f"{', '.join(steps)} (with no trapdoor under them)"
+    )
+
+
+def _dest(destination: Position, last: Space) -> str:
+    if destination == 0:
+        return "0 (start)"
+    if destination > last:
+        return f"{destination} (past the end)"
+    return str(destination)
+
+
+CELL = 56
+MARGIN = 40
+
+
+def render_svg(board: Board, title: str = "Snakes and Ladders board") -> str:
+    """An SVG drawing: the grid with numbers, ladders as green arrows, snakes as red ones.
+
+    A snake to 0 points below the board (the start); a ladder past the last
+    space points above it (the end).
+    """
+    width = board.columns * CELL + 2 * MARGIN
+    height = board.rows * CELL + 2 * MARGIN
+    out = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif">',
+        f"<title>{escape(title)}</title>",
+        "<defs>",
+        *(
+            f'<marker id="arrow-{name}" viewBox="0 0 10 10" refX="9" refY="5" '
+            f'markerWidth="6" markerHeight="6" orient="auto-start-reverse">'
+            f'<path d="M 0 0 L 10 5 L 0 10 z" fill="{colour}"/></marker>'
+            for name, colour in (("snake", "#c62828"), ("ladder", "#2e7d32"))
+        ),
+        "</defs>",
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="white"/>',
+    ]
+    for top, row in enumerate(board.grid):
+        for col, space in enumerate(row):
+            if space is None:
+                continue
+            x, y = MARGIN + col * CELL, MARGIN + top * CELL
+            fill = "#fff8e1" if (top + col) % 2 == 0 else "#e3f2fd"
+            out.append(
+                f'<rect x="{x}" y="{y}" width="{CELL}" height="{CELL}" fill="{fill}" '
+                'stroke="#90a4ae"/>'
+            )
+            out.append(
+                f'<text x="{x + 4}" y="{y + 14}" font-size="12" fill="#37474f">{space}</text>'
+            )
+    for feature in board.features:
+        kind = "snake" if feature.kind is FeatureKind.SNAKE else "ladder"
+        colour = "#c62828" if kind == "snake" else "#2e7d32"
+        x1, y1 = _centre(board, feature.space)
+        x2, y2 = _centre(board, feature.destination)
+        label = quoteattr(f"{kind} {feature.space} to {feature.destination}")
+        dash = ' stroke-dasharray="6 3"' if kind == "snake" else ""
+        out.append(
+            f'<line x1="{x1}" y1="{y1}" x2="{x2}" y2="{y2}" stroke="{colour}" '
+            f'stroke-width="3" stroke-opacity="0.8"{dash} marker-end="url(#arrow-{kind})">'
+            f"<title>{escape(label[1:-1])}</title></line>"
+        )
+        out.append(f'<circle cx="{x1}" cy="{y1}" r="5" fill="{colour}"/>')
+    out.append(
+        f'<text x="{MARGIN}" y="{height - 10}" font-size="12" fill="#37474f">'
+        f"start (0) below · end past {board.last} above · green: ladder · red, dashed: snake"
+        "</text>"
+    )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _centre(board: Board, position: Position) -> tuple[int, int]:
+    """The centre of a space's cell; off-board positions sit below or above the grid."""
+    if position == 0:
+        return MARGIN + CELL // 2, MARGIN + board.rows * CELL + MARGIN // 2
+    if position > board.last:
+        return MARGIN + CELL // 2, MARGIN // 2
+    row, column = board.cell(position)
+    return (
+        MARGIN + (column - 1) * CELL + CELL // 2,
+        MARGIN + (board.rows - row) * CELL + CELL // 2 + 6,
+    )

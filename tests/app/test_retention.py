@@ -1,0 +1,290 @@
+"""Raw inbound mail is cut to its headers once handled and older than keep_processed_mail
+(never mail set aside or not yet processed); the scheduler does it at start and daily. The
+new [mail] limits are checked and documented. Database tests run on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import hashlib
+import logging
+import time
+import tomllib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from snl_pbem.app.retention import LARGEST_TRIMMED, TRIMMED_HEADER, headers_only, purge_raw_mail
+from snl_pbem.config import MailSettings, load_config
+from snl_pbem.errors import ConfigError
+from snl_pbem.runners.scheduler import PURGE_BATCH, RoundScheduler, make_scheduler
+from snl_pbem.store import Database, InboundMessage
+
+NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
+KEEP = timedelta(days=90)
+OLD = NOW - KEEP - timedelta(seconds=1)
+RECENT = NOW - KEEP + timedelta(seconds=1)
+
+ORDER = (
+    b"Return-Path: <ann@example.org>\r\nFrom: Ann <ann@example.org>\r\nTo: snl@example.org\r\n"
+    b"Subject: [g1] orders\r\nDate: Sat, 02 Mar 2030 10:00:00 +0000\r\n"
+    b"Message-ID: <{tag}@example.org>\r\n\r\nKEY ann-key-123\r\nDICE 4\r\n\r\n-- \r\nAnn\r\n"
+)
+
+
+def add(db: Database, status: str, at: datetime, raw: bytes | None = None, tag: str = "") -> int:
+    raw = raw if raw is not None else ORDER.replace(b"{tag}", (tag or status).encode())
+    with db.transaction() as s:
+        row = InboundMessage(
+            message_id=f"<{tag or status}@example.org>",
+            sha256=hashlib.sha256(raw).hexdigest(),
+            source="test",
+            received_at=at,
+            raw=raw,
+            status=status,
+            sender="ann@example.org",
+        )
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def raws(db: Database) -> dict[int, bytes]:
+    with db.transaction() as s:
+        return dict(s.execute(select(InboundMessage.id, InboundMessage.raw)).all())
+
+
+def purge(db: Database, now: datetime = NOW, keep: timedelta | None = KEEP, **kw: int) -> int:
+    with db.transaction() as s:
+        return purge_raw_mail(s, now, keep, **kw)
+
+
+def test_handled_mail_older_than_keep_is_cut_to_its_headers(db: Database) -> None:
+    trimmable = {st: add(db, st, OLD) for st in ("processed", "rejected", "ignored", "duplicate")}
+    kept = {st: add(db, st, OLD) for st in ("failed", "new")}  # set aside / not yet processed
+    kept["recent"] = add(db, "processed", RECENT, tag="recent")
+    before = raws(db)
+    with db.transaction() as s:
+        hashes = dict(s.execute(select(InboundMessage.id, InboundMessage.sha256)).all())
+
+    assert purge(db) == 4
+    after = raws(db)
+    for row_id in kept.values():
+        assert after[row_id] == before[row_id]
+    for row_id in trimmable.values():
+        trimmed = after[row_id]
+        assert trimmed.startswith(TRIMMED_HEADER + b"body removed 2030-06-01T12:00:00Z, kept 90d")
+        assert b"KEY ann-key-123" not in trimmed and b"DICE" not in trimmed  # the key is gone
+        message = email.message_from_bytes(trimmed, policy=email.policy.default)
+        assert message["From"] == "Ann <ann@example.org>"  # who sent what, when
+        assert message["Subject"] == "[g1] orders"
+        assert message["Date"] == "Sat, 02 Mar 2030 10:00:00 +0000"
+        assert message.get_content().strip() == ""
+        assert trimmed.endswith(b"@example.org>\r\n\r\n")
+        assert f"{len(before[row_id])} bytes as received".encode() in trimmed
+    with db.transaction() as s:  # the same message arriving again is still recognised
+        assert dict(s.execute(select(InboundMessage.id, InboundMessage.sha256)).all()) == hashes
+
+    assert purge(db) == 0  # done once
+    assert purge(db, NOW + timedelta(days=365)) == 1  # the recent one, in its time
+    assert raws(db)[kept["failed"]] == before[kept["failed"]]
+    assert purge(db, NOW + timedelta(days=3650), keep=None) == 0  # false: keep forever
+
+
+def test_odd_messages_are_trimmed_once_and_stay_small(db: Database) -> None:
+    huge_header = b"X-Junk: " + b"y" * 70 + b"\r\n"
+    messages = {
+        "lf": b"From: a@example.org\nSubject: s\n\nsecret text\n",
+        "no-body": b"From: a@example.org\r\nSubject: s\r\n",
+        "no-headers": b"\r\nonly a body\r\n" + b"x" * 5000,
+        "header-flood": b"From: a@example.org\r\n" + huge_header * 2000 + b"\r\nbody",
+        "forged-mark": TRIMMED_HEADER + b"mine\r\nFrom: a@example.org\r\n\r\n" + b"z" * 200_000,
+        "one-line": b"x" * 100_000,
+    }
+    ids = {name: add(db, "rejected", OLD, raw, tag=name) for name, raw in messages.items()}
+    assert purge(db) == len(messages)
+    after = raws(db)
+    for name, row_id in ids.items():
+        assert after[row_id].startswith(TRIMMED_HEADER), name
+        assert len(after[row_id]) <= LARGEST_TRIMMED, name
+    assert after[ids["lf"]].endswith(b"Subject: s\n\n") and b"secret" not in after[ids["lf"]]
+    assert after[ids["no-body"]].endswith(b"Subject: s\r\n\r\n")
+    assert b"only a body" not in after[ids["no-headers"]]
+    assert b"headers cut at" in after[ids["header-flood"]]
+    assert b"zzz" not in after[ids["forged-mark"]]  # writing the mark oneself does not help
+    assert purge(db) == 0
+
+
+def test_limit_trims_the_oldest_first(db: Database) -> None:
+    ids = [add(db, "processed", OLD - timedelta(days=i), tag=f"m{i}") for i in range(5)]
+    assert purge(db, limit=2) == 2
+    after = raws(db)
+    assert [after[i].startswith(TRIMMED_HEADER) for i in ids] == [True, True, False, False, False]
+    assert purge(db, limit=10) == 3 and purge(db) == 0
+
+
+def test_headers_only_keeps_a_message_s_own_line_ends() -> None:
+    assert headers_only(b"A: 1\nB: 2\n\nbody\n", NOW, KEEP).endswith(b"\nA: 1\nB: 2\n\n")
+    assert headers_only(b"A: 1\r\n\r\nbody", NOW, KEEP).endswith(b"\r\nA: 1\r\n\r\n")
+
+
+# -- the scheduler -------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, url: str, mail: str = "") -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'[database]\nurl = "{url}"\n[mail]\naddress = "snl@example.org"\n'
+        f'referee = "ref@example.org"\n{mail}'
+    )
+    return path
+
+
+def test_the_scheduler_purges_in_batches_and_logs_how_many(
+    db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load_config(_config(tmp_path, db.url, 'keep_processed_mail = "30d"'))
+    with db.transaction() as s:
+        for i in range(PURGE_BATCH + 3):
+            raw = b"From: a@x.org\r\n\r\n%d" % i
+            s.add(
+                InboundMessage(
+                    sha256=hashlib.sha256(raw).hexdigest(),
+                    source="test",
+                    received_at=NOW - timedelta(days=31),
+                    raw=raw,
+                    status="processed",
+                )
+            )
+    add(db, "processed", NOW - timedelta(days=29), tag="young")
+    rs = RoundScheduler(db, config, clock=lambda: NOW)
+    with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
+        assert rs.purge_mail() == PURGE_BATCH + 3
+    assert (
+        f"trimmed {PURGE_BATCH + 3} handled inbound message(s) received more than 30d ago"
+        in caplog.text
+    )
+    off = load_config(_config(tmp_path, db.url, "keep_processed_mail = false"))
+    rs.config = off  # as a reload does
+    with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
+        assert rs.purge_mail() == 0
+    assert "kept whole (keep_processed_mail = false)" in caplog.text
+
+
+def test_the_scheduler_purges_at_start_and_then_daily(db: Database, tmp_path: Path) -> None:
+    config = load_config(_config(tmp_path, db.url))
+    old = add(db, "ignored", datetime.now(UTC) - timedelta(days=91))
+    scheduler = make_scheduler()
+    rs = RoundScheduler(db, config, scheduler=scheduler)
+    rs.rebuild()
+    job = scheduler.get_job("purge-mail")
+    assert job is not None and job.trigger.interval == timedelta(days=1)
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 120  # a hang detector: the purge runs at once
+        while time.monotonic() < deadline and not raws(db)[old].startswith(TRIMMED_HEADER):
+            time.sleep(0.1)
+        rs.rebuild()  # the rescan keeps the one daily job, it does not run it again
+        assert [j.id for j in scheduler.get_jobs()].count("purge-mail") == 1
+    finally:
+        scheduler.shutdown(wait=True)
+    assert raws(db)[old].startswith(TRIMMED_HEADER)
+
+
+def test_a_failed_purge_is_one_log_line_and_tried_again(
+    db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load_config(_config(tmp_path, db.url))
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    rs = RoundScheduler(db, config, scheduler=scheduler)
+
+    def broken() -> int:
+        raise RuntimeError("database down")
+
+    rs.purge_mail = broken  # type: ignore[method-assign]
+    try:
+        with caplog.at_level(logging.WARNING, "snl_pbem.scheduler"):
+            rs._purge_job()
+        assert "trimming old inbound mail failed (RuntimeError: database down)" in caplog.text
+        assert "Traceback" not in caplog.text
+        assert scheduler.get_job("purge-mail-retry") is not None
+    finally:
+        scheduler.shutdown(wait=False)
+
+
+# -- the settings ----------------------------------------------------------------------------
+
+
+def test_the_new_mail_settings_and_their_defaults(tmp_path: Path) -> None:
+    mail = load_config(_config(tmp_path, "sqlite:///x.db")).settings.mail
+    assert mail.keep_processed_mail == timedelta(days=90)
+    assert mail.max_stored_per_sender == 200
+    assert mail.max_stored_bytes_per_sender == 20 * 1024 * 1024
+    mail = load_config(
+        _config(
+            tmp_path,
+            "sqlite:///x.db",
+            'keep_processed_mail = "1d12h"\nmax_stored_per_sender = 5\n'
+            "max_stored_bytes_per_sender = 1048576\n",
+        )
+    ).settings.mail
+    assert mail.keep_processed_mail == timedelta(days=1, hours=12)
+    assert (mail.max_stored_per_sender, mail.max_stored_bytes_per_sender) == (5, 1048576)
+    off = load_config(_config(tmp_path, "sqlite:///x.db", "keep_processed_mail = false"))
+    assert off.settings.mail.keep_processed_mail is None
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        ('keep_processed_mail = "0s"', "mail.keep_processed_mail: '0s' is shorter than 1d"),
+        ('keep_processed_mail = "12h"', "mail.keep_processed_mail: '12h' is shorter than 1d"),
+        ("keep_processed_mail = true", 'write a duration such as "90d", or false to keep'),
+        ('keep_processed_mail = "3 months"', "'3 months' is not a duration"),
+        ("max_stored_per_sender = 0", "mail.max_stored_per_sender: Input should be greater"),
+        (
+            "max_stored_bytes_per_sender = 100000",
+            "mail.max_stored_bytes_per_sender: 100000 is smaller than max_message_size (1048576)",
+        ),
+        ('max_stored_per_sender = "lots"', "mail.max_stored_per_sender: Input should be a"),
+    ],
+)
+def test_bad_values_of_the_new_settings(tmp_path: Path, line: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(_config(tmp_path, "sqlite:///x.db", line + "\n"))
+    assert any(p.startswith("c.toml: mail.") and problem in p for p in caught.value.problems), (
+        caught.value.problems
+    )
+
+
+def test_the_example_config_shows_the_defaults() -> None:
+    example = Path(__file__).parents[2] / "deploy" / "config.example.toml"
+    mail = tomllib.loads(example.read_text())["mail"]
+    defaults = MailSettings(address="a@example.org", referee="r@example.org")
+    assert mail["keep_processed_mail"] == "90d" and defaults.keep_processed_mail == KEEP
+    assert mail["max_stored_per_sender"] == defaults.max_stored_per_sender
+    assert mail["max_stored_bytes_per_sender"] == defaults.max_stored_bytes_per_sender
+
+
+def test_an_order_trimmed_then_sent_again_is_still_a_duplicate(intake) -> None:
+    """Through the real intake: the trimmed order keeps its hash, Message-ID and UID, so the
+    same bytes arriving again (a mailbox restored from a backup) are not applied twice."""
+    from mailhelpers import T0, orders_of
+
+    from snl_pbem.app.intake import ingest
+
+    db, config = intake
+    raw = ORDER.replace(b"{tag}", b"again")
+    first = ingest(db, config, raw, T0, "imap:test", uidvalidity=1, uid=7)
+    assert first.status == "processed" and len(orders_of(db)) == 1
+    assert purge(db, T0 + timedelta(days=91), config.settings.mail.keep_processed_mail) == 1
+    assert raws(db)[first.inbound_id].startswith(TRIMMED_HEADER)
+    for uid in (7, 8):  # the same UID, or the same bytes under a new UID
+        again = ingest(
+            db, config, raw, T0 + timedelta(days=92), "imap:test", uidvalidity=1, uid=uid
+        )
+        assert again.status == "duplicate" and again.inbound_id == first.inbound_id
+    assert len(orders_of(db)) == 1

@@ -1,0 +1,41 @@
+"""What the referee commands print (issue 12): every time in one format, ``timeutil.show``,
+on SQLite and PostgreSQL; and a moved deadline is told to the players."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from snl_pbem.cli import referee as cli_referee
+from snl_pbem.cli.main import main
+from snl_pbem.store import Database, OutboxMessage
+
+
+def test_extend_and_resume_print_the_deadline_in_one_format(
+    make_config, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config()
+    cfg = ("--config", str(config.path))
+    clock = [datetime(2029, 12, 1, 12, 0, tzinfo=UTC)]
+    monkeypatch.setattr(cli_referee, "utcnow", lambda: clock[0])
+    assert main(["db", "upgrade", *cfg]) == 0
+    assert main(["start", "g1", *cfg]) == 0
+    capsys.readouterr()
+    assert main(["extend", "g1", "--by", "1d", *cfg]) == 0
+    assert capsys.readouterr().out == "g1: deadline now Sat 5 Jan 2030 18:00 GMT\n"
+    assert main(["pause", "g1", *cfg]) == 0
+    clock[0] += timedelta(hours=1, minutes=2, seconds=3)
+    capsys.readouterr()
+    assert main(["resume", "g1", *cfg]) == 0
+    assert capsys.readouterr().out == "g1: resumed; deadline now Sat 5 Jan 2030 19:02:03 GMT\n"
+    assert main(["extend", "g1", "--until", "2030-07-01T18:00:30", *cfg]) == 0
+    assert capsys.readouterr().out == "g1: deadline now Mon 1 Jul 2030 18:00:30 BST\n"
+    db = Database(config.database_url)
+    try:  # three moves of the deadline, each told to the three players once
+        with db.transaction() as s:
+            kind = OutboxMessage.kind == "deadline"
+            assert s.scalar(select(func.count()).select_from(OutboxMessage).where(kind)) == 9
+    finally:
+        db.dispose()

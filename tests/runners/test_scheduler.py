@@ -1,0 +1,246 @@
+"""Deadlines, reminders, catch-up, close-when-all-in and the circuit breaker (clock injected)."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from mailhelpers import T0, game_config
+from sqlalchemy import select
+
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.intake import ingest
+from snl_pbem.app.referee import extend, pause
+from snl_pbem.config import load_config
+from snl_pbem.runners.mailboxes import DatabaseHooks, imap_poller
+from snl_pbem.runners.scheduler import RoundScheduler, make_scheduler
+from snl_pbem.store import Database, OutboxMessage, Round
+from snl_pbem.store.migrate import upgrade
+
+DEADLINE = T0.replace(year=2030, month=1, day=4, hour=18)
+
+
+class Clock:
+    def __init__(self, now=T0) -> None:
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def setup(tmp_path, extra: str = "", **kwargs):
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    path = tmp_path / "c.toml"
+    game_config(path, db.url, **kwargs)
+    text = path.read_text().replace('round_length = "3d"', 'round_length = "3d"\n' + extra)
+    path.write_text(text)
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    return db, config
+
+
+def order(db, config, who: str, dice: str, at, tag: str) -> None:
+    raw = (f"From: {who}@example.org\r\nSubject: [g1]\r\nMessage-ID: <{tag}@x.org>\r\n\r\n"
+           f"KEY {who}-key-123\r\nDICE {dice}\r\n").encode()
+    ingest(db, config, raw, at, "t")
+
+
+def kinds(db) -> list[tuple[str, str]]:
+    with db.transaction() as s:
+        return [(m.kind, m.recipient.split("@")[0]) for m in s.scalars(
+            select(OutboxMessage).where(OutboxMessage.kind != "welcome")
+            .order_by(OutboxMessage.id))]
+
+
+def test_plan_deadline_and_reminder_then_close(tmp_path) -> None:
+    db, config = setup(tmp_path, extra='remind_before = "24h"')
+    clock = Clock()
+    rs = RoundScheduler(db, config, clock=clock)
+    assert [(p.job_id, p.run_at) for p in rs.plan()] == [
+        ("close:g1:1", DEADLINE), ("remind:g1:1", DEADLINE - timedelta(hours=24))]
+    order(db, config, "ann", "4", T0, "a")
+    order(db, config, "bob", "4 4", T0, "b")  # invalid
+    clock.now = DEADLINE - timedelta(hours=25)  # a reminder job from before an extend
+    assert rs.on_reminder("g1", 1) == 0  # too early for this deadline: nobody reminded
+    clock.now = DEADLINE - timedelta(hours=24)
+    assert rs.on_reminder("g1", 1) == 2 and rs.on_reminder("g1", 1) == 0  # once
+    assert kinds(db)[-2:] == [("reminder", "bob"), ("reminder", "cy")]
+    clock.now = DEADLINE
+    outcome = rs.on_deadline("g1", 1)
+    assert outcome is not None and outcome.next_round == 2
+    assert [k for k, _ in kinds(db)].count("report") == 3
+    assert rs.on_deadline("g1", 1) is None  # exactly once
+    assert [p.job_id for p in rs.plan()] == ["close:g1:2", "remind:g1:2"]
+
+
+def test_catch_up_after_downtime_and_paused_games(tmp_path) -> None:
+    db, config = setup(tmp_path)
+    clock = Clock(DEADLINE + timedelta(days=10))  # the server was down over the deadline
+    rs = RoundScheduler(db, config, clock=clock)
+    [outcome] = rs.catch_up()
+    assert outcome.round == 1 and outcome.next_deadline == clock.now + timedelta(days=3)
+    assert rs.catch_up() == []
+    pause(db, "g1", clock.now)
+    clock.now += timedelta(days=30)
+    assert rs.plan() == [] and rs.on_deadline("g1", 2) is None  # a paused deadline never fires
+
+
+def test_extend_moves_the_job(tmp_path) -> None:
+    db, config = setup(tmp_path)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    rs = RoundScheduler(db, config, clock=Clock(), scheduler=scheduler)
+    rs.rebuild()
+    assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE
+    extend(db, "g1", T0, by=timedelta(hours=5))
+    rs.rebuild()
+    assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE + timedelta(hours=5)
+    scheduler.shutdown(wait=False)
+
+
+def test_a_deadline_extended_while_the_server_runs_does_not_close_early(tmp_path) -> None:
+    """`extend` from the command line while the server runs: the job planned for the old
+    deadline still fires, looks again, and only plans the close for the new time."""
+    db, config = setup(tmp_path)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    clock = Clock()
+    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
+    rs.rebuild()
+    assert scheduler.get_job("rescan").trigger.interval == timedelta(seconds=15)
+    extend(db, "g1", T0, by=timedelta(hours=5))  # another process: no rebuild here
+    clock.now = DEADLINE
+    assert rs.on_deadline("g1", 1) is None  # the old job
+    with db.transaction() as s:
+        assert s.scalar(select(Round.state).where(Round.number == 1)) == "open"
+    assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE + timedelta(hours=5)
+    clock.now = DEADLINE + timedelta(hours=5)
+    assert rs.on_deadline("g1", 1) is not None
+    scheduler.shutdown(wait=False)
+
+
+def test_close_when_all_in_after_the_settle_time(tmp_path) -> None:
+    db, config = setup(tmp_path, extra='close_when_all_in = true\nsettle_time = "10m"')
+    clock = Clock()
+    rs = RoundScheduler(db, config, clock=clock)
+    order(db, config, "ann", "1", T0, "a")
+    order(db, config, "bob", "2", T0, "b")
+    assert rs.check_all_in("g1") is None
+    order(db, config, "cy", "3", T0, "c")
+    assert rs.check_all_in("g1") == T0 + timedelta(minutes=10)
+    order(db, config, "cy", "3 3", T0, "c2")  # cy corrects into something invalid
+    clock.now = T0 + timedelta(minutes=10)
+    assert rs.on_all_in("g1", 1) is None  # not all in any more: wait for the deadline
+    order(db, config, "cy", "5", clock.now, "c3")
+    assert rs.on_all_in("g1", 1) is not None
+
+
+def imap_game(tmp_path):
+    """A started game whose server reads an IMAP mailbox (healthy_within 30 minutes)."""
+    imap = ('\n[mail.imap]\nhost = "127.0.0.1"\nport = 1\ntls = "none"\nusername = "u"\n'
+            'password = "p"\nhealthy_within = "30m"\n')
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    path = tmp_path / "c.toml"
+    game_config(path, db.url)
+    text = path.read_text().replace("[[games]]", imap + "\n[[games]]")
+    path.write_text(text)
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    return db, config
+
+
+def test_circuit_breaker_holds_then_releases(tmp_path) -> None:
+    db, config = imap_game(tmp_path)
+    clock = Clock()
+    hooks = DatabaseHooks(db, config, clock=clock)
+    source = imap_poller(db, config).config.source
+    hooks.acquire(source)
+    hooks.healthy(source, 1)  # a good poll at T0 ...
+    clock.now = DEADLINE - timedelta(hours=2)
+    hooks.failed(source, "ConnectionRefusedError: [Errno 111]")  # ... then the mailbox broke
+    rs = RoundScheduler(db, config, clock=clock)
+    assert rs.held_check_seconds == 60  # looked at every minute (more often for short limits)
+    clock.now = DEADLINE + rs.intake_grace  # when the close job runs (mail read first)
+    assert rs.on_deadline("g1", 1) is None and rs.on_deadline("g1", 1) is None
+    assert [k for k in kinds(db)] == [("round-held", "ref")]  # the referee, once
+    assert rs.check_held() == []
+    assert not [p for p in rs.plan() if p.job_id == "close:g1:1"]  # no deadline job now
+    clock.now = DEADLINE + timedelta(hours=1)
+    hooks.healthy(source, 1)  # intake works again ...
+    clock.now += timedelta(minutes=29)
+    assert rs.check_held() == []  # ... but not yet for the limit
+    assert rs.on_deadline("g1", 1) is None  # nor by a deadline job planned before the hold
+    clock.now += timedelta(minutes=1)
+    [released] = rs.check_held()
+    assert released.round == 1
+    with db.transaction() as s:
+        assert s.scalar(select(Round.state).where(Round.number == 1)) == "closed"
+
+
+def test_extending_a_held_round_judges_it_again_at_the_new_deadline(tmp_path) -> None:
+    db, config = imap_game(tmp_path)
+    rs = RoundScheduler(db, config, clock=Clock(DEADLINE + timedelta(minutes=2)))
+    assert rs.on_deadline("g1", 1) is None  # never read: held
+    assert not [p for p in rs.plan() if p.job_id == "close:g1:1"]
+    extend(db, "g1", DEADLINE, by=timedelta(days=1))
+    [close] = [p for p in rs.plan() if p.job_id == "close:g1:1"]
+    assert close.run_at == DEADLINE + timedelta(days=1) + rs.intake_grace
+    with db.transaction() as s:
+        assert s.scalar(select(Round.held_at).where(Round.number == 1)) is None
+
+
+def test_apscheduler_really_fires(tmp_path) -> None:
+    """One real timer: a deadline two seconds ahead closes the round by itself."""
+    from datetime import UTC, datetime
+
+    db, config = setup(tmp_path)
+    soon = datetime.now(UTC) + timedelta(seconds=2)
+    with db.transaction() as s:
+        s.scalar(select(Round)).deadline = soon
+    scheduler = make_scheduler()
+    rs = RoundScheduler(db, config, scheduler=scheduler)
+    rs.rebuild()
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 120  # a hang detector: the close comes 2 s in
+        state, jobs = "open", set()
+        while time.monotonic() < deadline and (state == "open" or "close:g1:2" not in jobs):
+            time.sleep(0.2)
+            with db.transaction() as s:
+                state = s.scalar(select(Round.state).where(Round.number == 1))
+            jobs = {job.id for job in scheduler.get_jobs()}  # the job's rebuild plans round 2
+    finally:
+        scheduler.shutdown(wait=True)
+    assert state == "closed"
+    assert "close:g1:1" not in jobs and "close:g1:2" in jobs  # the next round is planned
+
+
+def test_a_close_that_fails_is_retried_and_leaves_nothing_half_done(tmp_path) -> None:
+    """The SQLite file locked by another process during a close: it fails cleanly, then
+    succeeds on the retry."""
+    import sqlite3
+
+    db, config = setup(tmp_path)
+    locked = Database(db.url, sqlite_busy_ms=200)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    rs = RoundScheduler(locked, config, clock=Clock(DEADLINE), scheduler=scheduler)
+    blocker = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    try:
+        blocker.execute("BEGIN EXCLUSIVE")
+        assert rs.on_deadline("g1", 1) is None
+        assert rs.failures and "locked" in rs.failures[0]
+        retry = scheduler.get_job("close:g1:1")
+        assert retry.trigger.run_date == DEADLINE + timedelta(seconds=30)
+        blocker.execute("ROLLBACK")
+        with db.transaction() as s:  # nothing was half done
+            assert s.scalar(select(Round.state).where(Round.number == 1)) == "open"
+        assert rs.on_deadline("g1", 1) is not None  # the retry succeeds
+    finally:
+        blocker.close()
+        scheduler.shutdown(wait=False)
+        locked.dispose()

@@ -1,0 +1,162 @@
+"""The referee's config: every problem at once, with the key and the fix; exit status 2."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from snl_pbem.cli.main import main
+from snl_pbem.config import config_path, load_config
+from snl_pbem.errors import ConfigError
+
+GOOD = """
+timezone = "Europe/London"
+[database]
+url = "sqlite:///data/snl.db"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+[mail.smtp]
+host = "smtp.example.org"
+password_file = "smtp.secret"
+[[games]]
+id = "spring26"
+title = "Spring 2026"
+board = "boards/standard.toml"
+first_deadline = "2026-03-28T18:00"
+round_length = "3d"
+players = [
+  { name = "ann", email = "ann@example.org" },
+  { name = "bob", email = "bob@example.org", key = "k3y-b0b" },
+]
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "boards").mkdir(exist_ok=True)
+    (tmp_path / "boards" / "standard.toml").write_text('[board]\nsnakes = { "16" = 6 }\n')
+    (tmp_path / "smtp.secret").write_text("s3cret\n")
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_good_config_loads_boards_secrets_and_schedule(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, GOOD))
+    game = config.game("spring26")
+    assert game.board.snakes == {16: 6}
+    assert config.database_url == f"sqlite:///{tmp_path / 'data' / 'snl.db'}"
+    assert config.password(config.settings.mail.smtp) == "s3cret"
+    # 18:00 London on 28 March (GMT) and 31 March (BST): the wall clock holds across DST
+    assert game.schedule.deadline(1) == datetime(2026, 3, 28, 18, 0, tzinfo=UTC)
+    assert game.schedule.deadline(2) == datetime(2026, 3, 31, 17, 0, tzinfo=UTC)
+    assert game.rules().double_from_round == 7
+
+
+def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:
+    bad = (
+        GOOD.replace('"bob@example.org"', '"bob@"')
+        .replace('round_length = "3d"', 'round_length = "3 days"')
+        .replace('title = "Spring 2026"', 'title = "S"\ncolour = 1')
+    )
+    bad = bad.replace('password_file = "smtp.secret"', 'password_file = "missing.secret"')
+    bad += (
+        '\n[[games]]\nid = "two"\nboard = { ladders = { "10" = 5 } }\n'
+        'first_deadline = "soon"\nround_length = "1d"\nplayers = []\n'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, bad))
+    problems = caught.value.problems
+    expected = [
+        "config.toml: games[0].players[1].email: 'bob@' is not an email address",
+        "config.toml: games[0].round_length: '3 days' is not a duration",
+        "config.toml: games[0].colour: unknown key",
+        "config.toml: games[1].players: List should have at least 1 item",
+        "config.toml: mail.smtp.password_file: cannot read",
+        "config.toml: games[1].board.ladders.10: a ladder must lead up",
+        "config.toml: games[1].first_deadline: 'soon' is not a time",
+    ]
+    for line in expected:
+        assert any(p.startswith(line) for p in problems), (line, problems)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (('id = "spring26"', 'id = "Spring 26"'), "games[0].id: 'Spring 26': a game id is"),
+        (
+            ('timezone = "Europe/London"', 'timezone = "Mars/Olympus"'),
+            "timezone: 'Mars/Olympus' is not a time zone",
+        ),
+        (('url = "sqlite:///data/snl.db"', 'url = "mysql://x"'), "database.url: 'mysql://x'"),
+        (
+            (
+                '{ name = "ann", email = "ann@example.org" }',
+                '{ name = "ann", email = "bob@example.org" }',
+            ),
+            "email 'bob@example.org' is used twice",
+        ),
+        (('round_length = "3d"', ""), "games[0].round_length: missing"),
+        (("[mail]\n", "[mail]\nport = 1\n"), "mail.port: unknown key"),
+    ],
+)
+def test_single_problems(tmp_path: Path, change: tuple[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, GOOD.replace(*change)))
+    assert any(message in p for p in caught.value.problems), caught.value.problems
+
+
+def test_not_toml_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[mail\n"))
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_config_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SNL_PBEM_CONFIG", raising=False)
+    assert config_path(None) == Path("/etc/snl-pbem/config.toml")
+    monkeypatch.setenv("SNL_PBEM_CONFIG", str(tmp_path / "env.toml"))
+    assert config_path(None) == tmp_path / "env.toml"
+    assert config_path("given.toml") == Path("given.toml")
+
+
+def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, GOOD)
+    assert main(["check-config", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "game spring26: Spring 2026" in out and "players (2): ann, bob" in out
+    assert "round 1 Sat 28 Mar 2026 18:00 GMT, round 2 Tue 31 Mar 2026 18:00 BST" in out
+    assert "warning: bob's key is shorter than 10 characters" in out
+    path.write_text(GOOD.replace('"ann@example.org"', '"ann"'))
+    assert main(["check-config", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "games[0].players[0].email: 'ann' is not an email address" in err
+    assert "Traceback" not in err
+
+
+def test_the_example_config_is_valid(tmp_path: Path) -> None:
+    deploy = Path(__file__).parents[1] / "deploy"
+    text = (deploy / "config.example.toml").read_text()
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "standard.toml").write_text((deploy / "boards" / "standard.toml")
+                                                       .read_text())
+    for secret in ("imap.password", "smtp.password"):  # beside it (not a credential here)
+        (tmp_path / secret).write_text("pw\n")
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    config = load_config(path)
+    assert config.game("spring26").board.ladders[80] == 100
+    assert config.settings.mail.imap is not None and config.settings.mail.imap.port == 993
+
+
+def test_every_bundled_board_loads() -> None:
+    from snl_pbem.cli.main import boards_in_file
+
+    boards = sorted((Path(__file__).parents[1] / "deploy" / "boards").glob("*.toml"))
+    assert len(boards) >= 3
+    for path in boards:
+        [(_, board)] = boards_in_file(path)
+        assert board.features, path.name
