@@ -32,6 +32,7 @@ from pydantic import (
 
 from snl_pbem.errors import ConfigError, no_such_game
 from snl_pbem.rules import Board, BoardError, GameRules, TrapdoorRule
+from snl_pbem.rules.ruleset import get_ruleset
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
@@ -353,6 +354,8 @@ class GameSettings(_Section):
     round_length: PositiveDuration | None = None
     deadlines: list[str | datetime] | None = None
     """Explicit deadlines for the first rounds; round_length (or the last gap) continues."""
+    ruleset: str = "postal"
+    """The rules the game is played by (snl_pbem.rules.ruleset): "postal" (RULES.md)."""
     double_from_round: Annotated[int, Field(ge=1)] = 7
     trapdoor_rule: Literal["all", "most-voted"] = "all"
     seed: int | None = None
@@ -369,6 +372,12 @@ class GameSettings(_Section):
     def _game_id(cls, value: str) -> str:
         if not _GAME_ID.match(value):
             raise ValueError(f"{value!r}: a game id is 1-32 lower-case letters, digits, '-' or '_'")
+        return value
+
+    @field_validator("ruleset")
+    @classmethod
+    def _ruleset(cls, value: str) -> str:
+        get_ruleset(value)  # GameSetupError (a ValueError) naming the rulesets there are
         return value
 
     @field_validator("timezone")

@@ -27,6 +27,7 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.mail.dsn import DeliveryReport, status_code
 from snl_pbem.store import Game, InboundMessage, OutboxMessage, Player
+from snl_pbem.store.states import MailKind
 
 log = logging.getLogger("snl_pbem.bounces")
 
@@ -98,7 +99,7 @@ def record_bounce(
         session,
         config,
         game=game,
-        kind="bounce-alert",
+        kind=MailKind.BOUNCE_ALERT,
         to=referee,
         now=now,
         template="referee/bounce.txt.j2",

@@ -9,9 +9,11 @@ each player an order key, opens round 1 and enqueues the welcome mails.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import exists, select
@@ -21,8 +23,11 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, GameConfig, Schedule
 from snl_pbem.errors import LifecycleError, no_such_game
 from snl_pbem.keys import generate_key, hash_key, new_salt
+from snl_pbem.rules import Board
+from snl_pbem.rules.ruleset import GameSettings, Ruleset, get_ruleset
 from snl_pbem.store import AuditEntry, Database, Game, OrderRecord, Player, Round, TurnRecord
-from snl_pbem.timeutil import show, wall_clock_add, zone
+from snl_pbem.store.states import GamePhase, MailKind, RoundPhase
+from snl_pbem.timeutil import wall_clock_add, zone
 
 log = logging.getLogger("snl_pbem.games")
 
@@ -50,8 +55,38 @@ def game_by_id(session: Session, game_id: str, *, lock: bool = False) -> Game:
 
 def open_round(session: Session, game: Game, *, lock: bool = False) -> Round | None:
     """The game's open round, if it has one (locked for update when ``lock``)."""
-    query = select(Round).where(Round.game_id == game.id, Round.state == "open")
+    query = select(Round).where(Round.game_id == game.id, Round.state == RoundPhase.OPEN)
     return session.scalar(query.with_for_update() if lock else query)
+
+
+def game_time(game: Game, when: datetime) -> str:
+    """A time as the game's players read it: in the game's zone, in the one format."""
+    return game_time(game, when)
+
+
+def ruleset_of(game: Game) -> Ruleset:
+    """The game's ruleset (``ruleset`` in its config; ``postal`` by default)."""
+    return get_ruleset(game.ruleset)
+
+
+def settings_of(game: Game) -> GameSettings:
+    """What the game's ruleset needs of it: its board and its fixed options."""
+    return GameSettings(
+        board=_board(json.dumps(game.board, sort_keys=True)),
+        double_from_round=game.double_from_round,
+        trapdoor_rule=game.trapdoor_rule,
+        seed=game.seed,
+    )
+
+
+@lru_cache(maxsize=64)
+def _board(table: str) -> Board:
+    return Board.from_mapping(json.loads(table))
+
+
+def turns_in_round(game: Game, round_number: int) -> int:
+    """How many turns the game's round ``round_number`` has (the ruleset says)."""
+    return ruleset_of(game).turns_in_round(settings_of(game), round_number)
 
 
 def schedule_json(schedule: Schedule) -> dict[str, Any]:
@@ -112,6 +147,7 @@ def _apply_settings(game: Game, config: GameConfig) -> list[str]:
         "schedule": schedule_json(config.schedule),
         "double_from_round": settings.double_from_round,
         "trapdoor_rule": settings.trapdoor_rule,
+        "ruleset": settings.ruleset,
         "seed": config.seed,
         "remind_before_s": (
             int(settings.remind_before.total_seconds()) if settings.remind_before else None
@@ -120,15 +156,15 @@ def _apply_settings(game: Game, config: GameConfig) -> list[str]:
         "settle_s": int(settings.settle_time.total_seconds()),
         "reveal_after_game": settings.reveal_after_game,
     }
-    if game.state == "new":
+    if game.state == GamePhase.NEW:
         values["board"] = dict(config.board_table)
     elif game.board != dict(config.board_table):
         changes.append(
             "the board changed in the config but the game has started: "
             "it keeps the board it started with"
         )
-    if game.state != "new":
-        for fixed in ("double_from_round", "trapdoor_rule", "seed"):
+    if game.state != GamePhase.NEW:
+        for fixed in ("ruleset", "double_from_round", "trapdoor_rule", "seed"):
             if getattr(game, fixed) != values[fixed]:
                 changes.append(
                     f"{fixed} changed in the config but the game has started: "
@@ -193,7 +229,7 @@ def _sync_players(
     for name, spec in wanted.items():
         player = existing.get(name)
         if player is None:
-            if game.state != "new":
+            if game.state != GamePhase.NEW:
                 report.add(
                     f"{game.key}: player {name} is new in the config but the game has "
                     "started; players can join only before the start"
@@ -233,7 +269,7 @@ def _sync_players(
                 | exists().where(TurnRecord.player_id == player.id)
             )
         )
-        if game.state == "new" and not history:
+        if game.state == GamePhase.NEW and not history:
             session.delete(player)
             report.add(f"{game.key}: player {name} removed (no history)")
         else:
@@ -254,11 +290,10 @@ def _sync_deadline(session: Session, game: Game, now: datetime, report: SyncRepo
         seconds=game.schedule_shift_s
     )
     if deadline != current.deadline:
-        tz = zone(game.timezone)
         passed = " (already passed: the round closes now)" if deadline <= now else ""
         report.add(
             f"{game.key}: round {current.number} deadline moved from "
-            f"{show(current.deadline, tz)} to {show(deadline, tz)}{passed}"
+            f"{game_time(game, current.deadline)} to {game_time(game, deadline)}{passed}"
         )
         current.deadline = deadline
 
@@ -283,12 +318,12 @@ def start_game(
                 f"{game_key}: not in the database yet (run check-config, "
                 "then start again: start syncs the config first)"
             )
-        if game.state != "new":
+        if game.state != GamePhase.NEW:
             raise LifecycleError(f"{game_key}: already started (it is {game.state})")
         deadline = scheduled_deadline(game, 1, now)
         if deadline <= now:
             raise LifecycleError(
-                f"{game_key}: first_deadline {show(deadline, zone(game.timezone))} is in the "
+                f"{game_key}: first_deadline {game_time(game, deadline)} is in the "
                 "past; set a later one in the config"
             )
         players = list(
@@ -298,7 +333,6 @@ def start_game(
         )
         specs = {p.name: p for p in game_config.settings.players}
         generated = 0
-        tz = zone(game.timezone)
         for player in players:
             key = specs[player.name].key if player.name in specs else None
             if key is None:
@@ -310,7 +344,7 @@ def start_game(
                 session,
                 config,
                 game=game,
-                kind="welcome",
+                kind=MailKind.WELCOME,
                 to=player.email,
                 now=now,
                 template="player/welcome.txt.j2",
@@ -320,11 +354,15 @@ def start_game(
                 players=len(players),
                 last=game_config.board.last,
                 double_from=game.double_from_round,
-                deadline=show(deadline, tz),
+                deadline=game_time(game, deadline),
             )
         session.add(
             Round(
-                game_id=game.id, number=1, turns=_turns(game, 1), deadline=deadline, opened_at=now
+                game_id=game.id,
+                number=1,
+                turns=turns_in_round(game, 1),
+                deadline=deadline,
+                opened_at=now,
             )
         )
         game.state, game.started_at = "running", now
@@ -340,6 +378,3 @@ def start_game(
     log.info("%s: started, round 1 deadline %s", game_key, deadline.isoformat())
     return StartReport(game_key, deadline, generated, len(players))
 
-
-def _turns(game: Game, round_number: int) -> int:
-    return 1 if round_number < game.double_from_round else 2

@@ -31,9 +31,9 @@ from sqlalchemy.exc import DataError, IntegrityError, OperationalError, Statemen
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.bounces import record_bounce
-from snl_pbem.app.games import audit, open_round
+from snl_pbem.app.games import audit, game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.rounds import game_players, load_state, submit_orders
+from snl_pbem.app.rounds import load_state, submit_orders
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import NotFound
@@ -41,7 +41,6 @@ from snl_pbem.keys import hash_key
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.commands import Commands, LineProblem, parse_commands
 from snl_pbem.mail.parse import ParsedMail, ParseTimeout, clean_text, envelope_of, headers_only
-from snl_pbem.rules import Board
 from snl_pbem.store import (
     Database,
     Game,
@@ -51,7 +50,7 @@ from snl_pbem.store import (
     Player,
 )
 from snl_pbem.store.models import dice_values
-from snl_pbem.timeutil import show, zone
+from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
 
 log = logging.getLogger("snl_pbem.intake")
 
@@ -253,7 +252,7 @@ def process_pending(db: Database, config: Config) -> list[IngestResult]:
     with db.transaction() as session:
         ids = session.scalars(
             select(InboundMessage.id)
-            .where(InboundMessage.status == "new")
+            .where(InboundMessage.status == InboundStatus.NEW)
             .order_by(InboundMessage.id)
         ).all()
     return [process_stored(db, config, inbound_id) for inbound_id in ids]
@@ -618,7 +617,7 @@ def _key_guessing(ctx: _Context, game: Game) -> bool:
         .select_from(OutboxMessage)
         .where(
             OutboxMessage.game_id == game.id,
-            OutboxMessage.kind == "key-guessing",
+            OutboxMessage.kind == MailKind.KEY_GUESSING,
             OutboxMessage.created_at > since,
         )
     )
@@ -636,7 +635,7 @@ def _key_guessing(ctx: _Context, game: Game) -> bool:
             session,
             ctx.config,
             game=game,
-            kind="key-guessing",
+            kind=MailKind.KEY_GUESSING,
             to=ctx.config.settings.mail.referee,
             now=ctx.now,
             template="referee/key_guessing.txt.j2",
@@ -653,9 +652,9 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     session, commands = ctx.session, ctx.commands
     round_ = open_round(session, game)
     refusal = None
-    if game.state == "paused":
+    if game.state == GamePhase.PAUSED:
         refusal = "The game is paused: orders cannot be accepted until the referee resumes it."
-    elif game.state != "running" or round_ is None:
+    elif game.state != GamePhase.RUNNING or round_ is None:
         refusal = (
             f"The game is {'over' if game.state == 'over' else 'not running'}: "
             "there is no round to send orders for."
@@ -675,7 +674,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     elif ctx.now > round_.deadline:
         refusal = (
             f"Your orders arrived after round {round_.number}'s deadline "
-            f"({show(round_.deadline, zone(game.timezone))}), so they do not count."
+            f"({game_time(game, round_.deadline)}), so they do not count."
         )
     if refusal is not None:
         _reply(
@@ -691,69 +690,37 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         )
         return "rejected", refusal
     assert round_ is not None
-    last = last_space(game)
-    line_problems = _redacted(commands.problems, commands.keys)
-    trapdoor = commands.trapdoor
-    first = "first " if round_.turns == 2 else ""
-    r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
-    if trapdoor is not None and not 1 <= trapdoor <= last:
-        line_problems.insert(
-            0,
-            LineProblem(
-                f"TRAPDOOR {trapdoor}",
-                f"there is no space {trapdoor}: the board's spaces are 1 to {last}, so this "
-                f"is not a nomination; unless you send another, {r16}",
-            ),
-        )
-        trapdoor = None
-    dice = commands.dice if commands.dice is not None else ()
     receipt = submit_orders(
         session,
         game,
         player,
-        dice=dice,
-        trapdoor=trapdoor,
+        dice=commands.dice,
+        trapdoor=commands.trapdoor,
         received_at=ctx.now,
         inbound_id=ctx.row.id,
         withdraw=commands.clear and not commands.has_orders,
+        clear=commands.clear,
     )
-    problems = list(receipt.problems)
-    if commands.dice is None and not commands.clear:
-        problems.insert(
-            0,
-            "no DICE line: this message replaces your earlier orders as a whole, so it has no dice",
-        )
-    trapdoor_text = f"space {trapdoor}" if trapdoor is not None else f"none ({r16})"
-    if receipt.valid:
-        open_label = "Still open in your set of six after these dice"
-        open_after = receipt.open_after
-    else:
-        open_label = "Open in your current set of six"
-        open_after = receipt.open_values
-    first_turn = game.turns_played + 1
+    reading = receipt.reading
+    line_problems = [LineProblem(line, why) for line, why in reading.line_problems]
+    line_problems += _redacted(commands.problems, commands.keys)
     _reply(
         ctx,
         game,
         player,
         "ack",
-        "player/orders_ack.txt.j2",
+        f"{ruleset_of(game).name}/orders_ack.txt.j2",
         always=True,
         cleared=commands.clear and not commands.has_orders,
         round=round_,
-        dice_ok=receipt.valid and commands.dice is not None,
-        dice_sent=" ".join(map(str, dice)),
-        turns=list(zip(range(first_turn, first_turn + len(dice)), dice, strict=False)),
-        dice_problems=problems,
-        trapdoor_text=trapdoor_text,
+        **reading.ack,
         line_problems=line_problems,
         replaced=[
             (_redact(a, commands.keys), _redact(b, commands.keys)) for a, b in commands.replaced
         ],
         ignored=[_redact(x, commands.keys) for x in commands.ignored][:20],
         dropped=commands.dropped_lines,
-        open_label=open_label,
-        open_values=", ".join(map(str, open_after)),
-        deadline=show(round_.deadline, zone(game.timezone)),
+        deadline=game_time(game, round_.deadline),
         other_sender=other,
         note=ctx.mail.note if ctx.mail.note and "attachment" in ctx.mail.note else None,
         cut=_redact(commands.cut, commands.keys) if commands.cut else None,
@@ -761,19 +728,13 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     return "processed", (
         "orders withdrawn"
         if commands.clear and not commands.has_orders
-        else f"orders for round {round_.number} ({'valid' if receipt.valid else 'invalid dice'})"
+        else f"orders for round {round_.number} ({reading.summary})"
     )
-
-
-def last_space(game: Game) -> int:
-    """The board's last space L (a player may be told it: the welcome mail says it)."""
-    return Board.from_mapping(game.board).last
 
 
 def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) -> None:
     session = ctx.session
-    players = game_players(session, game)
-    state = load_state(session, game, players)
+    state = load_state(session, game, [player])
     round_ = open_round(session, game)
     orders_text = "none yet"
     if round_ is not None:
@@ -801,14 +762,13 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
         game,
         player,
         "status",
-        "player/status.txt.j2",
+        f"{ruleset_of(game).name}/status.txt.j2",
         state_text=state_text,
         position=state.positions[player.name],
-        used=", ".join(map(str, state.used_in_set(player.name))) or "none",
-        open_values=", ".join(map(str, state.open_values(player.name))),
+        **ruleset_of(game).player_view(settings_of(game), state, player.name),
         round=round_,
         orders_text=orders_text,
-        deadline=show(round_.deadline, zone(game.timezone)) if round_ else "",
+        deadline=game_time(game, round_.deadline) if round_ else "",
         other_sender=other,
     )
 
@@ -870,7 +830,7 @@ def _guest_budget(ctx: _Context, address: str, kind: str) -> bool:
                 select(func.count())
                 .select_from(OutboxMessage)
                 .where(
-                    OutboxMessage.kind == "guest-help",
+                    OutboxMessage.kind == MailKind.GUEST_HELP,
                     OutboxMessage.created_at > now - timedelta(hours=1),
                 )
             )

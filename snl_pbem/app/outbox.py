@@ -31,6 +31,7 @@ from snl_pbem.mail.render import render
 from snl_pbem.mail.smtp import SendError, SmtpSender
 from snl_pbem.procs import dead_here
 from snl_pbem.store import Database, Game, OutboxMessage
+from snl_pbem.store.states import MailKind, OutboxStatus
 
 log = logging.getLogger("snl_pbem.outbox")
 
@@ -145,7 +146,7 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
     query = (
         select(OutboxMessage.id)
         .where(
-            OutboxMessage.status == "pending",
+            OutboxMessage.status == OutboxStatus.PENDING,
             OutboxMessage.next_attempt_at <= now,
             or_(OutboxMessage.claim_until.is_(None), OutboxMessage.claim_until < now),
             ~exists().where(
@@ -161,7 +162,7 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
         holders = session.scalars(
             select(OutboxMessage.claimed_by)
             .distinct()
-            .where(OutboxMessage.status == "pending", OutboxMessage.claim_until >= now)
+            .where(OutboxMessage.status == OutboxStatus.PENDING, OutboxMessage.claim_until >= now)
         ).all()
         gone = [h for h in holders if h and h != worker and dead_here(h.split("/")[0])]
         if gone:  # claims of a killed sender on this host: free them at once
@@ -320,7 +321,7 @@ def _record(
                 session,
                 config,
                 game=session.get(Game, game_id) if game_id else None,
-                kind="delivery-failure",
+                kind=MailKind.DELIVERY_FAILURE,
                 to=config.settings.mail.referee,
                 now=now,
                 template="referee/delivery_failure.txt.j2",

@@ -16,13 +16,13 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import audit, game_by_id, open_round
+from snl_pbem.app.games import audit, game_by_id, game_time, open_round
 from snl_pbem.app.reports import enqueue_deadline_notice
 from snl_pbem.app.rounds import latest_orders, load_state
 from snl_pbem.config import Config
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player, Round
-from snl_pbem.timeutil import show, zone
+from snl_pbem.store.states import GamePhase, InboundStatus, OutboxStatus
 
 
 def _game(session: Session, game_key: str, lock: bool = False) -> Game:
@@ -56,7 +56,7 @@ def extend(
         new = round_.deadline + by if by is not None else until
         assert new is not None
         if new <= now:
-            raise LifecycleError(f"{game_key}: {show(new, zone(game.timezone))} has already passed")
+            raise LifecycleError(f"{game_key}: {game_time(game, new)} has already passed")
         old = round_.deadline
         round_.deadline, round_.deadline_source = new, "referee"
         round_.held_at = None  # a held round with a new deadline is judged again at that time
@@ -82,7 +82,7 @@ def pause(db: Database, game_key: str, now: datetime, *, actor: str = "referee")
     """Stop the clock: a paused game's deadline does not fire."""
     with db.transaction() as session:
         game = _game(session, game_key, lock=True)
-        if game.state != "running":
+        if game.state != GamePhase.RUNNING:
             raise LifecycleError(
                 f"{game_key}: only a running game can be paused (it is {game.state})"
             )
@@ -102,7 +102,7 @@ def resume(
     (in whole seconds); with ``config``, every active player is told (when it moved)."""
     with db.transaction() as session:
         game = _game(session, game_key, lock=True)
-        if game.state != "paused" or game.paused_at is None:
+        if game.state != GamePhase.PAUSED or game.paused_at is None:
             raise LifecycleError(f"{game_key}: not paused (it is {game.state})")
         shift = timedelta(seconds=int((now - game.paused_at).total_seconds()))
         round_ = _open_round(session, game)
@@ -165,7 +165,7 @@ def retry_mail(
     the old address may be a stranger's.
     """
     with db.transaction() as session:
-        query = select(OutboxMessage).where(OutboxMessage.status == "failed")
+        query = select(OutboxMessage).where(OutboxMessage.status == OutboxStatus.FAILED)
         if outbox_id is not None:
             row = session.get(OutboxMessage, outbox_id, with_for_update=True)
             if row is None or row.status != "failed":
@@ -269,7 +269,6 @@ def status(db: Database, game_key: str | None = None) -> list[GameStatus]:
 
 
 def _status(session: Session, game: Game) -> GameStatus:
-    tz = zone(game.timezone)
     players = list(
         session.scalars(select(Player).where(Player.game_id == game.id).order_by(Player.id))
     )
@@ -301,7 +300,7 @@ def _status(session: Session, game: Game) -> GameStatus:
     def count(model: Any, *conditions: Any) -> int:
         return session.scalar(select(func.count()).select_from(model).where(*conditions)) or 0
 
-    waiting = (OutboxMessage.game_id == game.id, OutboxMessage.status == "pending")
+    waiting = (OutboxMessage.game_id == game.id, OutboxMessage.status == OutboxStatus.PENDING)
     since = session.scalar(select(func.min(OutboxMessage.created_at)).where(*waiting))
     last_error = session.scalar(
         select(OutboxMessage.last_error)
@@ -319,19 +318,25 @@ def _status(session: Session, game: Game) -> GameStatus:
         round=round_.number if round_ else None,
         round_turns=round_.turns if round_ else None,
         deadline=round_.deadline if round_ else None,
-        deadline_shown=show(round_.deadline, tz) if round_ else None,
+        deadline_shown=game_time(game, round_.deadline) if round_ else None,
         players=rows,
         result=game.result,
         mail_failed=count(
-            OutboxMessage, OutboxMessage.game_id == game.id, OutboxMessage.status == "failed"
+            OutboxMessage,
+            OutboxMessage.game_id == game.id,
+            OutboxMessage.status == OutboxStatus.FAILED,
         ),
         mail_pending=count(
-            OutboxMessage, OutboxMessage.game_id == game.id, OutboxMessage.status == "pending"
+            OutboxMessage,
+            OutboxMessage.game_id == game.id,
+            OutboxMessage.status == OutboxStatus.PENDING,
         ),
         inbound_set_aside=count(
-            InboundMessage, InboundMessage.game_id == game.id, InboundMessage.status == "failed"
+            InboundMessage,
+            InboundMessage.game_id == game.id,
+            InboundMessage.status == InboundStatus.SET_ASIDE,
         ),
         mail_waiting_since=since,
-        mail_waiting_since_shown=show(since, tz) if since else None,
+        mail_waiting_since_shown=game_time(game, since) if since else None,
         mail_last_error=last_error,
     )

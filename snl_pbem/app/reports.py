@@ -17,10 +17,12 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.games import game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
-from snl_pbem.rules import Board, Position, RoundResult
-from snl_pbem.rules.postal.dice import lowest_legal_dice, open_values, used_in_set
+from snl_pbem.rules import Board, Position
+from snl_pbem.rules.outcome import ranked
+from snl_pbem.rules.ruleset import Adjudication
 from snl_pbem.store import (
     AuditEntry,
     Game,
@@ -31,7 +33,7 @@ from snl_pbem.store import (
     RoundTally,
     TurnRecord,
 )
-from snl_pbem.timeutil import show, zone
+from snl_pbem.store.states import MailKind, OutboxStatus, RoundPhase
 from snl_pbem.views.board import render_svg, render_text
 
 
@@ -44,7 +46,7 @@ class Standing:
 
 def standings(positions: dict[str, Position]) -> list[Standing]:
     """Furthest first; equal positions share a place (``2=``)."""
-    ordered = sorted(positions.items(), key=lambda item: (-item[1], item[0]))
+    ordered = ranked(positions)
     rows = []
     for _index, (name, position) in enumerate(ordered):
         first = next(i for i, (_, p) in enumerate(ordered) if p == position)
@@ -76,7 +78,6 @@ def enqueue_deadline_notice(
         raise ValueError(f"unknown reason for a deadline notice: {reason!r}")
     if old == new:
         return 0
-    tz = zone(game.timezone)
     players = session.scalars(
         select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)
     ).all()
@@ -85,7 +86,7 @@ def enqueue_deadline_notice(
             session,
             config,
             game=game,
-            kind="deadline",
+            kind=MailKind.DEADLINE,
             to=player.email,
             now=now,
             template="player/deadline.txt.j2",
@@ -93,8 +94,8 @@ def enqueue_deadline_notice(
             player=player,
             round=round_.number,
             reason=reason,
-            old=show(old, tz),
-            new=show(new, tz),
+            old=game_time(game, old),
+            new=game_time(game, new),
         )
     return len(players)
 
@@ -104,9 +105,8 @@ def enqueue_round_mail(
     config: Config,
     game: Game,
     round_: Round,
-    result: RoundResult,
+    decided: Adjudication,
     *,
-    played: dict[str, tuple[int, ...]],
     next_round: int | None,
     next_turns: int | None,
     next_deadline: datetime | None,
@@ -114,22 +114,22 @@ def enqueue_round_mail(
     now: datetime,
 ) -> None:
     """Every player's report (or game-over mail), and the referee's summary."""
-    tz = zone(game.timezone)
-    positions = dict(result.positions)
+    positions = dict(decided.positions)
     rows = standings(positions)
     width = max(len(name) for name in positions)
     players = session.scalars(
         select(Player).where(Player.game_id == game.id).order_by(Player.id)
     ).all()
-    over = result.result is not None
+    over = decided.result is not None
     headline = ""
-    if result.result is not None:
-        winners = result.result.winners
+    if decided.result is not None:
+        winners = decided.result.winners
         headline = (
             f"a draw between {', '.join(winners)}"
-            if result.result.is_draw
+            if decided.result.is_draw
             else f"{winners[0]} wins"
         )
+    ruleset, settings = ruleset_of(game), settings_of(game)
     reveal: dict[str, Any] = {"reveal": False}
     attachments: tuple[tuple[str, str, bytes], ...] = ()
     if over and game.reveal_after_game:
@@ -149,7 +149,7 @@ def enqueue_round_mail(
                 session,
                 config,
                 game=game,
-                kind="game-over",
+                kind=MailKind.GAME_OVER,
                 to=player.email,
                 now=now,
                 template="player/game_over.txt.j2",
@@ -163,15 +163,14 @@ def enqueue_round_mail(
                 **reveal,
             )
             continue
-        mine = played[player.name]
         enqueue_mail(
             session,
             config,
             game=game,
-            kind="report",
+            kind=MailKind.REPORT,
             to=player.email,
             now=now,
-            template="player/round_report.txt.j2",
+            template=f"{ruleset.name}/round_report.txt.j2",
             broadcast=True,
             player=player,
             round=round_.number,
@@ -180,17 +179,15 @@ def enqueue_round_mail(
             width=width,
             next_round=next_round,
             next_turns=next_turns,
-            deadline=show(next_deadline, tz) if next_deadline else "",
-            used=", ".join(map(str, used_in_set(mine))) or "none (a new set starts)",
-            open_values=", ".join(map(str, open_values(mine))),
-            example_dice=" ".join(map(str, lowest_legal_dice(mine, next_turns or 1))),
+            deadline=game_time(game, next_deadline) if next_deadline else "",
+            **ruleset.player_view(settings, decided.after, player.name),  # R19: own play only
         )
     enqueue_referee_summary(
         session,
         config,
         game,
         round_,
-        result,
+        decided,
         actor=actor,
         now=now,
         next_round=next_round,
@@ -204,7 +201,7 @@ def enqueue_referee_summary(
     config: Config,
     game: Game,
     round_: Round,
-    result: RoundResult,
+    decided: Adjudication,
     *,
     actor: str,
     now: datetime,
@@ -212,21 +209,7 @@ def enqueue_referee_summary(
     next_deadline: datetime | None,
     headline: str,
 ) -> None:
-    tz = zone(game.timezone)
-    moves = []
-    for name in sorted(result.positions):
-        steps = []
-        for turn in result.turns:
-            move = turn.moves[name]
-            path = "".join(f", {e}" for e in move.events)
-            steps.append(
-                f"turn {turn.turn}: {move.die} {move.start}->{move.target}{path} = {move.final}"
-            )
-        nominated = result.nominations[name]
-        vote = "-" if nominated is None else str(nominated)
-        if name in result.defaulted:
-            vote += " (default)"
-        moves.append(f"{name}: " + "; ".join(steps) + f"; nominated {vote}")
+    ruleset = ruleset_of(game)
     previous_close = session.scalar(
         select(func.max(Round.closed_at)).where(
             Round.game_id == game.id, Round.number < round_.number
@@ -263,7 +246,7 @@ def enqueue_referee_summary(
         session.scalar(
             select(func.count())
             .select_from(OutboxMessage)
-            .where(OutboxMessage.game_id == game.id, OutboxMessage.status == "failed")
+            .where(OutboxMessage.game_id == game.id, OutboxMessage.status == OutboxStatus.FAILED)
         )
         or 0
     )
@@ -271,29 +254,24 @@ def enqueue_referee_summary(
         session,
         config,
         game=game,
-        kind="referee-summary",
+        kind=MailKind.REFEREE_SUMMARY,
         to=config.settings.mail.referee,
         now=now,
-        template="referee/round_summary.txt.j2",
+        template=f"{ruleset.name}/round_summary.txt.j2",
         round=round_.number,
-        over=result.result is not None,
-        turns_ordered=result.turns_ordered,
-        closed=show(now, tz),
+        over=decided.result is not None,
+        closed=game_time(game, now),
         actor=actor,
-        threshold=result.tally.threshold,
-        votes=", ".join(f"{s}: {n}" for s, n in result.tally.votes.items()),
-        trapdoors=", ".join(map(str, result.trapdoors)),
-        by_lot=result.tally.by_lot,
-        moves=moves,
-        nmr=sorted((n, str(why)) for n, why in result.nmr.items()),
+        **ruleset.referee_view(decided),
+        nmr=sorted(decided.nmr.items()),
         rejected=rejected,
         elsewhere=elsewhere,
         wrong_keys=wrong_keys,
         failed_mail=failed_mail,
-        positions=", ".join(f"{r.name} {r.position}" for r in standings(dict(result.positions))),
+        positions=", ".join(f"{r.name} {r.position}" for r in standings(dict(decided.positions))),
         result=headline,
         next_round=next_round,
-        deadline=show(next_deadline, tz) if next_deadline else "",
+        deadline=game_time(game, next_deadline) if next_deadline else "",
     )
 
 
@@ -305,7 +283,7 @@ def history_lines(session: Session, game: Game) -> list[str]:
     lines = []
     rounds = session.scalars(
         select(Round)
-        .where(Round.game_id == game.id, Round.state == "closed")
+        .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
         .order_by(Round.number)
     ).all()
     for round_ in rounds:

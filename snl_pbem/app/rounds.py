@@ -22,23 +22,22 @@ from typing import Any
 from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import audit, game_by_id, open_round, scheduled_deadline
+from snl_pbem.app.games import (
+    audit,
+    game_by_id,
+    open_round,
+    ruleset_of,
+    scheduled_deadline,
+    settings_of,
+    turns_in_round,
+)
 from snl_pbem.app.reports import enqueue_deadline_notice, enqueue_round_mail
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import LifecycleError
-from snl_pbem.rules import (
-    Board,
-    GameRules,
-    GameState,
-    OrderSet,
-    RoundResult,
-    TrapdoorRule,
-    adjudicate_round,
-    check_dice,
-    open_values,
-)
-from snl_pbem.rules.postal.dice import SET_SIZE
+from snl_pbem.rules import GameRules
+from snl_pbem.rules.postal.ruleset import POSTAL
+from snl_pbem.rules.ruleset import Adjudication, OrderReading, Orders, Stored
 from snl_pbem.store import (
     Database,
     Game,
@@ -50,6 +49,7 @@ from snl_pbem.store import (
 )
 from snl_pbem.store.bulk import insert_rows
 from snl_pbem.store.models import dice_text, dice_values
+from snl_pbem.store.states import GamePhase, RoundPhase
 
 log = logging.getLogger("snl_pbem.rounds")
 
@@ -100,56 +100,43 @@ def gc_paused() -> Iterator[None]:
 
 
 def game_rules(game: Game) -> GameRules:
-    return GameRules(
-        Board.from_mapping(game.board),
-        double_from_round=game.double_from_round,
-        trapdoor_rule=TrapdoorRule(game.trapdoor_rule),
-        seed=game.seed,
-    )
+    """The postal rules object of a postal game (for replaying it offline, and tests)."""
+    return POSTAL.rules(settings_of(game))
 
 
-def load_state(session: Session, game: Game, players: Sequence[PlayerRef | Player]) -> GameState:
-    """The game's state from its stored results: positions and the current set's dice."""
+def load_state(
+    session: Session,
+    game: Game,
+    players: Sequence[PlayerRef | Player],
+) -> Stored:
+    """The game's state from its stored results: every position, and each player's dice
+    since the turn the game's ruleset needs them from (postal: the current set of six)."""
     names = tuple(p.name for p in players)
     turns = game.turns_played
-    set_start = turns - turns % SET_SIZE
+    set_start = ruleset_of(game).history_start(turns)
     positions = dict.fromkeys(names, 0)
     played: dict[str, list[int]] = {name: [] for name in names}
     by_id = {p.id: p.name for p in players}
-    rows = session.execute(
-        select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final)
-        .where(TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns))
-        .order_by(TurnRecord.turn)
+    query = select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final).where(
+        TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns)
     )
-    for player_id, turn, die, final in rows:
-        name = by_id[player_id]
+    if len(players) == 1:  # one player's own state (an order's check): their rows only
+        query = query.where(TurnRecord.player_id == players[0].id)
+    for player_id, turn, die, final in session.execute(query.order_by(TurnRecord.turn)):
+        name = by_id.get(player_id)
+        if name is None:
+            continue
         if turn > set_start:
             played[name].append(die)
         if turn == turns:
             positions[name] = final
-    return GameState(
+    return Stored(
         players=names,
         positions=positions,
         played={name: tuple(dice) for name, dice in played.items()},
         rounds_played=game.rounds_played,
         turns_played=turns,
         played_from=set_start,
-    )
-
-
-def dice_in_current_set(session: Session, game: Game, player_id: int) -> tuple[int, ...]:
-    """One player's dice used so far in the current set of six (R6), in turn order."""
-    set_start = game.turns_played - game.turns_played % SET_SIZE
-    return tuple(
-        session.scalars(
-            select(TurnRecord.die)
-            .where(
-                TurnRecord.game_id == game.id,
-                TurnRecord.player_id == player_id,
-                TurnRecord.turn > set_start,
-            )
-            .order_by(TurnRecord.turn)
-        )
     )
 
 
@@ -167,10 +154,11 @@ def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
 
 def counting_orders(
     session: Session, round_: Round, players: Sequence[PlayerRef | Player]
-) -> dict[str, OrderSet | None]:
-    """Each player's latest order set received by the deadline (or entered by the referee)."""
+) -> dict[str, Orders]:
+    """Each player's latest order set received by the deadline (or entered by the referee);
+    a player whose latest withdrew their orders is left out (they sent none)."""
     by_id = {p.id: p.name for p in players}
-    latest: dict[str, OrderSet | None] = {}
+    latest: dict[str, Orders] = {}
     rows = session.execute(
         select(OrderRecord.player_id, OrderRecord.dice, OrderRecord.trapdoor, OrderRecord.withdrawn)
         .where(
@@ -182,8 +170,8 @@ def counting_orders(
     for player_id, dice, trapdoor, withdrawn in rows:
         name = by_id.get(player_id)
         if name is not None:  # later ones replace earlier ones, as a whole
-            latest[name] = None if withdrawn else OrderSet(dice_values(dice), trapdoor)
-    return {name: order for name, order in latest.items() if order is not None}
+            latest[name] = Orders(dice_values(dice), trapdoor, withdraw=withdrawn)
+    return {name: order for name, order in latest.items() if not order.withdraw}
 
 
 @dataclass(frozen=True)
@@ -193,10 +181,8 @@ class OrderReceipt:
     round: int
     valid: bool
     problems: tuple[str, ...]
-    open_values: tuple[int, ...]
-    """Values open in the player's current set before these dice."""
-    open_after: tuple[int, ...]
-    """Values open after these dice (when valid), ready for the next turn."""
+    reading: OrderReading
+    """The ruleset's reading of the orders (its part of the acknowledgement)."""
 
 
 def submit_orders(
@@ -204,20 +190,26 @@ def submit_orders(
     game: Game,
     player: Player,
     *,
-    dice: Sequence[int],
+    dice: Sequence[int] | None,
     trapdoor: int | None,
     received_at: datetime,
     source: str = "email",
     inbound_id: int | None = None,
     withdraw: bool = False,
+    clear: bool = False,
 ) -> OrderReceipt:
-    """Store one order set for the open round (every one is kept; the latest counts)."""
+    """Store one order set for the open round (every one is kept; the latest counts),
+    as the game's ruleset reads it. ``dice`` None: the message had no DICE line."""
     round_ = open_round(session, game)
     if round_ is None or game.state not in ("running", "paused"):
         raise LifecycleError(f"{game.key}: no round is open for orders")
-    used = dice_in_current_set(session, game, player.id)
-    check = check_dice(used, dice, round_.turns)
-    problems = tuple(str(p) for p in check.problems)
+    orders = Orders(
+        tuple(dice) if dice is not None else None, trapdoor, clear=clear, withdraw=withdraw
+    )
+    state = load_state(session, game, [player])
+    reading = ruleset_of(game).read_orders(
+        settings_of(game), state, player.name, orders, round_.turns
+    )
     session.add(
         OrderRecord(
             round_id=round_.id,
@@ -225,25 +217,28 @@ def submit_orders(
             inbound_id=inbound_id,
             received_at=received_at,
             source=source,
-            dice=dice_text(dice),
-            trapdoor=trapdoor,
-            valid=check.valid and not withdraw,
-            problems=list(problems),
+            dice=dice_text(reading.dice),
+            trapdoor=reading.trapdoor,
+            valid=reading.valid and not withdraw,
+            problems=list(reading.problems),
             withdrawn=withdraw,
         )
     )
-    before = open_values(used)
-    after = open_values((*used, *dice)) if check.valid else before
-    return OrderReceipt(round_.number, check.valid, problems, before, after)
+    return OrderReceipt(round_.number, reading.valid, reading.problems, reading)
 
 
 @dataclass(frozen=True)
 class CloseOutcome:
     game: str
     round: int
-    result: RoundResult
+    adjudication: Adjudication
     next_round: int | None
     next_deadline: datetime | None
+
+    @property
+    def result(self) -> Any:
+        """The ruleset's own record of the round (the postal game's RoundResult)."""
+        return self.adjudication.details
 
 
 def close_round(
@@ -271,7 +266,7 @@ def close_round(
             return None
         claimed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Round)
-            .where(Round.id == round_.id, Round.state == "open")
+            .where(Round.id == round_.id, Round.state == RoundPhase.OPEN)
             .values(state="closed", closed_at=now, closed_by=actor)
             .execution_options(synchronize_session=False)
         )
@@ -300,13 +295,14 @@ def _adjudicate_and_store(
             f"{game.key}: round {round_.number} is open but {state.rounds_played} were played"
         )
     orders = counting_orders(session, round_, players)
-    result, after = adjudicate_round(game_rules(game), state, orders, keep_history=False)
+    decided = ruleset_of(game).adjudicate(settings_of(game), state, orders)
+    after = decided.after
 
     ids = {p.name: p.id for p in players}
     game_id, round_id = game.id, round_.id
     described: dict[int, str] = {}  # moves share their events tuples: describe each once
     rows = []
-    for turn in result.turns:
+    for turn in decided.turns:
         number = turn.turn
         for name, move in turn.moves.items():
             events = described.get(id(move.events))
@@ -327,36 +323,38 @@ def _adjudicate_and_store(
             )
     insert_rows(session, TurnRecord, TURN_COLUMNS, rows)
     result_json = None
-    if result.result is not None:
-        winners = list(result.result.winners)
-        result_json = {"draw": winners} if result.result.is_draw else {"winner": winners[0]}
+    if decided.result is not None:
+        winners = list(decided.result.winners)
+        result_json = {"draw": winners} if decided.result.is_draw else {"winner": winners[0]}
+    tally = decided.tally
     session.add(
         RoundTally(
             round_id=round_.id,
-            nominations=dict(result.nominations),
-            defaulted=sorted(result.defaulted),
-            votes={str(space): n for space, n in result.tally.votes.items()},
-            threshold=result.tally.threshold,
-            trapdoors=list(result.trapdoors),
-            by_lot=result.tally.by_lot,
-            nmr={name: str(nmr) for name, nmr in result.nmr.items()},
+            nominations=dict(tally.get("nominations", {})),
+            defaulted=list(tally.get("defaulted", [])),
+            votes=dict(tally.get("votes", {})),
+            threshold=tally.get("threshold", 0),
+            trapdoors=list(tally.get("trapdoors", [])),
+            by_lot=bool(tally.get("by_lot", False)),
+            nmr=dict(decided.nmr),
             result=result_json,
             adjudicated_at=now,
         )
     )
     game.rounds_played = after.rounds_played
     game.turns_played = after.turns_played
-    next_round = next_deadline = None
-    if result.result is not None:
+    next_round = next_deadline = next_turns = None
+    if decided.result is not None:
         game.state, game.result, game.ended_at = "over", result_json, now
     else:
         next_round = round_.number + 1
         next_deadline = scheduled_deadline(game, next_round, now)
+        next_turns = turns_in_round(game, next_round)
         session.add(
             Round(
                 game_id=game.id,
                 number=next_round,
-                turns=1 if next_round < game.double_from_round else 2,
+                turns=next_turns,
                 deadline=next_deadline,
                 opened_at=now,
             )
@@ -366,16 +364,12 @@ def _adjudicate_and_store(
             session, config, game, round_, old=round_.deadline, new=now, reason="closed", now=now
         )
     if config is not None:
-        next_turns = None
-        if next_round is not None:
-            next_turns = 1 if next_round < game.double_from_round else 2
         enqueue_round_mail(
             session,
             config,
             game,
             round_,
-            result,
-            played=dict(after.played),
+            decided,
             next_round=next_round,
             next_turns=next_turns,
             next_deadline=next_deadline,
@@ -389,11 +383,11 @@ def _adjudicate_and_store(
         "close-round",
         game,
         round=round_.number,
-        nmr=len(result.nmr),
-        trapdoors=len(result.trapdoors),
+        nmr=len(decided.nmr),
+        trapdoors=len(tally.get("trapdoors", [])),
         result=result_json,
     )
-    return CloseOutcome(game.key, round_.number, result, next_round, next_deadline)
+    return CloseOutcome(game.key, round_.number, decided, next_round, next_deadline)
 
 
 def close_with_backup(
@@ -418,7 +412,11 @@ def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
         rows = session.execute(
             select(Game.key, Round.number, Round.deadline)
             .join(Round, Round.game_id == Game.id)
-            .where(Game.state == "running", Round.state == "open", Round.deadline <= now)
+            .where(
+                Game.state == GamePhase.RUNNING,
+                Round.state == RoundPhase.OPEN,
+                Round.deadline <= now,
+            )
             .order_by(Round.deadline, Game.key)
         )
         return [(key, number, deadline) for key, number, deadline in rows]
@@ -465,7 +463,7 @@ def rollback_round(
         game = game_by_id(session, game_key, lock=True)
         last = session.scalar(
             select(Round)
-            .where(Round.game_id == game.id, Round.state == "closed")
+            .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
             .order_by(Round.number.desc())
             .limit(1)
             .with_for_update()

@@ -34,10 +34,12 @@ from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.referee import status
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
+from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.postal.dice import open_values, used_in_set
 from snl_pbem.runners.server import Server, configure_logging
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
+from snl_pbem.store.states import GamePhase
 
 NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
 ADDRESS = "snl@demo.example"
@@ -225,7 +227,7 @@ def run_demo(
                 _learn(bots, outcome)
                 _progress(outcome, last, out)
             [game] = status(db, "demo")
-            if game.state == "over":
+            if game.state == GamePhase.OVER:
                 break
             if game.round is not None and game.round != sent_for and game.round == seen_closes + 1:
                 _send_orders(bots, game.round, game.round_turns or 1, last, receiver_port, rng)
@@ -243,7 +245,7 @@ def run_demo(
         sink.stop()
         db.dispose()
     [game] = status(Database(config.database_url), "demo")
-    if game.state != "over":
+    if game.state != GamePhase.OVER:
         print(f"The game did not finish within {patience:.0f}s.", file=out)
         return 1
     result = game.result or {}
@@ -298,7 +300,7 @@ def _progress(outcome: CloseOutcome, last: int, out: TextIO) -> None:
         file=out,
     )
     width = max(len(n) for n in result.positions)
-    for name, position in sorted(result.positions.items(), key=lambda i: (-i[1], i[0])):
+    for name, position in ranked(result.positions):
         filled = min(30, round(30 * position / last))
         note = f"  referee moved: {result.nmr[name]}" if name in result.nmr else ""
         print(

@@ -27,9 +27,11 @@ from snl_pbem.cli.service import service_check
 from snl_pbem.config import Config, config_path, load_config
 from snl_pbem.errors import CommandError, ConfigError, LifecycleError
 from snl_pbem.keys import WEAK_BELOW
+from snl_pbem.rules.outcome import ranked
 from snl_pbem.runners.server import serve
 from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, SchemaOutOfDate
 from snl_pbem.store.migrate import current_revision, head_revision, upgrade
+from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import format_duration, parse_duration, parse_time, show, utcnow, zone
 
 LOCK_WAIT_SECONDS = 30.0
@@ -338,13 +340,13 @@ def cmd_close_round(args: argparse.Namespace) -> int:
         raise CommandError(f"{args.game}: no round is open")
     tz = _zone(config, args.game)
     positions = ", ".join(
-        f"{n} {p}" for n, p in sorted(outcome.result.positions.items(), key=lambda i: (-i[1], i[0]))
+        f"{n} {p}" for n, p in ranked(outcome.adjudication.positions)
     )
     print(f"{args.game}: round {outcome.round} closed; positions: {positions}")
     if outcome.next_round is not None and outcome.next_deadline is not None:
         print(f"  round {outcome.next_round} open, deadline {show(outcome.next_deadline, tz)}")
     else:
-        result = outcome.result.result
+        result = outcome.adjudication.result
         assert result is not None
         print(
             f"  game over: {'draw between ' if result.is_draw else 'winner '}"
@@ -431,7 +433,7 @@ def cmd_inbound(args: argparse.Namespace) -> int:
                 return 0
             query = select(InboundMessage).order_by(InboundMessage.id.desc()).limit(50)
             if not args.all:
-                query = query.where(InboundMessage.status == "failed")
+                query = query.where(InboundMessage.status == InboundStatus.SET_ASIDE)
             rows = list(session.scalars(query))
             if not rows:
                 print("no incoming mail set aside" if not args.all else "no incoming mail")

@@ -1,7 +1,8 @@
 """Rendering the Jinja2 templates in ``templates/`` (installed as ``snl_pbem.templates``).
 
-Templates are plain text, named by audience and purpose
-(``player/welcome.txt.j2``). Their first line is ``Subject: ...``.
+Templates are plain text, named by audience and purpose (``player/welcome.txt.j2``,
+``referee/bounce.txt.j2``), or by ruleset where the rules shape the text
+(``postal/orders_ack.txt.j2``). Their first line is ``Subject: ...``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,22 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+_EXTRA_FOLDERS: list[str] = []
+
+
+def add_template_folder(folder: str) -> None:
+    """Also look for templates in ``folder`` (a ruleset kept outside the package, such as
+    a test's own): ``<folder>/<ruleset>/orders_ack.txt.j2`` and the rest."""
+    if folder not in _EXTRA_FOLDERS:
+        _EXTRA_FOLDERS.append(folder)
+        environment.cache_clear()
+
 
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     folder = str(resources.files("snl_pbem.templates"))
     return Environment(
-        loader=FileSystemLoader(folder),
+        loader=FileSystemLoader([folder, *_EXTRA_FOLDERS]),
         undefined=StrictUndefined,  # a missing value is a bug, never a blank in a mail
         keep_trailing_newline=True,
         trim_blocks=True,

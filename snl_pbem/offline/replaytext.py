@@ -6,6 +6,7 @@ This is the referee's private view (dice, trapdoors, NMRs): never for players.
 from __future__ import annotations
 
 from snl_pbem.offline.replay import Replay, ReplayOutcome
+from snl_pbem.rules.outcome import ranked
 
 
 def render_outcome_text(replay: Replay, outcome: ReplayOutcome) -> str:
@@ -33,7 +34,7 @@ def render_outcome_text(replay: Replay, outcome: ReplayOutcome) -> str:
             lines.append(
                 f"  {name:<{width}}  " + "; ".join(steps) + f"   trapdoor vote {vote}{note}"
             )
-        standings = sorted(rnd.positions.items(), key=lambda item: (-item[1], item[0]))
+        standings = ranked(rnd.positions)
         lines.append("  positions: " + ", ".join(f"{n} {p}" for n, p in standings))
     result = outcome.state.result
     if result is None:

@@ -16,6 +16,7 @@ from snl_pbem.rules.board import (
     Space,
 )
 from snl_pbem.rules.errors import BoardError, GameSetupError, RulesError
+from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.postal.dice import (
     DiceCheck,
     DiceProblem,
@@ -27,17 +28,13 @@ from snl_pbem.rules.postal.dice import (
     used_in_set,
 )
 from snl_pbem.rules.postal.game import (
-    GameResult,
     GameRules,
     GameState,
-    Move,
     Nmr,
     NmrCause,
     OrderSet,
-    PlayerId,
     PlayerReport,
     RoundResult,
-    TurnResult,
     adjudicate_round,
     game_result,
     player_report,
@@ -92,3 +89,8 @@ __all__ = [
     "used_in_set",
     "vote_threshold",
 ]
+
+from snl_pbem.rules.postal.ruleset import POSTAL
+from snl_pbem.rules.ruleset import register
+
+register(POSTAL)

@@ -39,6 +39,7 @@ from apscheduler.schedulers.base import BaseScheduler
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.games import game_time, ruleset_of, settings_of
 from snl_pbem.app.intake import process_now
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.retention import purge_raw_mail
@@ -46,16 +47,16 @@ from snl_pbem.app.rounds import (
     CloseOutcome,
     close_due_rounds,
     close_with_backup,
-    dice_in_current_set,
     due_rounds,
     latest_orders,
+    load_state,
 )
 from snl_pbem.config import Config
-from snl_pbem.rules.postal.dice import lowest_legal_dice, open_values
 from snl_pbem.runners.mailboxes import imap_poller, intake_health
 from snl_pbem.store import Database, Game, InboundMessage, Player, Round
 from snl_pbem.store.models import MailboxState
-from snl_pbem.timeutil import format_duration, show, utcnow, zone
+from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, RoundPhase
+from snl_pbem.timeutil import format_duration, utcnow
 
 log = logging.getLogger("snl_pbem.scheduler")
 
@@ -117,7 +118,7 @@ class RoundScheduler:
             rows = session.execute(
                 select(Game, Round)
                 .join(Round, Round.game_id == Game.id)
-                .where(Game.state == "running", Round.state == "open")
+                .where(Game.state == GamePhase.RUNNING, Round.state == RoundPhase.OPEN)
             ).all()
             for game, round_ in rows:
                 if round_.held_at is None:  # a held round is released by check_held only
@@ -387,7 +388,10 @@ class RoundScheduler:
                 return
             waiting = session.scalars(
                 select(InboundMessage.id)
-                .where(InboundMessage.status == "new", InboundMessage.received_at <= deadline)
+                .where(
+                    InboundMessage.status == InboundStatus.NEW,
+                    InboundMessage.received_at <= deadline,
+                )
                 .order_by(InboundMessage.id)
             ).all()
         for inbound_id in waiting:
@@ -429,7 +433,11 @@ class RoundScheduler:
             held = session.execute(
                 select(Game.key, Round.number)
                 .join(Round, Round.game_id == Game.id)
-                .where(Round.state == "open", Round.held_at.is_not(None), Game.state == "running")
+                .where(
+                    Round.state == RoundPhase.OPEN,
+                    Round.held_at.is_not(None),
+                    Game.state == GamePhase.RUNNING,
+                )
             ).all()
         for key, number in held:
             outcome = self._close(key, number, actor="scheduler (released)")
@@ -467,28 +475,26 @@ class RoundScheduler:
                 return 0
             round_.reminded_at = now
             latest = latest_orders(session, round_.id)
-            tz = zone(game.timezone)
             for player in session.scalars(
                 select(Player).where(Player.game_id == game.id, Player.active)
             ):
                 mine = latest.get(player.id)
                 if mine is not None and mine.valid and not mine.withdrawn:
                     continue
-                used = dice_in_current_set(session, game, player.id)
+                state = load_state(session, game, [player])
                 enqueue_mail(
                     session,
                     self.config,
                     game=game,
-                    kind="reminder",
+                    kind=MailKind.REMINDER,
                     to=player.email,
                     now=now,
-                    template="player/reminder.txt.j2",
+                    template=f"{ruleset_of(game).name}/reminder.txt.j2",
                     player=player,
                     round=round_,
-                    deadline=show(round_.deadline, tz),
+                    deadline=game_time(game, round_.deadline),
                     problems=list(mine.problems) if mine is not None else [],
-                    open_values=", ".join(map(str, open_values(used))),
-                    example_dice=" ".join(map(str, lowest_legal_dice(used, round_.turns))),
+                    **ruleset_of(game).player_view(settings_of(game), state, player.name),
                 )
                 sent += 1
         log.info("%s: round %d reminders sent to %d player(s)", game_key, number, sent)
@@ -502,10 +508,10 @@ class RoundScheduler:
         now = self.clock()
         with self.db.transaction() as session:
             game = session.scalar(select(Game).where(Game.key == game_key))
-            if game is None or not game.close_when_all_in or game.state != "running":
+            if game is None or not game.close_when_all_in or game.state != GamePhase.RUNNING:
                 return None
             round_ = session.scalar(
-                select(Round).where(Round.game_id == game.id, Round.state == "open")
+                select(Round).where(Round.game_id == game.id, Round.state == RoundPhase.OPEN)
             )
             if round_ is None or not self._all_in(session, game, round_):
                 return None
@@ -552,7 +558,7 @@ class RoundScheduler:
                 .where(
                     Game.key == game_key,
                     Round.number == number,
-                    Round.state == "open",
+                    Round.state == RoundPhase.OPEN,
                     Round.held_at.is_(None),
                 )
             )
@@ -600,13 +606,13 @@ class RoundScheduler:
                 session,
                 self.config,
                 game=game,
-                kind="round-held",
+                kind=MailKind.ROUND_HELD,
                 to=self.config.settings.mail.referee,
                 now=now,
                 template="referee/round_held.txt.j2",
                 round=round_,
-                deadline=show(round_.deadline, zone(game.timezone)),
-                last_ok=show(state.last_ok_at, zone(game.timezone))
+                deadline=game_time(game, round_.deadline),
+                last_ok=game_time(game, state.last_ok_at)
                 if state and state.last_ok_at
                 else "never",
                 limit=format_duration(imap.healthy_within),
@@ -652,6 +658,6 @@ def _open_round(
     if game is None:
         return None, None
     query = select(Round).where(
-        Round.game_id == game.id, Round.number == number, Round.state == "open"
+        Round.game_id == game.id, Round.number == number, Round.state == RoundPhase.OPEN
     )
     return game, session.scalar(query.with_for_update() if lock else query)

@@ -87,6 +87,8 @@ class Game(Base):
     """Seconds every later scheduled deadline moves (pauses)."""
     double_from_round: Mapped[int] = mapped_column(Integer, default=7)
     trapdoor_rule: Mapped[str] = mapped_column(String(16), default="all")
+    ruleset: Mapped[str] = mapped_column(String(32), default="postal", server_default="postal")
+    """The game's ruleset (snl_pbem.rules.ruleset): "postal" unless the config says."""
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
     remind_before_s: Mapped[int | None] = mapped_column(Integer)
     close_when_all_in: Mapped[bool] = mapped_column(Boolean, default=False)

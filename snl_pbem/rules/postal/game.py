@@ -14,10 +14,10 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import NamedTuple, TypeAlias
 
-from snl_pbem.rules.board import Board, Event, Position, Space
+from snl_pbem.rules.board import Board, Position, Space
 from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.postal.dice import (
     SET_SIZE,
     DiceProblem,
@@ -33,9 +33,6 @@ from snl_pbem.rules.postal.trapdoors import (
     default_nomination,
     tally_trapdoors,
 )
-
-PlayerId: TypeAlias = str
-"""A player's name, unique within a game."""
 
 DEFAULT_DOUBLE_FROM_ROUND = 7
 """R7: rounds 1-6 are single-turn (the first set of six), two-turn from round 7."""
@@ -89,47 +86,6 @@ class Nmr:
         if self.cause is NmrCause.NO_ORDERS:
             return "no orders received (R17)"
         return "invalid dice (R18): " + "; ".join(map(str, self.problems))
-
-
-class Move(NamedTuple):
-    """One player's move in one turn."""
-
-    die: Die
-    start: Position
-    target: Position
-    """start + die, before any trapdoor, snake or ladder."""
-    final: Position
-    events: tuple[Event, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnResult:
-    """Every player's move in one turn; ``turn`` counts the game's turns from 1."""
-
-    turn: int
-    moves: Mapping[PlayerId, Move]
-
-    @property
-    def dice(self) -> dict[PlayerId, Die]:
-        return {name: move.die for name, move in self.moves.items()}
-
-    @property
-    def positions(self) -> dict[PlayerId, Position]:
-        return {name: move.final for name, move in self.moves.items()}
-
-
-@dataclass(frozen=True, slots=True)
-class GameResult:
-    """The end of the game (R5): the winner, or the players who drew."""
-
-    winners: tuple[PlayerId, ...]
-    """One name for a win; several, sorted, for a draw."""
-    turn: int
-    """The turn after which the game ended."""
-
-    @property
-    def is_draw(self) -> bool:
-        return len(self.winners) > 1
 
 
 @dataclass(frozen=True)

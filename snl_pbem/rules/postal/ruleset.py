@@ -1,0 +1,223 @@
+"""The postal game (RULES.md R1-R19) behind the ruleset seam (``snl_pbem.rules.ruleset``).
+
+Everything the application needs to know about chosen dice, sets of six, nominations
+and the trapdoor tally is here; the application stores and mails what this returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.outcome import PlayerId
+from snl_pbem.rules.postal.dice import (
+    SET_SIZE,
+    check_dice,
+    lowest_legal_dice,
+    open_values,
+)
+from snl_pbem.rules.postal.game import (
+    GameRules,
+    GameState,
+    OrderSet,
+    RoundResult,
+    adjudicate_round,
+    player_report,
+)
+from snl_pbem.rules.postal.trapdoors import TrapdoorRule
+from snl_pbem.rules.ruleset import Adjudication, GameSettings, OrderReading, Orders, Stored
+
+
+def _values(values: tuple[int, ...]) -> str:
+    return ", ".join(map(str, values))
+
+
+def _game_state(state: Stored) -> GameState:
+    return GameState(
+        players=state.players,
+        positions=state.positions,
+        played=state.played,
+        rounds_played=state.rounds_played,
+        turns_played=state.turns_played,
+        played_from=state.played_from,
+    )
+
+
+class PostalRuleset:
+    """Chosen dice, each value once per set of six (R6), and nominated trapdoors (R8-R10)."""
+
+    name = "postal"
+
+    def rules(self, settings: GameSettings) -> GameRules:
+        try:
+            rule = TrapdoorRule(settings.trapdoor_rule)
+        except ValueError:
+            raise GameSetupError(
+                f"trapdoor_rule: {settings.trapdoor_rule!r} is not one of "
+                + ", ".join(f'"{r.value}"' for r in TrapdoorRule)
+            ) from None
+        return GameRules(
+            settings.board,
+            double_from_round=settings.double_from_round,
+            trapdoor_rule=rule,
+            seed=settings.seed,
+        )
+
+    def check_settings(self, settings: GameSettings) -> None:
+        self.rules(settings)
+
+    def turns_in_round(self, settings: GameSettings, round_number: int) -> int:
+        """R7: one turn before ``double_from_round``, two from it on."""
+        return 1 if round_number < settings.double_from_round else 2
+
+    def history_start(self, turns_played: int) -> int:
+        """R6 looks back to the start of the current set of six, no further."""
+        return turns_played - turns_played % SET_SIZE
+
+    def read_orders(
+        self,
+        settings: GameSettings,
+        state: Stored,
+        player: PlayerId,
+        orders: Orders,
+        turns: int,
+    ) -> OrderReading:
+        last = settings.board.last
+        first = "first " if turns == 2 else ""
+        r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
+        line_problems: list[tuple[str, str]] = []
+        trapdoor = orders.trapdoor
+        if trapdoor is not None and not 1 <= trapdoor <= last:  # R8: a nomination is a space
+            line_problems.append(
+                (
+                    f"TRAPDOOR {trapdoor}",
+                    f"there is no space {trapdoor}: the board's spaces are 1 to {last}, so "
+                    f"this is not a nomination; unless you send another, {r16}",
+                )
+            )
+            trapdoor = None
+        dice = orders.dice if orders.dice is not None else ()
+        used = state.played[player]
+        check = check_dice(used, dice, turns)  # R6, R18
+        problems = tuple(str(p) for p in check.problems)
+        shown = list(problems)
+        if orders.dice is None and not orders.clear:
+            shown.insert(
+                0,
+                "no DICE line: this message replaces your earlier orders as a whole, so it "
+                "has no dice",
+            )
+        if check.valid:
+            open_label = "Still open in your set of six after these dice"
+            still_open = open_values((*used, *dice))
+        else:
+            open_label = "Open in your current set of six"
+            still_open = open_values(used)
+        first_turn = state.turns_played + 1
+        ack = {
+            "dice_ok": check.valid and orders.dice is not None,
+            "dice_sent": " ".join(map(str, dice)),
+            "turns": list(zip(range(first_turn, first_turn + len(dice)), dice, strict=False)),
+            "dice_problems": shown,
+            "trapdoor_text": f"space {trapdoor}" if trapdoor is not None else f"none ({r16})",
+            "open_label": open_label,
+            "open_values": _values(still_open),
+        }
+        return OrderReading(
+            valid=check.valid,
+            dice=tuple(dice),
+            trapdoor=trapdoor,
+            problems=problems,
+            line_problems=tuple(line_problems),
+            ack=ack,
+            summary="valid" if check.valid else "invalid dice",
+        )
+
+    def default_orders(
+        self, settings: GameSettings, state: Stored, player: PlayerId, turns: int
+    ) -> Orders:
+        """R17: the lowest legal dice; the nomination follows the move (R16)."""
+        return Orders(dice=lowest_legal_dice(state.played[player], turns))
+
+    def adjudicate(
+        self, settings: GameSettings, state: Stored, orders: Mapping[PlayerId, Orders]
+    ) -> Adjudication:
+        game_state = _game_state(state)
+        order_sets = {
+            name: OrderSet(order.dice or (), order.trapdoor)
+            for name, order in orders.items()
+            if not order.withdraw
+        }
+        result, after = adjudicate_round(
+            self.rules(settings), game_state, order_sets, keep_history=False
+        )
+        return Adjudication(
+            round=result.round,
+            turns=result.turns,
+            positions=result.positions,
+            result=result.result,
+            nmr={name: str(nmr) for name, nmr in result.nmr.items()},
+            tally={
+                "nominations": dict(result.nominations),
+                "defaulted": sorted(result.defaulted),
+                "votes": {str(space): n for space, n in result.tally.votes.items()},
+                "threshold": result.tally.threshold,
+                "trapdoors": list(result.trapdoors),
+                "by_lot": result.tally.by_lot,
+            },
+            after=Stored(
+                players=after.players,
+                positions=after.positions,
+                played=after.played,
+                rounds_played=after.rounds_played,
+                turns_played=after.turns_played,
+                played_from=after.played_from,
+            ),
+            details=result,
+        )
+
+    def player_view(
+        self, settings: GameSettings, state: Stored, player: PlayerId
+    ) -> Mapping[str, Any]:
+        """R19 (``player_report``, the one place it is decided): the reader's own dice of
+        the current set, and nothing of anyone else's; and the lowest legal dice for the
+        next round, as an example the reader may edit."""
+        report = player_report(self.rules(settings), _game_state(state), player)
+        example = lowest_legal_dice(state.played[player], report.next_round_turns or 1)
+        return {
+            "used": _values(report.used),
+            "open_values": _values(report.open),
+            "example_dice": " ".join(map(str, example)),
+        }
+
+    def referee_view(self, adjudication: Adjudication) -> Mapping[str, Any]:
+        """Every move, nomination and vote of the round (the referee's eyes only)."""
+        result = adjudication.details
+        assert isinstance(result, RoundResult)
+        moves = []
+        for name in sorted(result.positions):
+            steps = []
+            for turn in result.turns:
+                move = turn.moves[name]
+                path = "".join(f", {e}" for e in move.events)
+                steps.append(
+                    f"turn {turn.turn}: {move.die} {move.start}->{move.target}{path} = "
+                    f"{move.final}"
+                )
+            nominated = result.nominations[name]
+            vote = "-" if nominated is None else str(nominated)
+            if name in result.defaulted:
+                vote += " (default)"
+            moves.append(f"{name}: " + "; ".join(steps) + f"; nominated {vote}")
+        return {
+            "turns_ordered": result.turns_ordered,
+            "threshold": result.tally.threshold,
+            "votes": ", ".join(f"{s}: {n}" for s, n in result.tally.votes.items()),
+            "trapdoors": ", ".join(map(str, result.trapdoors)),
+            "by_lot": result.tally.by_lot,
+            "moves": moves,
+        }
+
+
+POSTAL = PostalRuleset()

@@ -1,0 +1,174 @@
+"""The seam between the application and a ruleset.
+
+The application (``snl_pbem.app``) stores games, orders and results and mails the
+players; everything a ruleset decides goes through :class:`Ruleset`:
+
+- how an order set read from the order language is checked (``read_orders``),
+- the default for a player who sent nothing (``default_orders``),
+- adjudicating one round from the stored state (``adjudicate``),
+- and what each player may be told afterwards (``player_view``: for the postal game,
+  R19's view and nothing more).
+
+A game's config names its ruleset (``ruleset = "postal"``, the default). Rulesets are
+pure, like the rest of ``snl_pbem.rules``: no I/O, no clock, randomness only seeded.
+The texts a ruleset's mail needs are its templates, under ``templates/<ruleset>/``;
+a ruleset hands them their context as plain mappings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from snl_pbem.rules.board import Board, Position
+from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.outcome import GameResult, PlayerId, TurnResult
+
+
+@dataclass(frozen=True)
+class GameSettings:
+    """What is fixed for a game, as its config and its database row give it."""
+
+    board: Board
+    double_from_round: int = 7
+    trapdoor_rule: str = "all"
+    seed: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """The ruleset's own options (a later ruleset's; the postal game has none here)."""
+
+
+@dataclass(frozen=True)
+class Orders:
+    """What one message's order lines said, as the order language read them."""
+
+    dice: tuple[int, ...] | None = None
+    """The DICE line's values; None when the message had no DICE line."""
+    trapdoor: int | None = None
+    """The TRAPDOOR line's space, as written (not yet checked against the board)."""
+    clear: bool = False
+    """The message had a CLEAR line."""
+    withdraw: bool = False
+    """CLEAR without new orders: the player takes back what they sent."""
+
+
+@dataclass(frozen=True)
+class OrderReading:
+    """What a ruleset makes of one order set when it arrives."""
+
+    valid: bool
+    dice: tuple[int, ...]
+    """The dice to store (as sent)."""
+    trapdoor: int | None
+    """The nomination to store; None when the one sent is no nomination."""
+    problems: tuple[str, ...]
+    """Why the orders are not valid, one sentence each (stored with them)."""
+    line_problems: tuple[tuple[str, str], ...]
+    """(line, why) for lines the ruleset refuses, to show before the others."""
+    ack: Mapping[str, Any]
+    """The context of the ruleset's orders_ack template (its own part of the reply)."""
+    summary: str
+    """A few words for the log and the referee: "valid", "invalid dice"."""
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A game's state between rounds, as stored: every position, and each player's
+    dice since turn ``played_from`` (a ruleset says how far back it needs them)."""
+
+    players: tuple[PlayerId, ...]
+    positions: Mapping[PlayerId, Position]
+    played: Mapping[PlayerId, tuple[int, ...]]
+    rounds_played: int = 0
+    turns_played: int = 0
+    played_from: int = 0
+
+
+@dataclass(frozen=True)
+class Adjudication:
+    """One round, decided: what the application stores and mails."""
+
+    round: int
+    turns: tuple[TurnResult, ...]
+    """Every player's move in every turn played."""
+    positions: Mapping[PlayerId, Position]
+    result: GameResult | None
+    nmr: Mapping[PlayerId, str]
+    """Players the referee moved for, and why (for the referee only)."""
+    tally: Mapping[str, Any]
+    """The round's private record for the referee: nominations, defaulted, votes,
+    threshold, trapdoors, by_lot (the postal game's; another ruleset leaves them empty)."""
+    after: Stored
+    details: Any = None
+    """The ruleset's own record of the round (the postal game's RoundResult)."""
+
+
+class Ruleset(Protocol):
+    """What the application asks of a ruleset. See the module's docstring."""
+
+    name: str
+
+    def check_settings(self, settings: GameSettings) -> None:
+        """Raise GameSetupError naming the key when the settings cannot be played."""
+
+    def turns_in_round(self, settings: GameSettings, round_number: int) -> int:
+        """How many turns round ``round_number`` has."""
+
+    def history_start(self, turns_played: int) -> int:
+        """The first turn whose dice ``Stored.played`` must hold (the postal game: the
+        start of the current set of six)."""
+
+    def read_orders(
+        self,
+        settings: GameSettings,
+        state: Stored,
+        player: PlayerId,
+        orders: Orders,
+        turns: int,
+    ) -> OrderReading:
+        """Check one order set for the open round, against the player's stored dice."""
+
+    def default_orders(
+        self, settings: GameSettings, state: Stored, player: PlayerId, turns: int
+    ) -> Orders:
+        """What the referee plays for a player who sent nothing."""
+
+    def adjudicate(
+        self, settings: GameSettings, state: Stored, orders: Mapping[PlayerId, Orders]
+    ) -> Adjudication:
+        """Play the next round; a player missing from ``orders`` sent none."""
+
+    def player_view(
+        self, settings: GameSettings, state: Stored, player: PlayerId
+    ) -> Mapping[str, Any]:
+        """What ``player`` may be told about their own play, for the round report and the
+        status reply (positions are everyone's and added by the application)."""
+
+    def referee_view(self, adjudication: Adjudication) -> Mapping[str, Any]:
+        """The ruleset's part of the referee's round summary."""
+
+
+_RULESETS: dict[str, Ruleset] = {}
+
+
+def register(ruleset: Ruleset) -> Ruleset:
+    """Make a ruleset available to games by its name (a test may add its own)."""
+    _RULESETS[ruleset.name] = ruleset
+    return ruleset
+
+
+def unregister(name: str) -> None:
+    _RULESETS.pop(name, None)
+
+
+def ruleset_names() -> tuple[str, ...]:
+    return tuple(sorted(_RULESETS))
+
+
+def get_ruleset(name: str) -> Ruleset:
+    """The ruleset called ``name``; GameSetupError naming the known ones otherwise."""
+    try:
+        return _RULESETS[name]
+    except KeyError:
+        known = ", ".join(f'"{n}"' for n in ruleset_names())
+        raise GameSetupError(f"ruleset: no ruleset {name!r} (choose one of {known})") from None
