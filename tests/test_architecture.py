@@ -113,3 +113,13 @@ def test_no_module_left_flat() -> None:
     assert flat <= {
         "__init__", "config", "errors", "timeutil", "keys", "crashpoints", "ownership", "procs",
     }, flat
+
+
+def test_the_command_line_holds_no_sql() -> None:
+    """cli calls app: it opens no transaction and builds no query of its own."""
+    for path in sorted((PACKAGE / "cli").glob("*.py")):
+        text = path.read_text()
+        assert ".transaction(" not in text, f"{path.name} opens a transaction"
+        for name in imports_of(path):
+            if name.startswith("sqlalchemy"):
+                assert name in ("sqlalchemy.exc", "sqlalchemy.engine"), f"{path.name}: {name}"

@@ -27,7 +27,7 @@ from snl_pbem.rules import Board
 from snl_pbem.rules.ruleset import GameSettings, Ruleset, get_ruleset
 from snl_pbem.store import AuditEntry, Database, Game, OrderRecord, Player, Round, TurnRecord
 from snl_pbem.store.states import GamePhase, MailKind, RoundPhase
-from snl_pbem.timeutil import wall_clock_add, zone
+from snl_pbem.timeutil import show, wall_clock_add, zone
 
 log = logging.getLogger("snl_pbem.games")
 
@@ -61,7 +61,7 @@ def open_round(session: Session, game: Game, *, lock: bool = False) -> Round | N
 
 def game_time(game: Game, when: datetime) -> str:
     """A time as the game's players read it: in the game's zone, in the one format."""
-    return game_time(game, when)
+    return show(when, zone(game.timezone))
 
 
 def ruleset_of(game: Game) -> Ruleset:

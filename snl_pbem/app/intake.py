@@ -155,7 +155,6 @@ def ingest(
 
 def _refused_as_data(exc: Exception) -> bool:
     """True when the database refused the row for its content, not for being away."""
-
     if isinstance(exc, OperationalError):
         return False
     return isinstance(exc, (DataError, StatementError, ValueError, UnicodeError))

@@ -340,3 +340,56 @@ def _status(session: Session, game: Game) -> GameStatus:
         mail_waiting_since_shown=game_time(game, since) if since else None,
         mail_last_error=last_error,
     )
+
+
+# -- the mail the referee looks at (the command line's inbound and outbox) -------------
+
+
+def inbound_messages(db: Database, *, everything: bool, limit: int = 50) -> list[InboundMessage]:
+    """The newest incoming messages set aside (or, ``everything``, all), oldest first."""
+    query = select(InboundMessage).order_by(InboundMessage.id.desc()).limit(limit)
+    if not everything:
+        query = query.where(InboundMessage.status == InboundStatus.SET_ASIDE)
+    with db.transaction() as session:
+        return list(reversed(session.scalars(query).all()))
+
+
+def inbound_message(db: Database, inbound_id: int) -> InboundMessage:
+    """One incoming message as stored; NotFound when there is none."""
+    with db.transaction() as session:
+        row = session.get(InboundMessage, inbound_id)
+        if row is None:
+            raise NotFound(f"inbound {inbound_id}: no such message")
+        return row
+
+
+def outbox_message(db: Database, outbox_id: int) -> tuple[OutboxMessage, str | None]:
+    """One outgoing message as stored, and its game's id; NotFound when there is none."""
+    with db.transaction() as session:
+        row = session.get(OutboxMessage, outbox_id)
+        if row is None:
+            raise NotFound(f"outbox {outbox_id}: no such message")
+        game = session.get(Game, row.game_id) if row.game_id is not None else None
+        return row, game.key if game else None
+
+
+def outbox_messages(
+    db: Database, state: str, game_key: str | None, limit: int
+) -> tuple[list[tuple[OutboxMessage, str | None]], int]:
+    """The newest outgoing messages in ``state`` ("all" for any), of one game or all,
+    oldest first, with their games' ids; and how many there are in all."""
+    with db.transaction() as session:
+        conditions = [] if state == "all" else [OutboxMessage.status == state]
+        if game_key is not None:
+            conditions.append(OutboxMessage.game_id == game_by_id(session, game_key).id)
+        rows = session.execute(
+            select(OutboxMessage, Game.key)
+            .outerjoin(Game, Game.id == OutboxMessage.game_id)
+            .where(*conditions)
+            .order_by(OutboxMessage.id.desc())
+            .limit(limit)
+        ).all()
+        total = session.scalar(
+            select(func.count()).select_from(OutboxMessage).where(*conditions)
+        )
+        return [(row, key) for row, key in reversed(rows)], total or 0

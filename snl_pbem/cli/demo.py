@@ -61,7 +61,6 @@ def free_port() -> int:
 @dataclass
 class Mailboxes:
     """The sink's handler: every delivered message becomes DIR/mail/<local part>/NNN.eml."""
-
     root: Path
     count: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -127,7 +126,6 @@ players = [
 @dataclass
 class Bot:
     """A scripted player who keeps their own record of the dice they used."""
-
     name: str
     style: str  # "careful", "repeater" (repeats a die once), "silent" (never writes)
     rng: random.Random
@@ -169,7 +167,6 @@ def run_demo(
     out: TextIO | None = None,
     patience: float = 90.0,
 ) -> int:
-
     out = out or sys.stdout
     folder = directory or Path(tempfile.mkdtemp(prefix="snl-demo-"))
     folder.mkdir(parents=True, exist_ok=True)

@@ -232,7 +232,6 @@ def read_json_resource(raw: bytes) -> Any:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-
     if not 2 <= args.players <= 8:
         raise CommandError("--players must be between 2 and 8")
     return run_demo(args.dir, players=args.players, seed=args.seed)

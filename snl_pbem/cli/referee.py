@@ -16,12 +16,22 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from snl_pbem.app.games import game_by_id, start_game, sync_games
+from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest, retry_set_aside
-from snl_pbem.app.referee import GameStatus, extend, pause, resume, retry_mail, status
+from snl_pbem.app.referee import (
+    GameStatus,
+    extend,
+    inbound_message,
+    inbound_messages,
+    outbox_message,
+    outbox_messages,
+    pause,
+    resume,
+    retry_mail,
+    status,
+)
 from snl_pbem.app.rounds import close_with_backup, rollback_round
 from snl_pbem.cli.service import service_check
 from snl_pbem.config import Config, config_path, load_config
@@ -29,9 +39,8 @@ from snl_pbem.errors import CommandError, ConfigError, LifecycleError
 from snl_pbem.keys import WEAK_BELOW
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.runners.server import serve
-from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, SchemaOutOfDate
+from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import current_revision, head_revision, upgrade
-from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import format_duration, parse_duration, parse_time, show, utcnow, zone
 
 LOCK_WAIT_SECONDS = 30.0
@@ -169,7 +178,6 @@ def _run(action: Callable[[], Any]) -> Any:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-
     return serve(config_path(args.config), args.log_level)
 
 
@@ -219,8 +227,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def _check_service(config: Config, args: argparse.Namespace) -> list[str]:
     """The passwords where the service will read them and, as its user, the rest of what
     it needs (snl_pbem.cli.service); problems raise CommandError, notes are returned."""
-
-
     try:
         return service_check(
             config,
@@ -357,8 +363,6 @@ def cmd_close_round(args: argparse.Namespace) -> int:
 
 def cmd_ingest(args: argparse.Namespace) -> int:
     """Exit 0 when every file was stored and processed, 1 if one failed, 2 if one is unreadable."""
-
-
     config = _config(args)
     db = _database(config)
     unreadable = failed = 0
@@ -398,8 +402,6 @@ def cmd_extend(args: argparse.Namespace) -> int:
 
 def cmd_inbound(args: argparse.Namespace) -> int:
     """Set-aside incoming mail: see it, read it, run it again (after fixing the cause)."""
-
-
     if args.action != "list" and args.id is None:
         raise CommandError(f"inbound {args.action}: give the message's number (see 'inbound list')")
     config = _config(args)
@@ -415,36 +417,30 @@ def cmd_inbound(args: argparse.Namespace) -> int:
                 + (f" ({result.detail})" if result.detail else "")
             )
             return 1 if result.status == "failed" else 0
-        with db.transaction() as session:
-            if args.action == "show":
-                row = session.get(InboundMessage, args.id)
-                if row is None:
-                    raise CommandError(f"inbound {args.id}: no such message")
-                print(
-                    f"inbound {row.id}: {row.status}, received "
-                    f"{show(row.received_at, _zone(config))} "
-                    f"from {row.sender or '?'} via {row.source}",
-                    file=sys.stderr,
-                )
-                if row.error:
-                    print(row.error.rstrip(), file=sys.stderr)
-                sys.stdout.buffer.write(row.raw)  # as received: save it with > message.eml
-                sys.stdout.flush()
-                return 0
-            query = select(InboundMessage).order_by(InboundMessage.id.desc()).limit(50)
-            if not args.all:
-                query = query.where(InboundMessage.status == InboundStatus.SET_ASIDE)
-            rows = list(session.scalars(query))
-            if not rows:
-                print("no incoming mail set aside" if not args.all else "no incoming mail")
-            for row in reversed(rows):
-                why = (row.error or "").strip().splitlines()
-                sender = (row.sender or _from_header(row.raw))[:40]
-                print(
-                    f"{row.id:>6}  {show(row.received_at, _zone(config)):<29} {row.status:<9} "
-                    f"{sender:<40}  {why[-1][:80] if why else ''}"
-                )
+        if args.action == "show":
+            row = inbound_message(db, args.id)
+            print(
+                f"inbound {row.id}: {row.status}, received "
+                f"{show(row.received_at, _zone(config))} "
+                f"from {row.sender or '?'} via {row.source}",
+                file=sys.stderr,
+            )
+            if row.error:
+                print(row.error.rstrip(), file=sys.stderr)
+            sys.stdout.buffer.write(row.raw)  # as received: save it with > message.eml
+            sys.stdout.flush()
             return 0
+        rows = inbound_messages(db, everything=args.all)
+        if not rows:
+            print("no incoming mail set aside" if not args.all else "no incoming mail")
+        for row in rows:
+            why = (row.error or "").strip().splitlines()
+            sender = (row.sender or _from_header(row.raw))[:40]
+            print(
+                f"{row.id:>6}  {show(row.received_at, _zone(config)):<29} {row.status:<9} "
+                f"{sender:<40}  {why[-1][:80] if why else ''}"
+            )
+        return 0
     finally:
         db.dispose()
 
@@ -460,16 +456,14 @@ def cmd_outbox(args: argparse.Namespace) -> int:
     try:
         if args.action == "retry":
             return _outbox_retry(db, config, args)
-        with db.transaction() as session:
-            if args.action == "show":
-                return _outbox_show(session, args.id, _zone(config))
-            return _outbox_list(session, args.status, args.game, _zone(config))
+        if args.action == "show":
+            return _outbox_show(db, args.id, _zone(config))
+        return _outbox_list(db, args.status, args.game, _zone(config))
     finally:
         db.dispose()
 
 
 def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int:
-
     try:
         done = _run(
             lambda: retry_mail(
@@ -496,15 +490,11 @@ def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int
     return 0
 
 
-def _outbox_show(session: Any, outbox_id: int, tz: ZoneInfo) -> int:
-
-    row = session.get(OutboxMessage, outbox_id)
-    if row is None:
-        raise CommandError(f"outbox {outbox_id}: no such message")
-    game = session.get(Game, row.game_id) if row.game_id is not None else None
+def _outbox_show(db: Database, outbox_id: int, tz: ZoneInfo) -> int:
+    row, game_key = outbox_message(db, outbox_id)
     print(
         f"outbox {row.id}: {row.status}, {row.kind} to {row.recipient}"
-        + (f" (game {game.key})" if game else "")
+        + (f" (game {game_key})" if game_key else "")
         + f", {row.attempts} attempt(s), written {show(row.created_at, tz)}"
         + (f", sent {show(row.sent_at, tz)}" if row.sent_at else ""),
         file=sys.stderr,
@@ -523,19 +513,8 @@ def _outbox_show(session: Any, outbox_id: int, tz: ZoneInfo) -> int:
     return 0
 
 
-def _outbox_list(session: Any, state: str, game_key: str | None, tz: ZoneInfo) -> int:
-
-
-    conditions = [] if state == "all" else [OutboxMessage.status == state]
-    if game_key is not None:
-        conditions.append(OutboxMessage.game_id == game_by_id(session, game_key).id)
-    rows = session.execute(
-        select(OutboxMessage, Game.key)
-        .outerjoin(Game, Game.id == OutboxMessage.game_id)
-        .where(*conditions)
-        .order_by(OutboxMessage.id.desc())
-        .limit(OUTBOX_LIST_LIMIT)
-    ).all()
+def _outbox_list(db: Database, state: str, game_key: str | None, tz: ZoneInfo) -> int:
+    rows, total = outbox_messages(db, state, game_key, OUTBOX_LIST_LIMIT)
     what = "mail" if state == "all" else f"{state} mail"
     if not rows:
         print(f"no {what}" + (f" for {game_key}" if game_key else ""))
@@ -544,22 +523,20 @@ def _outbox_list(session: Any, state: str, game_key: str | None, tz: ZoneInfo) -
         f"{'id':>6}  {'game':<10} {'kind':<16} {'recipient':<32} {'status':<8} tries "
         f"{'created':<29} last error"
     )
-    for row, key in reversed(rows):
+    for row, key in rows:
         error = (row.last_error or "").strip().splitlines()
         print(
             f"{row.id:>6}  {(key or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
             f"{row.status:<8} {row.attempts:>5} {show(row.created_at, tz):<29} "
             f"{error[0][:100] if error else ''}"
         )
-    total = session.scalar(select(func.count()).select_from(OutboxMessage).where(*conditions))
-    if total and total > len(rows):
+    if total > len(rows):
         print(f"(the newest {len(rows)} of {total} shown)")
     return 0
 
 
 def _from_header(raw: bytes) -> str:
     """The From header of a message that was never parsed (set aside), for the list only."""
-
     try:
         value = BytesHeaderParser(policy=policy.compat32).parsebytes(raw[:65536])["From"]
     except Exception:  # a broken header: the list still shows the message

@@ -588,7 +588,6 @@ class RoundScheduler:
         return None
 
     def _health(self) -> tuple[datetime | None, datetime | None]:
-
         poller = imap_poller(self.db, self.config)
         return intake_health(self.db, poller.config.source) if poller else (None, None)
 
@@ -642,7 +641,6 @@ class RoundScheduler:
             self.after_close(outcome)
 
     def _due(self) -> list[tuple[str, int, datetime]]:
-
         return due_rounds(self.db, self.clock())
 
     def _backup(self) -> dict[str, Any]:
