@@ -123,3 +123,12 @@ def test_the_command_line_holds_no_sql() -> None:
         for name in imports_of(path):
             if name.startswith("sqlalchemy"):
                 assert name in ("sqlalchemy.exc", "sqlalchemy.engine"), f"{path.name}: {name}"
+
+
+def test_the_runners_own_timing_and_wiring_only() -> None:
+    """runners hold no SQL and write no message: they call app at the right moments."""
+    for path in sorted((PACKAGE / "runners").glob("*.py")):
+        text = path.read_text()
+        assert ".transaction(" not in text, f"{path.name} opens a transaction"
+        assert "enqueue_mail" not in text and "template=" not in text, f"{path.name} writes mail"
+        assert not any(n.startswith("sqlalchemy") for n in imports_of(path)), path.name

@@ -22,6 +22,7 @@ from sqlalchemy import LargeBinary, and_, func, literal, not_, select, update
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from snl_pbem.store import Database
 from snl_pbem.store.models import InboundMessage
 from snl_pbem.timeutil import format_duration
 
@@ -102,3 +103,9 @@ def purge_raw_mail(
             )
             trimmed += result.rowcount  # type: ignore[attr-defined]
     return trimmed
+
+
+def purge_batch(db: Database, now: datetime, keep: timedelta | None, limit: int) -> int:
+    """One transaction of ``purge_raw_mail`` (at most ``limit`` messages)."""
+    with db.transaction() as session:
+        return purge_raw_mail(session, now, keep, limit=limit)

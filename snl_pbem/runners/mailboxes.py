@@ -10,16 +10,20 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError
-
 from snl_pbem.app.intake import IngestResult, ingest
+from snl_pbem.app.mailbox_state import (
+    ensure_state,
+    record_failed_poll,
+    record_good_poll,
+    release_lease,
+    take_lease,
+)
 from snl_pbem.config import Config
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
 from snl_pbem.mail.received import mta_receipt_time
 from snl_pbem.procs import dead_here, identity
-from snl_pbem.store import Database, MailboxState
+from snl_pbem.store import Database
 from snl_pbem.timeutil import format_duration, utcnow
 
 log = logging.getLogger("snl_pbem.mailboxes")
@@ -70,84 +74,30 @@ class DatabaseHooks:
         self.results.append(result)
         return result.stored
 
-    def _state(self, source: str) -> None:
-        with self.db.transaction() as session:
-            if session.get(MailboxState, source) is not None:
-                return
-        try:
-            with self.db.transaction() as session:
-                session.add(MailboxState(source=source))
-        except IntegrityError:
-            pass  # another process created it first
-
     def acquire(self, source: str) -> bool:
         """Take the lease if it is free, ours, expired, or held by a dead process here.
         Called as each poll starts: that moment is what a good poll records."""
-        self._state(source)
+        ensure_state(self.db, source)
         now = self.clock()
         self._poll_started = now
-        with self.db.transaction() as session:
-            holder = session.scalar(select(MailboxState.owner).where(MailboxState.source == source))
-            stale = holder if holder and dead_here(holder) else None
-            taken = session.execute(
-                update(MailboxState)
-                .where(
-                    MailboxState.source == source,
-                    or_(
-                        MailboxState.owner.is_(None),
-                        MailboxState.owner == self.owner,
-                        MailboxState.owner == stale,
-                        MailboxState.lease_until < now,
-                    ),
-                )
-                .values(owner=self.owner, lease_until=now + LEASE)
-                .execution_options(synchronize_session=False)
-            )
-            return bool(taken.rowcount)  # type: ignore[attr-defined]
+        return take_lease(self.db, source, self.owner, now, now + LEASE, dead_here)
 
     def release(self, source: str) -> None:
-        with self.db.transaction() as session:
-            session.execute(
-                update(MailboxState)
-                .where(MailboxState.source == source, MailboxState.owner == self.owner)
-                .values(owner=None, lease_until=None)
-                .execution_options(synchronize_session=False)
-            )
+        release_lease(self.db, source, self.owner)
 
     def healthy(self, source: str, uidvalidity: int) -> None:
         """A poll read the mailbox to its end: every message that reached it before the
         poll started is stored and processed. ``last_ok_at`` is that start, so a round
         closes only once a poll that started after its deadline has completed."""
-        with self.db.transaction() as session:
-            state = session.get(MailboxState, source)
-            if state is not None:
-                now = self.clock()
-                started = min(self._poll_started or now, now)
-                state.last_ok_at, state.uidvalidity = started, uidvalidity
-                if state.healthy_since is None:
-                    state.healthy_since = now
+        now = self.clock()
+        started = min(self._poll_started or now, now)
+        record_good_poll(self.db, source, started, now, uidvalidity)
 
     def failed(self, source: str, error: str) -> None:
-        with self.db.transaction() as session:
-            state = session.get(MailboxState, source)
-            if state is not None:
-                state.last_error, state.last_error_at = error[:2000], self.clock()
-                state.healthy_since = None
+        record_failed_poll(self.db, source, error, self.clock())
 
     def uidvalidity_changed(self, source: str, old: int | None, new: int) -> None:
         log.warning("%s: UIDVALIDITY %s -> %s", source, old, new)
-
-
-def intake_health(db: Database, source: str) -> tuple[datetime | None, datetime | None]:
-    """``(last good poll, healthy since)`` of one mailbox."""
-    with db.transaction() as session:
-        state = session.get(MailboxState, source)
-        return (state.last_ok_at, state.healthy_since) if state else (None, None)
-
-
-def last_good_poll(db: Database, source: str) -> datetime | None:
-    with db.transaction() as session:
-        return session.scalar(select(MailboxState.last_ok_at).where(MailboxState.source == source))
 
 
 def imap_poller(

@@ -36,26 +36,32 @@ from typing import Any
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import game_time, ruleset_of, settings_of
 from snl_pbem.app.intake import process_now
-from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.retention import purge_raw_mail
+from snl_pbem.app.mailbox_state import intake_health
+from snl_pbem.app.retention import purge_batch
 from snl_pbem.app.rounds import (
     CloseOutcome,
     close_due_rounds,
     close_with_backup,
     due_rounds,
-    latest_orders,
-    load_state,
+)
+from snl_pbem.app.schedule import (
+    all_in_close_at,
+    close_due,
+    held_rounds,
+    hold_round,
+    is_running,
+    open_rounds,
+    reminders_due_at,
+    round_deadline,
+    send_reminders,
+    still_all_in,
+    waiting_before_deadline,
 )
 from snl_pbem.config import Config
-from snl_pbem.runners.mailboxes import imap_poller, intake_health
-from snl_pbem.store import Database, Game, InboundMessage, Player, Round
-from snl_pbem.store.models import MailboxState
-from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, RoundPhase
+from snl_pbem.runners.mailboxes import imap_poller
+from snl_pbem.store import Database
 from snl_pbem.timeutil import format_duration, utcnow
 
 log = logging.getLogger("snl_pbem.scheduler")
@@ -114,24 +120,18 @@ class RoundScheduler:
         """The jobs the database calls for now: deadlines, reminders, held rounds' checks."""
         planned: list[Planned] = []
         now = self.clock()
-        with self.db.transaction() as session:
-            rows = session.execute(
-                select(Game, Round)
-                .join(Round, Round.game_id == Game.id)
-                .where(Game.state == GamePhase.RUNNING, Round.state == RoundPhase.OPEN)
-            ).all()
-            for game, round_ in rows:
-                if round_.held_at is None:  # a held round is released by check_held only
-                    planned.append(
-                        Planned(
-                            f"close:{game.key}:{round_.number}",
-                            self._not_before(round_.deadline + self.intake_grace),
-                        )
+        for round_ in open_rounds(self.db):
+            if not round_.held:  # a held round is released by check_held only
+                planned.append(
+                    Planned(
+                        f"close:{round_.game}:{round_.number}",
+                        self._not_before(round_.deadline + self.intake_grace),
                     )
-                if game.remind_before_s and round_.reminded_at is None:
-                    at = round_.deadline - timedelta(seconds=game.remind_before_s)
-                    if at > round_.opened_at:
-                        planned.append(Planned(f"remind:{game.key}:{round_.number}", max(at, now)))
+                )
+            if round_.remind_at is not None:
+                planned.append(
+                    Planned(f"remind:{round_.game}:{round_.number}", max(round_.remind_at, now))
+                )
         return planned
 
     @property
@@ -239,8 +239,7 @@ class RoundScheduler:
         now = self.clock()
         total = 0
         while True:
-            with self.db.transaction() as session:
-                trimmed = purge_raw_mail(session, now, keep, limit=PURGE_BATCH)
+            trimmed = purge_batch(self.db, now, keep, PURGE_BATCH)
             total += trimmed
             if trimmed < PURGE_BATCH:
                 break
@@ -347,12 +346,7 @@ class RoundScheduler:
         """True while no poll that began after the round's deadline has completed."""
         if self.config.settings.mail.imap is None:
             return False
-        with self.db.transaction() as session:
-            deadline = session.scalar(
-                select(Round.deadline)
-                .join(Game, Game.id == Round.game_id)
-                .where(Game.key == game_key, Round.number == number)
-            )
+        deadline = round_deadline(self.db, game_key, number)
         last_ok, _ = self._health()
         if deadline is None or (last_ok is not None and last_ok >= deadline):
             return False
@@ -378,23 +372,7 @@ class RoundScheduler:
         """Process every stored message received before the deadline that is still
         unprocessed (being processed by another thread, or left by a failure), so that
         none is judged after the round it was meant for has closed."""
-        with self.db.transaction() as session:
-            deadline = session.scalar(
-                select(Round.deadline)
-                .join(Game, Game.id == Round.game_id)
-                .where(Game.key == game_key, Round.number == number)
-            )
-            if deadline is None:
-                return
-            waiting = session.scalars(
-                select(InboundMessage.id)
-                .where(
-                    InboundMessage.status == InboundStatus.NEW,
-                    InboundMessage.received_at <= deadline,
-                )
-                .order_by(InboundMessage.id)
-            ).all()
-        for inbound_id in waiting:
+        for inbound_id in waiting_before_deadline(self.db, game_key, number):
             result = process_now(self.db, self.config, inbound_id)
             log.info("inbound %d processed before the close: %s", inbound_id, result.status)
 
@@ -429,17 +407,7 @@ class RoundScheduler:
         if since is None or self.clock() - since < limit:
             return []
         closed = []
-        with self.db.transaction() as session:
-            held = session.execute(
-                select(Game.key, Round.number)
-                .join(Round, Round.game_id == Game.id)
-                .where(
-                    Round.state == RoundPhase.OPEN,
-                    Round.held_at.is_not(None),
-                    Game.state == GamePhase.RUNNING,
-                )
-            ).all()
-        for key, number in held:
+        for key, number in held_rounds(self.db):
             outcome = self._close(key, number, actor="scheduler (released)")
             if outcome is not None:
                 closed.append(outcome)
@@ -449,54 +417,14 @@ class RoundScheduler:
         """Remind each player without valid orders (and only them); returns how many.
 
         A reminder whose deadline was moved later since it was planned only re-plans."""
-        with self.db.transaction() as session:
-            game = session.scalar(select(Game).where(Game.key == game_key))
-            deadline = session.scalar(
-                select(Round.deadline).where(
-                    Round.game_id == (game.id if game else -1), Round.number == number
-                )
-            )
-            early = (
-                game is not None
-                and deadline is not None
-                and self.clock() < deadline - timedelta(seconds=game.remind_before_s or 0)
-            )
-        if early:
+        due = reminders_due_at(self.db, game_key, number)
+        if due is not None and self.clock() < due:
             self.rebuild()
             return 0
         return self._remind(game_key, number)
 
     def _remind(self, game_key: str, number: int) -> int:
-        now = self.clock()
-        sent = 0
-        with self.db.transaction() as session:
-            game, round_ = _open_round(session, game_key, number, lock=True)
-            if game is None or round_ is None or round_.reminded_at is not None:
-                return 0
-            round_.reminded_at = now
-            latest = latest_orders(session, round_.id)
-            for player in session.scalars(
-                select(Player).where(Player.game_id == game.id, Player.active)
-            ):
-                mine = latest.get(player.id)
-                if mine is not None and mine.valid and not mine.withdrawn:
-                    continue
-                state = load_state(session, game, [player])
-                enqueue_mail(
-                    session,
-                    self.config,
-                    game=game,
-                    kind=MailKind.REMINDER,
-                    to=player.email,
-                    now=now,
-                    template=f"{ruleset_of(game).name}/reminder.txt.j2",
-                    player=player,
-                    round=round_,
-                    deadline=game_time(game, round_.deadline),
-                    problems=list(mine.problems) if mine is not None else [],
-                    **ruleset_of(game).player_view(settings_of(game), state, player.name),
-                )
-                sent += 1
+        sent = send_reminders(self.db, self.config, game_key, number, self.clock())
         log.info("%s: round %d reminders sent to %d player(s)", game_key, number, sent)
         return sent
 
@@ -505,18 +433,10 @@ class RoundScheduler:
 
         Called after orders arrive; returns when the early close is planned (or None).
         """
-        now = self.clock()
-        with self.db.transaction() as session:
-            game = session.scalar(select(Game).where(Game.key == game_key))
-            if game is None or not game.close_when_all_in or game.state != GamePhase.RUNNING:
-                return None
-            round_ = session.scalar(
-                select(Round).where(Round.game_id == game.id, Round.state == RoundPhase.OPEN)
-            )
-            if round_ is None or not self._all_in(session, game, round_):
-                return None
-            at = min(now + timedelta(seconds=game.settle_s), round_.deadline)
-            number = round_.number
+        found = all_in_close_at(self.db, game_key, self.clock())
+        if found is None:
+            return None
+        number, at = found
         self._all_in_at(game_key, number, at)
         return at
 
@@ -534,39 +454,18 @@ class RoundScheduler:
 
     def on_all_in(self, game_key: str, number: int) -> CloseOutcome | None:
         """The settle time after everyone's orders: close if all are still valid."""
-        with self.db.transaction() as session:
-            game, round_ = _open_round(session, game_key, number)
-            if game is None or round_ is None or not self._all_in(session, game, round_):
-                return None
+        if not still_all_in(self.db, game_key, number):
+            return None
         return self.on_deadline(game_key, number, early=True)
-
-    @staticmethod
-    def _all_in(session: Any, game: Game, round_: Round) -> bool:
-        latest = latest_orders(session, round_.id)
-        players = session.scalars(select(Player.id).where(Player.game_id == game.id)).all()
-        return all(
-            (r := latest.get(pid)) is not None and r.valid and not r.withdrawn for pid in players
-        )
 
     def _close_due_at(self, game_key: str, number: int) -> datetime | None:
         """When round ``number`` is to close now (its deadline and the intake grace), or None
         if it is not open, or held (then check_held releases it)."""
-        with self.db.transaction() as session:
-            deadline = session.scalar(
-                select(Round.deadline)
-                .join(Game, Game.id == Round.game_id)
-                .where(
-                    Game.key == game_key,
-                    Round.number == number,
-                    Round.state == RoundPhase.OPEN,
-                    Round.held_at.is_(None),
-                )
-            )
+        deadline = close_due(self.db, game_key, number)
         return None if deadline is None else self._not_before(deadline + self.intake_grace)
 
     def _running(self, game_key: str) -> bool:
-        with self.db.transaction() as session:
-            return session.scalar(select(Game.state).where(Game.key == game_key)) == "running"
+        return is_running(self.db, game_key)
 
     # -- the circuit breaker ---------------------------------------------------------------
 
@@ -592,32 +491,13 @@ class RoundScheduler:
         return intake_health(self.db, poller.config.source) if poller else (None, None)
 
     def _hold(self, game_key: str, number: int, problem: str) -> None:
-        now = self.clock()
-        with self.db.transaction() as session:
-            game, round_ = _open_round(session, game_key, number, lock=True)
-            if game is None or round_ is None or round_.held_at is not None:
-                return
-            round_.held_at = now
-            state = session.scalars(select(MailboxState)).first()
-            imap = self.config.settings.mail.imap
-            assert imap is not None
-            enqueue_mail(
-                session,
-                self.config,
-                game=game,
-                kind=MailKind.ROUND_HELD,
-                to=self.config.settings.mail.referee,
-                now=now,
-                template="referee/round_held.txt.j2",
-                round=round_,
-                deadline=game_time(game, round_.deadline),
-                last_ok=game_time(game, state.last_ok_at)
-                if state and state.last_ok_at
-                else "never",
-                limit=format_duration(imap.healthy_within),
-                error=(state.last_error if state and state.last_error else problem),
-            )
-        log.error("%s: round %d held: %s", game_key, number, problem)
+        imap = self.config.settings.mail.imap
+        assert imap is not None
+        held = hold_round(
+            self.db, self.config, game_key, number, problem, self.clock(), imap.healthy_within
+        )
+        if held:
+            log.error("%s: round %d held: %s", game_key, number, problem)
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -647,15 +527,3 @@ class RoundScheduler:
         database = self.config.settings.database
         return {"backups": database.backups, "backup_dir": database.backup_dir}
 
-
-def _open_round(
-    session: Session, game_key: str, number: int, *, lock: bool = False
-) -> tuple[Game | None, Round | None]:
-    """The game and its round ``number`` if that round is open (locked for update if asked)."""
-    game = session.scalar(select(Game).where(Game.key == game_key))
-    if game is None:
-        return None, None
-    query = select(Round).where(
-        Round.game_id == game.id, Round.number == number, Round.state == RoundPhase.OPEN
-    )
-    return game, session.scalar(query.with_for_update() if lock else query)

@@ -17,11 +17,12 @@ from sqlalchemy import select
 
 from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import GUEST_REPLIES_PER_ADDRESS_PER_HOUR, ingest
+from snl_pbem.app.mailbox_state import ensure_state, intake_health
 from snl_pbem.config import ImapSettings, load_config
 from snl_pbem.mail.commands import command_lines, parse_commands
 from snl_pbem.mail.imap import DeliveryFailed, ImapPoller, MailboxConfig
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
-from snl_pbem.runners.mailboxes import DatabaseHooks, intake_health
+from snl_pbem.runners.mailboxes import DatabaseHooks
 from snl_pbem.store import AuditEntry, InboundMessage, OutboxMessage, Player
 
 
@@ -246,7 +247,7 @@ def test_the_breaker_holds_a_round_while_the_last_read_failed(intake) -> None:
     from snl_pbem.runners.mailboxes import imap_poller
 
     source = imap_poller(db, config).config.source
-    hooks._state(source)
+    ensure_state(db, source)
     hooks.healthy(source, 1)
     assert rounds.intake_unhealthy() is None
     hooks.failed(source, "DeliveryFailed: x")

@@ -9,8 +9,9 @@ import pytest
 from imapclient import IMAPClient
 from mailhelpers import CORPUS, T0, orders_of
 
+from snl_pbem.app.mailbox_state import last_good_poll
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
-from snl_pbem.runners.mailboxes import DatabaseHooks, last_good_poll
+from snl_pbem.runners.mailboxes import DatabaseHooks
 
 
 def mailbox(dovecot, user: str) -> MailboxConfig:

@@ -1,0 +1,254 @@
+"""What the scheduler asks of the database, and the mail it sends: each a plain function
+over the database, so the scheduler (``snl_pbem.runners.scheduler``) owns timing only.
+
+Open rounds and their deadlines, reminders, close-when-all-in, the circuit breaker's
+held rounds, and the messages still waiting to be processed before a close.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.games import game_time, ruleset_of, settings_of
+from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.rounds import latest_orders, load_state
+from snl_pbem.config import Config
+from snl_pbem.store import Database, Game, InboundMessage, Player, Round
+from snl_pbem.store.models import MailboxState
+from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, RoundPhase
+from snl_pbem.timeutil import format_duration
+
+
+@dataclass(frozen=True)
+class OpenRound:
+    """An open round of a running game, as the scheduler plans its jobs."""
+
+    game: str
+    number: int
+    deadline: datetime
+    held: bool
+    """Held by the circuit breaker: released by the held-rounds check only."""
+    remind_at: datetime | None
+    """When its reminders are due (None: the game sends none, or they were sent, or the
+    time falls before the round opened)."""
+
+
+def open_rounds(db: Database) -> list[OpenRound]:
+    with db.transaction() as session:
+        rows = session.execute(
+            select(Game, Round)
+            .join(Round, Round.game_id == Game.id)
+            .where(Game.state == GamePhase.RUNNING, Round.state == RoundPhase.OPEN)
+        ).all()
+        found = []
+        for game, round_ in rows:
+            remind_at = None
+            if game.remind_before_s and round_.reminded_at is None:
+                at = round_.deadline - timedelta(seconds=game.remind_before_s)
+                if at > round_.opened_at:
+                    remind_at = at
+            found.append(
+                OpenRound(game.key, round_.number, round_.deadline, round_.held_at is not None,
+                          remind_at)
+            )
+        return found
+
+
+def round_deadline(db: Database, game_key: str, number: int) -> datetime | None:
+    """The deadline of the game's round ``number`` (open or not); None if there is none."""
+    with db.transaction() as session:
+        return session.scalar(
+            select(Round.deadline)
+            .join(Game, Game.id == Round.game_id)
+            .where(Game.key == game_key, Round.number == number)
+        )
+
+
+def close_due(db: Database, game_key: str, number: int) -> datetime | None:
+    """The deadline of round ``number`` if it is open and not held; else None."""
+    with db.transaction() as session:
+        return session.scalar(
+            select(Round.deadline)
+            .join(Game, Game.id == Round.game_id)
+            .where(
+                Game.key == game_key,
+                Round.number == number,
+                Round.state == RoundPhase.OPEN,
+                Round.held_at.is_(None),
+            )
+        )
+
+
+def is_running(db: Database, game_key: str) -> bool:
+    with db.transaction() as session:
+        state = session.scalar(select(Game.state).where(Game.key == game_key))
+        return state == GamePhase.RUNNING
+
+
+def waiting_before_deadline(db: Database, game_key: str, number: int) -> list[int]:
+    """Stored messages received by round ``number``'s deadline and not yet processed."""
+    with db.transaction() as session:
+        deadline = session.scalar(
+            select(Round.deadline)
+            .join(Game, Game.id == Round.game_id)
+            .where(Game.key == game_key, Round.number == number)
+        )
+        if deadline is None:
+            return []
+        return list(
+            session.scalars(
+                select(InboundMessage.id)
+                .where(
+                    InboundMessage.status == InboundStatus.NEW,
+                    InboundMessage.received_at <= deadline,
+                )
+                .order_by(InboundMessage.id)
+            ).all()
+        )
+
+
+def held_rounds(db: Database) -> list[tuple[str, int]]:
+    """(game, round) of every open round the circuit breaker holds."""
+    with db.transaction() as session:
+        rows = session.execute(
+            select(Game.key, Round.number)
+            .join(Round, Round.game_id == Game.id)
+            .where(
+                Round.state == RoundPhase.OPEN,
+                Round.held_at.is_not(None),
+                Game.state == GamePhase.RUNNING,
+            )
+        ).all()
+        return [(key, number) for key, number in rows]
+
+
+def reminders_due_at(db: Database, game_key: str, number: int) -> datetime | None:
+    """When round ``number``'s reminders are due under its deadline as it stands now (the
+    referee may have moved it); None if there is no such game or round."""
+    with db.transaction() as session:
+        game = session.scalar(select(Game).where(Game.key == game_key))
+        if game is None:
+            return None
+        deadline = session.scalar(
+            select(Round.deadline).where(Round.game_id == game.id, Round.number == number)
+        )
+        if deadline is None:
+            return None
+        return deadline - timedelta(seconds=game.remind_before_s or 0)
+
+
+def send_reminders(db: Database, config: Config, game_key: str, number: int, now: datetime) -> int:
+    """Remind each active player without valid orders for the open round ``number``, once
+    (the round records it); returns how many were reminded."""
+    sent = 0
+    with db.transaction() as session:
+        game, round_ = _open_round(session, game_key, number, lock=True)
+        if game is None or round_ is None or round_.reminded_at is not None:
+            return 0
+        round_.reminded_at = now
+        latest = latest_orders(session, round_.id)
+        ruleset, settings = ruleset_of(game), settings_of(game)
+        for player in session.scalars(
+            select(Player).where(Player.game_id == game.id, Player.active)
+        ):
+            mine = latest.get(player.id)
+            if mine is not None and mine.valid and not mine.withdrawn:
+                continue
+            state = load_state(session, game, [player])
+            enqueue_mail(
+                session,
+                config,
+                game=game,
+                kind=MailKind.REMINDER,
+                to=player.email,
+                now=now,
+                template=f"{ruleset.name}/reminder.txt.j2",
+                player=player,
+                round=round_,
+                deadline=game_time(game, round_.deadline),
+                problems=list(mine.problems) if mine is not None else [],
+                **ruleset.player_view(settings, state, player.name),
+            )
+            sent += 1
+    return sent
+
+
+def all_in_close_at(db: Database, game_key: str, now: datetime) -> tuple[int, datetime] | None:
+    """close_when_all_in: (round, when to close) once every player of the game's open round
+    has valid orders (the settle time after ``now``, never after the deadline); else None."""
+    with db.transaction() as session:
+        game = session.scalar(select(Game).where(Game.key == game_key))
+        if game is None or not game.close_when_all_in or game.state != GamePhase.RUNNING:
+            return None
+        round_ = session.scalar(
+            select(Round).where(Round.game_id == game.id, Round.state == RoundPhase.OPEN)
+        )
+        if round_ is None or not _all_in(session, game, round_):
+            return None
+        return round_.number, min(now + timedelta(seconds=game.settle_s), round_.deadline)
+
+
+def still_all_in(db: Database, game_key: str, number: int) -> bool:
+    """Round ``number`` is open and every player still has valid orders for it."""
+    with db.transaction() as session:
+        game, round_ = _open_round(session, game_key, number)
+        return game is not None and round_ is not None and _all_in(session, game, round_)
+
+
+def hold_round(
+    db: Database,
+    config: Config,
+    game_key: str,
+    number: int,
+    problem: str,
+    now: datetime,
+    healthy_within: timedelta,
+) -> bool:
+    """The circuit breaker: hold the open round ``number`` and tell the referee, once.
+    False if it is not open or already held."""
+    with db.transaction() as session:
+        game, round_ = _open_round(session, game_key, number, lock=True)
+        if game is None or round_ is None or round_.held_at is not None:
+            return False
+        round_.held_at = now
+        state = session.scalars(select(MailboxState)).first()
+        enqueue_mail(
+            session,
+            config,
+            game=game,
+            kind=MailKind.ROUND_HELD,
+            to=config.settings.mail.referee,
+            now=now,
+            template="referee/round_held.txt.j2",
+            round=round_,
+            deadline=game_time(game, round_.deadline),
+            last_ok=game_time(game, state.last_ok_at) if state and state.last_ok_at else "never",
+            limit=format_duration(healthy_within),
+            error=(state.last_error if state and state.last_error else problem),
+        )
+    return True
+
+
+def _all_in(session: Session, game: Game, round_: Round) -> bool:
+    latest = latest_orders(session, round_.id)
+    players = session.scalars(select(Player.id).where(Player.game_id == game.id)).all()
+    return all(
+        (r := latest.get(pid)) is not None and r.valid and not r.withdrawn for pid in players
+    )
+
+
+def _open_round(
+    session: Session, game_key: str, number: int, *, lock: bool = False
+) -> tuple[Game | None, Round | None]:
+    """The game and its round ``number`` if that round is open (locked for update if asked)."""
+    game = session.scalar(select(Game).where(Game.key == game_key))
+    if game is None:
+        return None, None
+    query = select(Round).where(
+        Round.game_id == game.id, Round.number == number, Round.state == RoundPhase.OPEN
+    )
+    return game, session.scalar(query.with_for_update() if lock else query)
