@@ -23,7 +23,7 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, GameConfig, Schedule
 from snl_pbem.errors import LifecycleError, no_such_game
 from snl_pbem.keys import generate_key, hash_key, new_salt
-from snl_pbem.rules import Board
+from snl_pbem.rules import Board, RulesError
 from snl_pbem.rules.ruleset import GameSettings, Ruleset, get_ruleset
 from snl_pbem.store import AuditEntry, Database, Game, OrderRecord, Player, Round, TurnRecord
 from snl_pbem.store.states import GamePhase, MailKind, RoundPhase
@@ -320,6 +320,10 @@ def start_game(
             )
         if game.state != GamePhase.NEW:
             raise LifecycleError(f"{game_key}: already started (it is {game.state})")
+        try:  # the ruleset's own check of the settings it will play by
+            ruleset_of(game).check_settings(settings_of(game))
+        except RulesError as exc:
+            raise LifecycleError(f"{game_key}: {exc}") from None
         deadline = scheduled_deadline(game, 1, now)
         if deadline <= now:
             raise LifecycleError(

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.bounces import record_bounce
 from snl_pbem.app.games import audit, game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.rounds import load_state, submit_orders
+from snl_pbem.app.rounds import player_state, submit_orders
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import NotFound
@@ -344,7 +344,11 @@ def _process_row(
                     session, config, row, mail, note if too_large else None
                 )
                 row.status, row.error = status, clean_text(detail) or None
-                _kept_after_reading(session, config, row, raw, mail, secrets)
+                try:  # never costs the message its processing: a savepoint of its own
+                    with session.begin_nested():
+                        _kept_after_reading(session, config, row, raw, mail, secrets)
+                except Exception as exc:
+                    log.error("inbound %d: keeping a redacted copy failed: %s", inbound_id, exc)
     except Exception as exc:  # kept with its traceback for the referee; the server carries on
         trace = traceback.format_exc(limit=20)
         with db.transaction() as session:
@@ -733,7 +737,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
 
 def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) -> None:
     session = ctx.session
-    state = load_state(session, game, [player])
+    state = player_state(session, game, player)
     round_ = open_round(session, game)
     orders_text = "none yet"
     if round_ is not None:

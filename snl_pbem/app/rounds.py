@@ -110,7 +110,8 @@ def load_state(
     players: Sequence[PlayerRef | Player],
 ) -> Stored:
     """The game's state from its stored results: every position, and each player's dice
-    since the turn the game's ruleset needs them from (postal: the current set of six)."""
+    since the turn the game's ruleset needs them from (postal: the current set of six).
+    With ``players`` one player only (``player_state``), a state of that player alone."""
     names = tuple(p.name for p in players)
     turns = game.turns_played
     set_start = ruleset_of(game).history_start(turns)
@@ -120,7 +121,7 @@ def load_state(
     query = select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final).where(
         TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns)
     )
-    if len(players) == 1:  # one player's own state (an order's check): their rows only
+    if len(players) == 1:  # one player's own state: their rows only
         query = query.where(TurnRecord.player_id == players[0].id)
     for player_id, turn, die, final in session.execute(query.order_by(TurnRecord.turn)):
         name = by_id.get(player_id)
@@ -138,6 +139,12 @@ def load_state(
         turns_played=turns,
         played_from=set_start,
     )
+
+
+def player_state(session: Session, game: Game, player: Player) -> Stored:
+    """One player's own stored state (positions and dice of that player alone): enough
+    to check their orders or tell them their own play, never to adjudicate."""
+    return load_state(session, game, [player])
 
 
 def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
@@ -206,7 +213,7 @@ def submit_orders(
     orders = Orders(
         tuple(dice) if dice is not None else None, trapdoor, clear=clear, withdraw=withdraw
     )
-    state = load_state(session, game, [player])
+    state = player_state(session, game, player)
     reading = ruleset_of(game).read_orders(
         settings_of(game), state, player.name, orders, round_.turns
     )

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.rounds import latest_orders, load_state
+from snl_pbem.app.rounds import latest_orders, player_state
 from snl_pbem.config import Config
 from snl_pbem.store import Database, Game, InboundMessage, Player, Round
 from snl_pbem.store.models import MailboxState
@@ -158,7 +158,7 @@ def send_reminders(db: Database, config: Config, game_key: str, number: int, now
             mine = latest.get(player.id)
             if mine is not None and mine.valid and not mine.withdrawn:
                 continue
-            state = load_state(session, game, [player])
+            state = player_state(session, game, player)
             enqueue_mail(
                 session,
                 config,

@@ -121,7 +121,7 @@ class Ruleset(Protocol):
     def read_orders(
         self,
         settings: GameSettings,
-        state: Stored,
+        state: Stored,  # the reader's own state (their dice and position) at least
         player: PlayerId,
         orders: Orders,
         turns: int,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mailhelpers import OPENED, T0, orders_of, replies_since
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, text
 
 from snl_pbem.app import intake as intake_module
 from snl_pbem.app.intake import ingest, process_pending
@@ -134,6 +134,27 @@ def test_a_crash_in_processing_is_kept_for_the_referee(intake, monkeypatch) -> N
         ).status
         == "processed"
     )
+
+
+def test_a_failure_keeping_the_redacted_copy_costs_the_order_nothing(intake, monkeypatch) -> None:
+    """Keeping what may be kept of a message (keys redacted, the daily cap) runs in its own
+    savepoint: a database error there (here a query of a missing table, which aborts a
+    PostgreSQL transaction) is logged, and the order, its acknowledgement and the message's
+    processing stand."""
+    db, config = intake
+
+    def failing_cap_check(session, config, row):
+        session.execute(text("SELECT * FROM no_such_table"))
+
+    monkeypatch.setattr(intake_module, "TRIMMED_BYTES", 0)
+    monkeypatch.setattr(intake_module, "_over_daily_cap", failing_cap_check)
+    result = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="cap"), T0, "t")
+    assert result.status == "processed", result
+    assert [(o.player, o.dice, o.valid) for o in orders_of(db)] == [("ann", "4", True)]
+    assert "Orders received for round 1" in last_reply(db)
+    with db.transaction() as s:
+        row = s.scalar(select(InboundMessage).where(InboundMessage.id == result.inbound_id))
+        assert row.status == "processed"
 
 
 def test_stored_but_unprocessed_messages_are_processed_at_start(intake) -> None:

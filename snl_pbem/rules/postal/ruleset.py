@@ -183,8 +183,17 @@ class PostalRuleset:
         """R19 (``player_report``, the one place it is decided): the reader's own dice of
         the current set, and nothing of anyone else's; and the lowest legal dice for the
         next round, as an example the reader may edit."""
-        report = player_report(self.rules(settings), _game_state(state), player)
-        example = lowest_legal_dice(state.played[player], report.next_round_turns or 1)
+        own = Stored(  # the reader alone: R19 needs no one else, and each view costs O(1)
+            players=(player,),
+            positions={player: state.positions[player]},
+            played={player: state.played[player]},
+            rounds_played=state.rounds_played,
+            turns_played=state.turns_played,
+            played_from=state.played_from,
+        )
+        report = player_report(self.rules(settings), _game_state(own), player)
+        turns = report.next_round_turns or 1
+        example = self.default_orders(settings, own, player, turns).dice or ()
         return {
             "used": _values(report.used),
             "open_values": _values(report.open),
