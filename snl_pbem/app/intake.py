@@ -40,7 +40,14 @@ from snl_pbem.errors import NotFound
 from snl_pbem.keys import hash_key
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.commands import Commands, LineProblem, parse_commands
-from snl_pbem.mail.parse import ParsedMail, ParseTimeout, clean_text, envelope_of, headers_only
+from snl_pbem.mail.parse import (
+    ParsedMail,
+    ParseTimeout,
+    clean_text,
+    envelope_of,
+    headers_only,
+    redact_in_bytes,
+)
 from snl_pbem.store import (
     Database,
     Game,
@@ -377,7 +384,12 @@ def _kept_after_reading(
     reading it). Past its sender's daily cap it is cut to its first 64 KiB (under an
     X-SNL-PBEM-Trimmed line). The digest of the original bytes stays, so the same message
     arriving again is still recognised."""
-    kept = mail.redacted if secrets and mail.redacted is not None else raw
+    if not secrets:
+        kept = raw
+    elif mail.redacted is not None:
+        kept = mail.redacted
+    else:  # the reading pass left it (a slow message): the keys go from the bytes at least
+        kept = redact_in_bytes(raw, secrets)
     if len(kept) > TRIMMED_BYTES and _over_daily_cap(session, config, row):
         mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
         kept = mark.encode() + kept[:TRIMMED_BYTES]

