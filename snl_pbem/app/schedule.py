@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.rounds import latest_orders, player_state
+from snl_pbem.app.rounds import latest_orders, load_state
 from snl_pbem.config import Config
-from snl_pbem.store import Database, Game, InboundMessage, Player, Round
+from snl_pbem.store import Database, Game, InboundMessage, OrderRecord, Player, Round
 from snl_pbem.store.models import MailboxState
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, RoundPhase
 from snl_pbem.timeutil import format_duration
@@ -152,13 +152,18 @@ def send_reminders(db: Database, config: Config, game_key: str, number: int, now
         round_.reminded_at = now
         latest = latest_orders(session, round_.id)
         ruleset, settings = ruleset_of(game), settings_of(game)
-        for player in session.scalars(
-            select(Player).where(Player.game_id == game.id, Player.active)
-        ):
+        waiting = [
+            player
+            for player in session.scalars(
+                select(Player).where(Player.game_id == game.id, Player.active)
+            )
+            if not _valid(latest.get(player.id))
+        ]
+        if not waiting:
+            return 0
+        state = load_state(session, game, waiting)  # one query for all of them
+        for player in waiting:
             mine = latest.get(player.id)
-            if mine is not None and mine.valid and not mine.withdrawn:
-                continue
-            state = player_state(session, game, player)
             enqueue_mail(
                 session,
                 config,
@@ -236,9 +241,12 @@ def hold_round(
 def _all_in(session: Session, game: Game, round_: Round) -> bool:
     latest = latest_orders(session, round_.id)
     players = session.scalars(select(Player.id).where(Player.game_id == game.id)).all()
-    return all(
-        (r := latest.get(pid)) is not None and r.valid and not r.withdrawn for pid in players
-    )
+    return all(_valid(latest.get(pid)) for pid in players)
+
+
+def _valid(record: OrderRecord | None) -> bool:
+    """Orders that count as sent: valid, and not withdrawn."""
+    return record is not None and record.valid and not record.withdrawn
 
 
 def _open_round(
