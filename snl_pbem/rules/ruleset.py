@@ -157,10 +157,6 @@ def register(ruleset: Ruleset) -> Ruleset:
     return ruleset
 
 
-def unregister(name: str) -> None:
-    _RULESETS.pop(name, None)
-
-
 def ruleset_names() -> tuple[str, ...]:
     return tuple(sorted(_RULESETS))
 
