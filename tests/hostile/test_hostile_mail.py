@@ -5,6 +5,7 @@ Run by the README's test command (marked slow). Seeded, so a failure replays.
 
 from __future__ import annotations
 
+import gc
 import logging
 import random
 import resource
@@ -24,7 +25,11 @@ MESSAGES = 10_000
 MAX_SECONDS_PER_MESSAGE = 0.5
 """No message may cost this much (a real one takes milliseconds), in the CPU time of its
 reading and storing: a message over it in wall-clock time (which a busy machine stretches)
-is timed again in CPU seconds, the reading best of three."""
+is timed again in CPU seconds, the reading best of three. The interpreter's garbage
+collections are not charged to the message they happen to fall in: a full collection
+walks every object the process holds (the 10,000 messages' captured log records
+included), and it once cost one ordinary message 0.65 s in CI. Growth is bounded by
+MAX_RSS_GROWTH_MB instead, and the collections' total time is printed."""
 MAX_RSS_GROWTH_MB = 300
 
 HEADERS = [
@@ -116,20 +121,26 @@ def test_ten_thousand_generated_messages(sqlite_intake) -> None:
     slowest = 0.0
     statuses: dict[str, int] = {}
     over: dict[int, tuple[bytes, float]] = {}  # message: itself, its ingest's CPU time here
-    for i in range(MESSAGES):
-        raw = generated(rng, i)
-        started, cpu = time.perf_counter(), time.process_time()
-        result = ingest(db, config, raw, T0 + timedelta(seconds=i), f"fuzz:{i}")
-        took = time.perf_counter() - started
-        if took >= MAX_SECONDS_PER_MESSAGE:
-            over[i] = (raw, time.process_time() - cpu)
-        slowest = max(slowest, took)
-        assert result.stored, (SEED, i)
-        statuses[result.status] = statuses.get(result.status, 0) + 1
+    collecting = _GcClock()
+    gc.callbacks.append(collecting)
+    try:
+        for i in range(MESSAGES):
+            raw = generated(rng, i)
+            started, cpu, gc_before = time.perf_counter(), time.process_time(), collecting.cpu
+            result = ingest(db, config, raw, T0 + timedelta(seconds=i), f"fuzz:{i}")
+            took = time.perf_counter() - started
+            if took >= MAX_SECONDS_PER_MESSAGE:
+                over[i] = (raw, time.process_time() - cpu - (collecting.cpu - gc_before))
+            slowest = max(slowest, took)
+            assert result.stored, (SEED, i)
+            statuses[result.status] = statuses.get(result.status, 0) + 1
+    finally:
+        gc.callbacks.remove(collecting)
     rss_growth = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - rss_before
     print(
         f"statuses {statuses}; slowest {slowest * 1000:.0f} ms ({len(over)} over "
-        f"{MAX_SECONDS_PER_MESSAGE} s, timed again in CPU time); RSS growth {rss_growth:.0f} MB"
+        f"{MAX_SECONDS_PER_MESSAGE} s, timed again in CPU time); RSS growth {rss_growth:.0f} MB; "
+        f"garbage collection {collecting.cpu:.2f} s CPU in all, longest {collecting.longest:.3f} s"
     )
     assert "failed" not in statuses, statuses
     for i, (raw, stored_cpu) in over.items():  # its reading ran in the sandbox: again here
@@ -141,6 +152,23 @@ def test_ten_thousand_generated_messages(sqlite_intake) -> None:
             select(func.count()).select_from(InboundMessage).where(InboundMessage.status == "new")
         )
     assert unfinished == 0  # every message stored with a final status
+
+
+class _GcClock:
+    """A gc callback adding up the CPU time the interpreter's collections take."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.longest = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            took = time.process_time() - self._started
+            self.cpu += took
+            self.longest = max(self.longest, took)
 
 
 def _reading_cpu(raw: bytes, address: str) -> float:
