@@ -57,14 +57,14 @@ def game_config(
 class Order:
     player: str
     dice: str
-    trapdoor: int | None
+    nomination: int | None
     valid: bool
 
 
 def orders_of(db: Database) -> list[Order]:
     with db.transaction() as s:
         rows = s.execute(
-            select(Player.name, OrderRecord.dice, OrderRecord.trapdoor, OrderRecord.valid)
+            select(Player.name, OrderRecord.dice, OrderRecord.nomination, OrderRecord.valid)
             .join(Player, Player.id == OrderRecord.player_id)
             .order_by(OrderRecord.id)
         ).all()

@@ -38,12 +38,12 @@ class ToyRuleset:
         self, settings: GameSettings, state: Stored, player: PlayerId, orders: Orders, turns: int
     ) -> OrderReading:
         refused = ()
-        if orders.trapdoor is not None:
-            refused = ((f"TRAPDOOR {orders.trapdoor}", "the toy game has no trapdoors"),)
+        if orders.nomination is not None:
+            refused = ((f"TRAPDOOR {orders.nomination}", "the toy game has no trapdoors"),)
         return OrderReading(
             valid=True,
             dice=orders.dice or (),
-            trapdoor=None,
+            nomination=None,
             problems=(),
             line_problems=refused,
             ack={"steps": 2},

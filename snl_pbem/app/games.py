@@ -45,10 +45,10 @@ def audit(
 def game_by_id(session: Session, game_id: str, *, lock: bool = False) -> Game:
     """The game with this id (locked for update when ``lock``); NotFound, in the one
     wording of an unknown game, when the database has none."""
-    query = select(Game).where(Game.key == game_id)
+    query = select(Game).where(Game.name == game_id)
     game = session.scalar(query.with_for_update() if lock else query)
     if game is None:
-        known = list(session.scalars(select(Game.key).order_by(Game.key)))
+        known = list(session.scalars(select(Game.name).order_by(Game.name)))
         raise no_such_game(game_id, known, "the database")
     return game
 
@@ -186,14 +186,14 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
     report = SyncReport()
     with db.transaction() as session:
         db.serialize(session, "sync-games")  # two servers starting (or reloading) together
-        known = {g.key: g for g in session.scalars(select(Game))}
+        known = {g.name: g for g in session.scalars(select(Game))}
         for game_config in config.games:
             game = known.get(game_config.id)
             if game is None:
                 game = Game(
-                    key=game_config.id,
+                    name=game_config.id,
                     state="new",
-                    key_salt=new_salt(),
+                    order_key_salt=new_salt(),
                     created_at=now,
                     board=dict(game_config.board_table),
                     timezone=game_config.tz.key,
@@ -202,12 +202,13 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
                 session.add(game)
                 _apply_settings(game, game_config)
                 session.flush()
-                report.add(f"{game.key}: new game with {len(game_config.settings.players)} players")
+                players = len(game_config.settings.players)
+                report.add(f"{game.name}: new game with {players} players")
                 audit(session, now, actor, "game-added", game)
             else:
                 old_schedule = game.schedule
                 for change in _apply_settings(game, game_config):
-                    report.add(f"{game.key}: {change}")
+                    report.add(f"{game.name}: {change}")
                 if game.schedule != old_schedule:
                     _sync_deadline(session, game, now, report)
             _sync_players(session, game, game_config, now, report, actor)
@@ -231,7 +232,7 @@ def _sync_players(
         if player is None:
             if game.state != GamePhase.NEW:
                 report.add(
-                    f"{game.key}: player {name} is new in the config but the game has "
+                    f"{game.name}: player {name} is new in the config but the game has "
                     "started; players can join only before the start"
                 )
                 continue
@@ -240,25 +241,25 @@ def _sync_players(
                 name=name,
                 email=spec.email,
                 joined_at=now,
-                key_source="config" if spec.key else "generated",
+                order_key_source="config" if spec.key else "generated",
             )
             if spec.key:
-                player.key_hash = hash_key(spec.key, game.key_salt)
+                player.order_key_hash = hash_key(spec.key, game.order_key_salt)
             session.add(player)
-            report.add(f"{game.key}: player {name} added")
+            report.add(f"{game.name}: player {name} added")
             audit(session, now, actor, "player-added", game, player=name)
             continue
         if not player.active:
             player.active = True
-            report.add(f"{game.key}: player {name} is back in the config")
+            report.add(f"{game.name}: player {name} is back in the config")
         if player.email != spec.email:
-            report.add(f"{game.key}: player {name}'s address changed")
+            report.add(f"{game.name}: player {name}'s address changed")
             audit(session, now, actor, "player-email", game, player=name)
             player.email = spec.email
-        if spec.key and hash_key(spec.key, game.key_salt) != player.key_hash:
-            player.key_hash = hash_key(spec.key, game.key_salt)
-            player.key_source = "config"
-            report.add(f"{game.key}: player {name}'s key changed in the config")
+        if spec.key and hash_key(spec.key, game.order_key_salt) != player.order_key_hash:
+            player.order_key_hash = hash_key(spec.key, game.order_key_salt)
+            player.order_key_source = "config"
+            report.add(f"{game.name}: player {name}'s key changed in the config")
             audit(session, now, actor, "player-key", game, player=name)
     for name, player in existing.items():
         if name in wanted or not player.active:
@@ -271,11 +272,11 @@ def _sync_players(
         )
         if game.state == GamePhase.NEW and not history:
             session.delete(player)
-            report.add(f"{game.key}: player {name} removed (no history)")
+            report.add(f"{game.name}: player {name} removed (no history)")
         else:
             player.active = False
             report.add(
-                f"{game.key}: player {name} is no longer in the config: kept with their "
+                f"{game.name}: player {name} is no longer in the config: kept with their "
                 "history, still moved by the referee each round (R17), sent no mail"
             )
         audit(session, now, actor, "player-removed", game, player=name)
@@ -292,7 +293,7 @@ def _sync_deadline(session: Session, game: Game, now: datetime, report: SyncRepo
     if deadline != current.deadline:
         passed = " (already passed: the round closes now)" if deadline <= now else ""
         report.add(
-            f"{game.key}: round {current.number} deadline moved from "
+            f"{game.name}: round {current.number} deadline moved from "
             f"{game_time(game, current.deadline)} to {game_time(game, deadline)}{passed}"
         )
         current.deadline = deadline
@@ -307,27 +308,27 @@ class StartReport:
 
 
 def start_game(
-    db: Database, config: Config, game_key: str, now: datetime, actor: str = "referee"
+    db: Database, config: Config, game_id: str, now: datetime, actor: str = "referee"
 ) -> StartReport:
     """Give each player a key (unless the config sets one), open round 1, enqueue welcomes."""
-    game_config = config.game(game_key)
+    game_config = config.game(game_id)
     with db.transaction() as session:
-        game = session.scalar(select(Game).where(Game.key == game_key).with_for_update())
+        game = session.scalar(select(Game).where(Game.name == game_id).with_for_update())
         if game is None:
             raise LifecycleError(
-                f"{game_key}: not in the database yet (run check-config, "
+                f"{game_id}: not in the database yet (run check-config, "
                 "then start again: start syncs the config first)"
             )
         if game.state != GamePhase.NEW:
-            raise LifecycleError(f"{game_key}: already started (it is {game.state})")
+            raise LifecycleError(f"{game_id}: already started (it is {game.state})")
         try:  # the ruleset's own check of the settings it will play by
             ruleset_of(game).check_settings(settings_of(game))
         except RulesError as exc:
-            raise LifecycleError(f"{game_key}: {exc}") from None
+            raise LifecycleError(f"{game_id}: {exc}") from None
         deadline = scheduled_deadline(game, 1, now)
         if deadline <= now:
             raise LifecycleError(
-                f"{game_key}: first_deadline {game_time(game, deadline)} is in the "
+                f"{game_id}: first_deadline {game_time(game, deadline)} is in the "
                 "past; set a later one in the config"
             )
         players = list(
@@ -341,8 +342,8 @@ def start_game(
             key = specs[player.name].key if player.name in specs else None
             if key is None:
                 key = generate_key()
-                player.key_hash = hash_key(key, game.key_salt)
-                player.key_source = "generated"
+                player.order_key_hash = hash_key(key, game.order_key_salt)
+                player.order_key_source = "generated"
                 generated += 1
             enqueue_mail(
                 session,
@@ -354,7 +355,7 @@ def start_game(
                 template="player/welcome.txt.j2",
                 secret=True,
                 player=player,
-                key=key,
+                order_key=key,
                 players=len(players),
                 last=game_config.board.last,
                 double_from=game.double_from_round,
@@ -379,6 +380,6 @@ def start_game(
             round_deadline=deadline.isoformat(),
             generated_keys=generated,
         )
-    log.info("%s: started, round 1 deadline %s", game_key, deadline.isoformat())
-    return StartReport(game_key, deadline, generated, len(players))
+    log.info("%s: started, round 1 deadline %s", game_id, deadline.isoformat())
+    return StartReport(game_id, deadline, generated, len(players))
 

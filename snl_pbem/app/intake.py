@@ -453,14 +453,14 @@ def _process(
         )
         return "rejected", too_large, ()
     status, detail = _dispatch(ctx)
-    return status, detail, tuple(sorted({*commands.keys, *mail.quoted_keys}))
+    return status, detail, tuple(sorted({*commands.order_keys, *mail.quoted_keys}))
 
 
 def _dispatch(ctx: _Context) -> tuple[str, str]:
     session, mail, commands = ctx.session, ctx.mail, ctx.commands
     game = _find_game(session, commands, mail.sender)
     if game is None:
-        if commands.help and commands.key is None:
+        if commands.help and commands.order_key is None:
             _guest_help(ctx, None)
             return "processed", "help sent"
         if commands.game is not None and not commands.game_from_subject:
@@ -490,16 +490,16 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
             game,
         )
         return "rejected", f"not one order set: {commands.conflict}"
-    if commands.help and commands.key is None:
+    if commands.help and commands.order_key is None:
         _guest_help(ctx, game)
         return "processed", "help sent"
     player = None
-    if commands.key is not None:
+    if commands.order_key is not None:
         player = session.scalar(
             select(Player).where(
                 Player.game_id == game.id,
                 Player.active,
-                Player.key_hash == hash_key(commands.key, game.key_salt),
+                Player.order_key_hash == hash_key(commands.order_key, game.order_key_salt),
             )
         )
     if player is None:
@@ -534,7 +534,7 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         "notice",
         "player/notice.txt.j2",
         message="Your message had no orders (no DICE or TRAPDOOR line)." + _cut_note(commands),
-        line_problems=_redacted(commands.problems, commands.keys),
+        line_problems=_redacted(commands.problems, commands.order_keys),
         other_sender=other,
     )
     return "processed", "no orders in it"
@@ -567,16 +567,16 @@ def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
     """No active player has this key: refused; the registered sender is told (within the
     guests' budget), and key guessing is counted and reported."""
     session, commands, mail = ctx.session, ctx.commands, ctx.mail
-    reason = "no KEY line" if commands.key is None else "wrong key"
+    reason = "no KEY line" if commands.order_key is None else "wrong key"
     log.warning(
         "inbound %d for %s: authentication failed (%s) from %s",
         ctx.row.id,
-        game.key,
+        game.name,
         reason,
         mail.sender,
     )
     quiet = False
-    if commands.key is not None:
+    if commands.order_key is not None:
         audit(
             session, ctx.now, "intake", "wrong-key", game, address=mail.sender, inbound=ctx.row.id
         )
@@ -584,7 +584,7 @@ def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
     if not quiet:
         _guest_notice(
             ctx,
-            f"Your message had {'no' if commands.key is None else 'a wrong'} order key, so "
+            f"Your message had {'no' if commands.order_key is None else 'a wrong'} order key, so "
             "nothing in it was applied. Every order needs the line KEY followed by your "
             "order key (see your welcome message)." + _cut_note(commands),
             game,
@@ -659,7 +659,7 @@ def _key_guessing(ctx: _Context, game: Game) -> bool:
             per_sender=WRONG_KEYS_PER_SENDER_PER_HOUR,
             per_game=WRONG_KEYS_PER_GAME_PER_HOUR,
         )
-        log.warning("%s: many wrong order keys in the last hour: referee told", game.key)
+        log.warning("%s: many wrong order keys in the last hour: referee told", game.name)
     return over_sender
 
 
@@ -710,7 +710,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         game,
         player,
         dice=commands.dice,
-        trapdoor=commands.trapdoor,
+        nomination=commands.nomination,
         received_at=ctx.now,
         inbound_id=ctx.row.id,
         withdraw=commands.clear and not commands.has_orders,
@@ -718,7 +718,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     )
     reading = receipt.reading
     line_problems = [LineProblem(line, why) for line, why in reading.line_problems]
-    line_problems += _redacted(commands.problems, commands.keys)
+    line_problems += _redacted(commands.problems, commands.order_keys)
     _reply(
         ctx,
         game,
@@ -731,14 +731,15 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         **reading.ack,
         line_problems=line_problems,
         replaced=[
-            (_redact(a, commands.keys), _redact(b, commands.keys)) for a, b in commands.replaced
+            (_redact(a, commands.order_keys), _redact(b, commands.order_keys))
+            for a, b in commands.replaced
         ],
-        ignored=[_redact(x, commands.keys) for x in commands.ignored][:20],
+        ignored=[_redact(x, commands.order_keys) for x in commands.ignored][:20],
         dropped=commands.dropped_lines,
         deadline=game_time(game, round_.deadline),
         other_sender=other,
         note=ctx.mail.note if ctx.mail.note and "attachment" in ctx.mail.note else None,
-        cut=_redact(commands.cut, commands.keys) if commands.cut else None,
+        cut=_redact(commands.cut, commands.order_keys) if commands.cut else None,
     )
     return "processed", (
         "orders withdrawn"
@@ -793,9 +794,9 @@ def _find_game(session: Session, commands: Commands, sender: str | None) -> Game
     (a gateway's "[EXTERNAL]" may come first); else the one running game the sender
     plays in."""
     if commands.game is not None and not commands.game_from_subject:
-        return session.scalar(select(Game).where(Game.key == commands.game))
+        return session.scalar(select(Game).where(Game.name == commands.game))
     for candidate in commands.subject_games:
-        game = session.scalar(select(Game).where(Game.key == candidate))
+        game = session.scalar(select(Game).where(Game.name == candidate))
         if game is not None:
             return game
     if sender is None:
@@ -880,7 +881,7 @@ def _guest_notice(
             "notice",
             "player/notice.txt.j2",
             message=message,
-            line_problems=_redacted(line_problems, ctx.commands.keys),
+            line_problems=_redacted(line_problems, ctx.commands.order_keys),
         )
         return
     if not _guest_budget(ctx, player.email, "guest-notice"):
@@ -895,7 +896,7 @@ def _guest_notice(
         subject=_subject(owner, "About your message"),
         player=player,
         message=message,
-        line_problems=_redacted(line_problems, ctx.commands.keys),
+        line_problems=_redacted(line_problems, ctx.commands.order_keys),
     )
 
 
@@ -943,7 +944,7 @@ SUBJECTS = {
 
 def _subject(game: Game | None, text: str) -> str:
     """Our own subject line: never an echo of what the sender wrote."""
-    return f"[{game.key}] {text}" if game is not None else f"Snakes and Ladders: {text}"
+    return f"[{game.name}] {text}" if game is not None else f"Snakes and Ladders: {text}"
 
 
 def _reply(

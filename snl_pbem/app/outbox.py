@@ -72,7 +72,7 @@ def enqueue_mail(
         body=body,
         now=now,
         message_id=message_id,
-        game_key=game.key if game else None,
+        game_id=game.name if game else None,
         auto_submitted=auto_submitted,
         broadcast=broadcast and game is not None,
         in_reply_to=in_reply_to,

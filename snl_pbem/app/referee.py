@@ -25,20 +25,20 @@ from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player
 from snl_pbem.store.states import GamePhase, InboundStatus, OutboxStatus
 
 
-def _game(session: Session, game_key: str, lock: bool = False) -> Game:
-    return game_by_id(session, game_key, lock=lock)
+def _game(session: Session, game_id: str, lock: bool = False) -> Game:
+    return game_by_id(session, game_id, lock=lock)
 
 
 def _open_round(session: Session, game: Game) -> Round:
     round_ = open_round(session, game, lock=True)
     if round_ is None:
-        raise LifecycleError(f"{game.key}: no round is open (the game is {game.state})")
+        raise LifecycleError(f"{game.name}: no round is open (the game is {game.state})")
     return round_
 
 
 def extend(
     db: Database,
-    game_key: str,
+    game_id: str,
     now: datetime,
     *,
     by: timedelta | None = None,
@@ -51,12 +51,12 @@ def extend(
     if (by is None) == (until is None):
         raise LifecycleError("give either --by DURATION or --until TIME")
     with db.transaction() as session:
-        game = _game(session, game_key, lock=True)
+        game = _game(session, game_id, lock=True)
         round_ = _open_round(session, game)
         new = round_.deadline + by if by is not None else until
         assert new is not None
         if new <= now:
-            raise LifecycleError(f"{game_key}: {game_time(game, new)} has already passed")
+            raise LifecycleError(f"{game_id}: {game_time(game, new)} has already passed")
         old = round_.deadline
         round_.deadline, round_.deadline_source = new, "referee"
         round_.held_at = None  # a held round with a new deadline is judged again at that time
@@ -78,13 +78,13 @@ def extend(
         return new
 
 
-def pause(db: Database, game_key: str, now: datetime, *, actor: str = "referee") -> None:
+def pause(db: Database, game_id: str, now: datetime, *, actor: str = "referee") -> None:
     """Stop the clock: a paused game's deadline does not fire."""
     with db.transaction() as session:
-        game = _game(session, game_key, lock=True)
+        game = _game(session, game_id, lock=True)
         if game.state != GamePhase.RUNNING:
             raise LifecycleError(
-                f"{game_key}: only a running game can be paused (it is {game.state})"
+                f"{game_id}: only a running game can be paused (it is {game.state})"
             )
         game.state, game.paused_at = "paused", now
         audit(session, now, actor, "pause", game)
@@ -92,7 +92,7 @@ def pause(db: Database, game_key: str, now: datetime, *, actor: str = "referee")
 
 def resume(
     db: Database,
-    game_key: str,
+    game_id: str,
     now: datetime,
     *,
     actor: str = "referee",
@@ -101,9 +101,9 @@ def resume(
     """Restart the clock: the open deadline, and the schedule after it, move by the pause
     (in whole seconds); with ``config``, every active player is told (when it moved)."""
     with db.transaction() as session:
-        game = _game(session, game_key, lock=True)
+        game = _game(session, game_id, lock=True)
         if game.state != GamePhase.PAUSED or game.paused_at is None:
-            raise LifecycleError(f"{game_key}: not paused (it is {game.state})")
+            raise LifecycleError(f"{game_id}: not paused (it is {game.state})")
         shift = timedelta(seconds=int((now - game.paused_at).total_seconds()))
         round_ = _open_round(session, game)
         old = round_.deadline
@@ -152,7 +152,7 @@ def retry_mail(
     *,
     referee: str,
     outbox_id: int | None = None,
-    game_key: str | None = None,
+    game_id: str | None = None,
     actor: str = "referee",
 ) -> list[MailRetry]:
     """Failed mail back to pending: attempts 0, due now, and a fresh ``give_up_after``
@@ -160,7 +160,7 @@ def retry_mail(
     log). The running server's sender sends it within 15 seconds.
 
     One message (``outbox_id``; NotFound if there is none, or it is not failed) or every
-    failed one (of ``game_key``). A message written to a player's address that is no longer
+    failed one (of ``game_id``). A message written to a player's address that is no longer
     theirs (the config was corrected since) stays failed: it may hold an order key, and
     the old address may be a stranger's.
     """
@@ -173,8 +173,8 @@ def retry_mail(
                 raise NotFound(f"outbox {outbox_id}: {state}")
             rows = [row]
         else:
-            if game_key is not None:
-                query = query.where(OutboxMessage.game_id == _game(session, game_key).id)
+            if game_id is not None:
+                query = query.where(OutboxMessage.game_id == _game(session, game_id).id)
             rows = list(session.scalars(query.order_by(OutboxMessage.id).with_for_update()))
         done = []
         for row in rows:
@@ -231,7 +231,8 @@ class PlayerStatus:
 
 @dataclass
 class GameStatus:
-    key: str
+    id: str
+    """The game id."""
     title: str
     state: str
     timezone: str
@@ -260,11 +261,11 @@ class GameStatus:
         return data
 
 
-def status(db: Database, game_key: str | None = None) -> list[GameStatus]:
+def status(db: Database, game_id: str | None = None) -> list[GameStatus]:
     """The referee's view of every game (or one)."""
     with db.transaction() as session:
-        query = select(Game).order_by(Game.key)
-        games = [_game(session, game_key)] if game_key else list(session.scalars(query))
+        query = select(Game).order_by(Game.name)
+        games = [_game(session, game_id)] if game_id else list(session.scalars(query))
         return [_status(session, game) for game in games]
 
 
@@ -310,7 +311,7 @@ def _status(session: Session, game: Game) -> GameStatus:
     )
 
     return GameStatus(
-        key=game.key,
+        id=game.name,
         title=game.title,
         state=game.state,
         timezone=game.timezone,
@@ -370,20 +371,20 @@ def outbox_message(db: Database, outbox_id: int) -> tuple[OutboxMessage, str | N
         if row is None:
             raise NotFound(f"outbox {outbox_id}: no such message")
         game = session.get(Game, row.game_id) if row.game_id is not None else None
-        return row, game.key if game else None
+        return row, game.name if game else None
 
 
 def outbox_messages(
-    db: Database, state: str, game_key: str | None, limit: int
+    db: Database, state: str, game_id: str | None, limit: int
 ) -> tuple[list[tuple[OutboxMessage, str | None]], int]:
     """The newest outgoing messages in ``state`` ("all" for any), of one game or all,
     oldest first, with their games' ids; and how many there are in all."""
     with db.transaction() as session:
         conditions = [] if state == "all" else [OutboxMessage.status == state]
-        if game_key is not None:
-            conditions.append(OutboxMessage.game_id == game_by_id(session, game_key).id)
+        if game_id is not None:
+            conditions.append(OutboxMessage.game_id == game_by_id(session, game_id).id)
         rows = session.execute(
-            select(OutboxMessage, Game.key)
+            select(OutboxMessage, Game.name)
             .outerjoin(Game, Game.id == OutboxMessage.game_id)
             .where(*conditions)
             .order_by(OutboxMessage.id.desc())

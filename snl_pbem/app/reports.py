@@ -139,7 +139,7 @@ def enqueue_round_mail(
             "board_text": render_text(board),
             "history": history_lines(session, game),
         }
-        svg = render_svg(board, title=f"{game.title or game.key}: the board")
+        svg = render_svg(board, title=f"{game.title or game.name}: the board")
         attachments = (("board.svg", "image/svg+xml", svg.encode()),)
     for player in players:
         if not player.active:

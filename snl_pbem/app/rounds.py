@@ -167,17 +167,19 @@ def counting_orders(
     by_id = {p.id: p.name for p in players}
     latest: dict[str, Orders] = {}
     rows = session.execute(
-        select(OrderRecord.player_id, OrderRecord.dice, OrderRecord.trapdoor, OrderRecord.withdrawn)
+        select(
+            OrderRecord.player_id, OrderRecord.dice, OrderRecord.nomination, OrderRecord.withdrawn
+        )
         .where(
             OrderRecord.round_id == round_.id,
             or_(OrderRecord.received_at <= round_.deadline, OrderRecord.source == "referee"),
         )
         .order_by(OrderRecord.received_at, OrderRecord.id)
     )
-    for player_id, dice, trapdoor, withdrawn in rows:
+    for player_id, dice, nomination, withdrawn in rows:
         name = by_id.get(player_id)
         if name is not None:  # later ones replace earlier ones, as a whole
-            latest[name] = Orders(dice_values(dice), trapdoor, withdraw=withdrawn)
+            latest[name] = Orders(dice_values(dice), nomination, withdraw=withdrawn)
     return {name: order for name, order in latest.items() if not order.withdraw}
 
 
@@ -198,7 +200,7 @@ def submit_orders(
     player: Player,
     *,
     dice: Sequence[int] | None,
-    trapdoor: int | None,
+    nomination: int | None,
     received_at: datetime,
     source: str = "email",
     inbound_id: int | None = None,
@@ -209,9 +211,9 @@ def submit_orders(
     as the game's ruleset reads it. ``dice`` None: the message had no DICE line."""
     round_ = open_round(session, game)
     if round_ is None or game.state not in ("running", "paused"):
-        raise LifecycleError(f"{game.key}: no round is open for orders")
+        raise LifecycleError(f"{game.name}: no round is open for orders")
     orders = Orders(
-        tuple(dice) if dice is not None else None, trapdoor, clear=clear, withdraw=withdraw
+        tuple(dice) if dice is not None else None, nomination, clear=clear, withdraw=withdraw
     )
     state = player_state(session, game, player)
     reading = ruleset_of(game).read_orders(
@@ -225,7 +227,7 @@ def submit_orders(
             received_at=received_at,
             source=source,
             dice=dice_text(reading.dice),
-            trapdoor=reading.trapdoor,
+            nomination=reading.nomination,
             valid=reading.valid and not withdraw,
             problems=list(reading.problems),
             withdrawn=withdraw,
@@ -250,7 +252,7 @@ class CloseOutcome:
 
 def close_round(
     db: Database,
-    game_key: str,
+    game_id: str,
     now: datetime,
     *,
     actor: str = "scheduler",
@@ -267,7 +269,7 @@ def close_round(
     (closed and reopened meanwhile), nothing happens.
     """
     with db.transaction() as session:
-        game = game_by_id(session, game_key, lock=True)
+        game = game_by_id(session, game_id, lock=True)
         round_ = open_round(session, game, lock=True)
         if round_ is None or (expect_round is not None and round_.number != expect_round):
             return None
@@ -283,7 +285,7 @@ def close_round(
             outcome = _adjudicate_and_store(session, game, round_, now, actor, config)
         crash_point("close.before-commit", prepare=session.flush)
     crash_point("close.after-commit")
-    log.info("%s: round %d closed by %s", game_key, outcome.round, actor)
+    log.info("%s: round %d closed by %s", game_id, outcome.round, actor)
     return outcome
 
 
@@ -299,7 +301,7 @@ def _adjudicate_and_store(
     state = load_state(session, game, players)
     if state.rounds_played != round_.number - 1:
         raise LifecycleError(
-            f"{game.key}: round {round_.number} is open but {state.rounds_played} were played"
+            f"{game.name}: round {round_.number} is open but {state.rounds_played} were played"
         )
     orders = counting_orders(session, round_, players)
     decided = ruleset_of(game).adjudicate(settings_of(game), state, orders)
@@ -394,12 +396,12 @@ def _adjudicate_and_store(
         trapdoors=len(tally.get("trapdoors", [])),
         result=result_json,
     )
-    return CloseOutcome(game.key, round_.number, decided, next_round, next_deadline)
+    return CloseOutcome(game.name, round_.number, decided, next_round, next_deadline)
 
 
 def close_with_backup(
     db: Database,
-    game_key: str,
+    game_id: str,
     now: datetime,
     *,
     backups: int,
@@ -409,22 +411,22 @@ def close_with_backup(
     config: Config | None = None,
 ) -> CloseOutcome | None:
     """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
-    db.backup(backup_dir, f"{game_key}-before-close", backups)
-    return close_round(db, game_key, now, actor=actor, expect_round=expect_round, config=config)
+    db.backup(backup_dir, f"{game_id}-before-close", backups)
+    return close_round(db, game_id, now, actor=actor, expect_round=expect_round, config=config)
 
 
 def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
     """Open rounds of running games whose deadline has passed, oldest deadline first."""
     with db.transaction() as session:
         rows = session.execute(
-            select(Game.key, Round.number, Round.deadline)
+            select(Game.name, Round.number, Round.deadline)
             .join(Round, Round.game_id == Game.id)
             .where(
                 Game.state == GamePhase.RUNNING,
                 Round.state == RoundPhase.OPEN,
                 Round.deadline <= now,
             )
-            .order_by(Round.deadline, Game.key)
+            .order_by(Round.deadline, Game.name)
         )
         return [(key, number, deadline) for key, number, deadline in rows]
 
@@ -457,7 +459,7 @@ def close_due_rounds(
 
 
 def rollback_round(
-    db: Database, game_key: str, now: datetime, *, actor: str = "referee", force: bool = False
+    db: Database, game_id: str, now: datetime, *, actor: str = "referee", force: bool = False
 ) -> int:
     """Reopen the last closed round: its results are discarded, its orders kept.
 
@@ -467,7 +469,7 @@ def rollback_round(
     (the messages they came in stay stored and can be ingested again).
     """
     with db.transaction() as session:
-        game = game_by_id(session, game_key, lock=True)
+        game = game_by_id(session, game_id, lock=True)
         last = session.scalar(
             select(Round)
             .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
@@ -476,7 +478,7 @@ def rollback_round(
             .with_for_update()
         )
         if last is None:
-            raise LifecycleError(f"{game_key}: no round has been closed yet")
+            raise LifecycleError(f"{game_id}: no round has been closed yet")
         following = session.scalar(
             select(Round).where(Round.game_id == game.id, Round.number == last.number + 1)
         )
@@ -488,7 +490,7 @@ def rollback_round(
             )
             if count and not force:
                 raise LifecycleError(
-                    f"{game_key}: round {following.number} already has {count} order set(s); "
+                    f"{game_id}: round {following.number} already has {count} order set(s); "
                     "rollback --force discards them (their emails stay stored)"
                 )
             session.delete(following)

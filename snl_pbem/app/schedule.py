@@ -52,30 +52,30 @@ def open_rounds(db: Database) -> list[OpenRound]:
                 if at > round_.opened_at:
                     remind_at = at
             found.append(
-                OpenRound(game.key, round_.number, round_.deadline, round_.held_at is not None,
+                OpenRound(game.name, round_.number, round_.deadline, round_.held_at is not None,
                           remind_at)
             )
         return found
 
 
-def round_deadline(db: Database, game_key: str, number: int) -> datetime | None:
+def round_deadline(db: Database, game_id: str, number: int) -> datetime | None:
     """The deadline of the game's round ``number`` (open or not); None if there is none."""
     with db.transaction() as session:
         return session.scalar(
             select(Round.deadline)
             .join(Game, Game.id == Round.game_id)
-            .where(Game.key == game_key, Round.number == number)
+            .where(Game.name == game_id, Round.number == number)
         )
 
 
-def close_due(db: Database, game_key: str, number: int) -> datetime | None:
+def close_due(db: Database, game_id: str, number: int) -> datetime | None:
     """The deadline of round ``number`` if it is open and not held; else None."""
     with db.transaction() as session:
         return session.scalar(
             select(Round.deadline)
             .join(Game, Game.id == Round.game_id)
             .where(
-                Game.key == game_key,
+                Game.name == game_id,
                 Round.number == number,
                 Round.state == RoundPhase.OPEN,
                 Round.held_at.is_(None),
@@ -83,19 +83,19 @@ def close_due(db: Database, game_key: str, number: int) -> datetime | None:
         )
 
 
-def is_running(db: Database, game_key: str) -> bool:
+def is_running(db: Database, game_id: str) -> bool:
     with db.transaction() as session:
-        state = session.scalar(select(Game.state).where(Game.key == game_key))
+        state = session.scalar(select(Game.state).where(Game.name == game_id))
         return state == GamePhase.RUNNING
 
 
-def waiting_before_deadline(db: Database, game_key: str, number: int) -> list[int]:
+def waiting_before_deadline(db: Database, game_id: str, number: int) -> list[int]:
     """Stored messages received by round ``number``'s deadline and not yet processed."""
     with db.transaction() as session:
         deadline = session.scalar(
             select(Round.deadline)
             .join(Game, Game.id == Round.game_id)
-            .where(Game.key == game_key, Round.number == number)
+            .where(Game.name == game_id, Round.number == number)
         )
         if deadline is None:
             return []
@@ -115,7 +115,7 @@ def held_rounds(db: Database) -> list[tuple[str, int]]:
     """(game, round) of every open round the circuit breaker holds."""
     with db.transaction() as session:
         rows = session.execute(
-            select(Game.key, Round.number)
+            select(Game.name, Round.number)
             .join(Round, Round.game_id == Game.id)
             .where(
                 Round.state == RoundPhase.OPEN,
@@ -126,11 +126,11 @@ def held_rounds(db: Database) -> list[tuple[str, int]]:
         return [(key, number) for key, number in rows]
 
 
-def reminders_due_at(db: Database, game_key: str, number: int) -> datetime | None:
+def reminders_due_at(db: Database, game_id: str, number: int) -> datetime | None:
     """When round ``number``'s reminders are due under its deadline as it stands now (the
     referee may have moved it); None if there is no such game or round."""
     with db.transaction() as session:
-        game = session.scalar(select(Game).where(Game.key == game_key))
+        game = session.scalar(select(Game).where(Game.name == game_id))
         if game is None:
             return None
         deadline = session.scalar(
@@ -141,12 +141,12 @@ def reminders_due_at(db: Database, game_key: str, number: int) -> datetime | Non
         return deadline - timedelta(seconds=game.remind_before_s or 0)
 
 
-def send_reminders(db: Database, config: Config, game_key: str, number: int, now: datetime) -> int:
+def send_reminders(db: Database, config: Config, game_id: str, number: int, now: datetime) -> int:
     """Remind each active player without valid orders for the open round ``number``, once
     (the round records it); returns how many were reminded."""
     sent = 0
     with db.transaction() as session:
-        game, round_ = _open_round(session, game_key, number, lock=True)
+        game, round_ = _open_round(session, game_id, number, lock=True)
         if game is None or round_ is None or round_.reminded_at is not None:
             return 0
         round_.reminded_at = now
@@ -182,11 +182,11 @@ def send_reminders(db: Database, config: Config, game_key: str, number: int, now
     return sent
 
 
-def all_in_close_at(db: Database, game_key: str, now: datetime) -> tuple[int, datetime] | None:
+def all_in_close_at(db: Database, game_id: str, now: datetime) -> tuple[int, datetime] | None:
     """close_when_all_in: (round, when to close) once every player of the game's open round
     has valid orders (the settle time after ``now``, never after the deadline); else None."""
     with db.transaction() as session:
-        game = session.scalar(select(Game).where(Game.key == game_key))
+        game = session.scalar(select(Game).where(Game.name == game_id))
         if game is None or not game.close_when_all_in or game.state != GamePhase.RUNNING:
             return None
         round_ = session.scalar(
@@ -197,17 +197,17 @@ def all_in_close_at(db: Database, game_key: str, now: datetime) -> tuple[int, da
         return round_.number, min(now + timedelta(seconds=game.settle_s), round_.deadline)
 
 
-def still_all_in(db: Database, game_key: str, number: int) -> bool:
+def still_all_in(db: Database, game_id: str, number: int) -> bool:
     """Round ``number`` is open and every player still has valid orders for it."""
     with db.transaction() as session:
-        game, round_ = _open_round(session, game_key, number)
+        game, round_ = _open_round(session, game_id, number)
         return game is not None and round_ is not None and _all_in(session, game, round_)
 
 
 def hold_round(
     db: Database,
     config: Config,
-    game_key: str,
+    game_id: str,
     number: int,
     problem: str,
     now: datetime,
@@ -216,7 +216,7 @@ def hold_round(
     """The circuit breaker: hold the open round ``number`` and tell the referee, once.
     False if it is not open or already held."""
     with db.transaction() as session:
-        game, round_ = _open_round(session, game_key, number, lock=True)
+        game, round_ = _open_round(session, game_id, number, lock=True)
         if game is None or round_ is None or round_.held_at is not None:
             return False
         round_.held_at = now
@@ -250,10 +250,10 @@ def _valid(record: OrderRecord | None) -> bool:
 
 
 def _open_round(
-    session: Session, game_key: str, number: int, *, lock: bool = False
+    session: Session, game_id: str, number: int, *, lock: bool = False
 ) -> tuple[Game | None, Round | None]:
     """The game and its round ``number`` if that round is open (locked for update if asked)."""
-    game = session.scalar(select(Game).where(Game.key == game_key))
+    game = session.scalar(select(Game).where(Game.name == game_id))
     if game is None:
         return None, None
     query = select(Round).where(

@@ -163,10 +163,10 @@ def _database(config: Config, *, check: bool = True) -> Database:
     return db
 
 
-def _zone(config: Config, game_key: str | None = None) -> ZoneInfo:
+def _zone(config: Config, game_id: str | None = None) -> ZoneInfo:
     """Where a command shows times: the game's zone, else the config's ``timezone``."""
-    if game_key is not None and game_key in {g.id for g in config.games}:
-        return config.game(game_key).tz
+    if game_id is not None and game_id in {g.id for g in config.games}:
+        return config.game(game_id).tz
     return zone(config.settings.timezone)
 
 
@@ -292,7 +292,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def render_status(game: GameStatus) -> str:
-    lines = [f"{game.key}: {game.title or '(no title)'} [{game.state}]"]
+    lines = [f"{game.id}: {game.title or '(no title)'} [{game.state}]"]
     if game.round is not None:
         kind = "one turn" if game.round_turns == 1 else "two turns"
         valid = sum(1 for p in game.players if p.orders == "valid")
@@ -318,7 +318,7 @@ def render_status(game: GameStatus) -> str:
         lines.append(f"  last sending error: {game.mail_last_error.splitlines()[0][:200]}")
     if game.mail_failed:
         lines.append(
-            f"  failed mail: snl-pbem outbox list --game {game.key}; "
+            f"  failed mail: snl-pbem outbox list --game {game.id}; "
             "send it again with outbox retry ID"
         )
     return "\n".join(lines) + "\n"
@@ -471,7 +471,7 @@ def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int
                 utcnow(),
                 referee=config.settings.mail.referee,
                 outbox_id=args.id,
-                game_key=args.game if args.all_failed else None,
+                game_id=args.game if args.all_failed else None,
             )
         )
     except LookupError as exc:
@@ -491,10 +491,10 @@ def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int
 
 
 def _outbox_show(db: Database, outbox_id: int, tz: ZoneInfo) -> int:
-    row, game_key = outbox_message(db, outbox_id)
+    row, game_id = outbox_message(db, outbox_id)
     print(
         f"outbox {row.id}: {row.status}, {row.kind} to {row.recipient}"
-        + (f" (game {game_key})" if game_key else "")
+        + (f" (game {game_id})" if game_id else "")
         + f", {row.attempts} attempt(s), written {show(row.created_at, tz)}"
         + (f", sent {show(row.sent_at, tz)}" if row.sent_at else ""),
         file=sys.stderr,
@@ -513,11 +513,11 @@ def _outbox_show(db: Database, outbox_id: int, tz: ZoneInfo) -> int:
     return 0
 
 
-def _outbox_list(db: Database, state: str, game_key: str | None, tz: ZoneInfo) -> int:
-    rows, total = outbox_messages(db, state, game_key, OUTBOX_LIST_LIMIT)
+def _outbox_list(db: Database, state: str, game_id: str | None, tz: ZoneInfo) -> int:
+    rows, total = outbox_messages(db, state, game_id, OUTBOX_LIST_LIMIT)
     what = "mail" if state == "all" else f"{state} mail"
     if not rows:
-        print(f"no {what}" + (f" for {game_key}" if game_key else ""))
+        print(f"no {what}" + (f" for {game_id}" if game_id else ""))
         return 0
     print(
         f"{'id':>6}  {'game':<10} {'kind':<16} {'recipient':<32} {'status':<8} tries "

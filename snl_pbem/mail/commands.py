@@ -111,11 +111,11 @@ class Commands:
     """What one message asked for."""
 
     game: str | None = None
-    key: str | None = None
+    order_key: str | None = None
     round: int | None = None
     dice: tuple[int, ...] | None = None
-    trapdoor: int | None = None
-    no_trapdoor: bool = False
+    nomination: int | None = None
+    no_nomination: bool = False
     """TRAPDOOR NONE: explicitly no nomination (R16 then nominates the target)."""
     status: bool = False
     help: bool = False
@@ -132,14 +132,14 @@ class Commands:
     replaced: tuple[tuple[str, str], ...] = ()
     """(earlier line, the later line that replaced it) for each repeated order line: a
     message with more than one order block counts its last one."""
-    keys: tuple[str, ...] = ()
+    order_keys: tuple[str, ...] = ()
     """Every KEY value given (all are redacted from what is kept and echoed)."""
     conflict: str | None = None
     """Why the message cannot be read as one order set (two games, two keys)."""
 
     @property
     def has_orders(self) -> bool:
-        return self.dice is not None or self.trapdoor is not None or self.no_trapdoor
+        return self.dice is not None or self.nomination is not None or self.no_nomination
 
 
 def clean_line(line: str) -> str:
@@ -295,11 +295,11 @@ def parse_commands(text: str, subject: str = "") -> Commands:
         game, from_subject = subject_games[0], True
     return Commands(
         game=game if isinstance(game, str) else None,
-        key=values.get("key"),  # type: ignore[arg-type]
+        order_key=values.get("key"),  # type: ignore[arg-type]
         round=values.get("round"),  # type: ignore[arg-type]
         dice=values.get("dice"),  # type: ignore[arg-type]
-        trapdoor=values.get("trapdoor"),  # type: ignore[arg-type]
-        no_trapdoor=bool(values.get("no_trapdoor")),
+        nomination=values.get("trapdoor"),  # type: ignore[arg-type]
+        no_nomination=bool(values.get("no_trapdoor")),
         status=bool(values.get("status")),
         help=bool(values.get("help")),
         clear=bool(values.get("clear")),
@@ -310,7 +310,7 @@ def parse_commands(text: str, subject: str = "") -> Commands:
         subject_games=subject_games,
         cut=cut,
         replaced=tuple(b.replaced),
-        keys=tuple(values.get("keys", ())),  # type: ignore[arg-type]
+        order_keys=tuple(values.get("keys", ())),  # type: ignore[arg-type]
         conflict=(
             "it has " + " and ".join(b.conflicts) + ", so it cannot be read as one order set"
             if b.conflicts

@@ -350,7 +350,7 @@ def parse_message(raw: bytes, game_address: str) -> ParsedMail:
     subject = header(msg, "Subject")
     commands = None if automated else parse_commands(text, subject)
     quoted_keys = keys_quoted_in(msg)
-    secrets = sorted({*quoted_keys, *(commands.keys if commands else ())})
+    secrets = sorted({*quoted_keys, *(commands.order_keys if commands else ())})
     return ParsedMail(
         message_id=message_id[:998] if message_id else None,
         sender=sender,

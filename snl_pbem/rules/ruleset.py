@@ -44,7 +44,7 @@ class Orders:
 
     dice: tuple[int, ...] | None = None
     """The DICE line's values; None when the message had no DICE line."""
-    trapdoor: int | None = None
+    nomination: int | None = None
     """The TRAPDOOR line's space, as written (not yet checked against the board)."""
     clear: bool = False
     """The message had a CLEAR line."""
@@ -59,7 +59,7 @@ class OrderReading:
     valid: bool
     dice: tuple[int, ...]
     """The dice to store (as sent)."""
-    trapdoor: int | None
+    nomination: int | None
     """The nomination to store; None when the one sent is no nomination."""
     problems: tuple[str, ...]
     """Why the orders are not valid, one sentence each (stored with them)."""

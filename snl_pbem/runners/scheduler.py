@@ -298,7 +298,7 @@ class RoundScheduler:
         return outcomes
 
     def on_deadline(
-        self, game_key: str, number: int, *, early: bool = False
+        self, game_id: str, number: int, *, early: bool = False
     ) -> CloseOutcome | None:
         """A round's deadline: close it, unless mail intake is unhealthy (then hold it).
 
@@ -309,21 +309,21 @@ class RoundScheduler:
         done (one transaction) and the deadline is tried again shortly.
         """
         try:
-            if not self._running(game_key):
+            if not self._running(game_id):
                 return None
             until = self.redelivery_until
             if early and until is not None and self.clock() < until:
-                self._all_in_at(game_key, number, until)  # an order may be in the MTA's queue
+                self._all_in_at(game_id, number, until)  # an order may be in the MTA's queue
                 return None
             if not early:
-                due = self._close_due_at(game_key, number)
+                due = self._close_due_at(game_id, number)
                 if due is None:  # closed meanwhile (close-round, another server)
                     return None
                 if self.clock() < due:
                     log.info(
                         "%s: round %d is not due yet (deadline moved, or the MTA's redelivery "
                         "grace after start-up); closing at %s",
-                        game_key,
+                        game_id,
                         number,
                         due.isoformat(timespec="seconds"),
                     )
@@ -331,22 +331,22 @@ class RoundScheduler:
                     return None
             problem = self.intake_unhealthy()
             if problem is not None:
-                self._hold(game_key, number, problem)
+                self._hold(game_id, number, problem)
                 return None
-            if not early and self._intake_behind(game_key, number):
-                self._close_soon(game_key, number)
+            if not early and self._intake_behind(game_id, number):
+                self._close_soon(game_id, number)
                 return None
-            self._process_stragglers(game_key, number)
-            return self._close(game_key, number, actor="scheduler")
+            self._process_stragglers(game_id, number)
+            return self._close(game_id, number, actor="scheduler")
         except Exception as exc:
-            self._retry_later(game_key, number, exc)
+            self._retry_later(game_id, number, exc)
             return None
 
-    def _intake_behind(self, game_key: str, number: int) -> bool:
+    def _intake_behind(self, game_id: str, number: int) -> bool:
         """True while no poll that began after the round's deadline has completed."""
         if self.config.settings.mail.imap is None:
             return False
-        deadline = round_deadline(self.db, game_key, number)
+        deadline = round_deadline(self.db, game_id, number)
         last_ok, _ = self._health()
         if deadline is None or (last_ok is not None and last_ok >= deadline):
             return False
@@ -354,32 +354,32 @@ class RoundScheduler:
             self.request_poll()
         return True
 
-    def _close_soon(self, game_key: str, number: int) -> None:
+    def _close_soon(self, game_id: str, number: int) -> None:
         """Try the close again in a moment (the mailbox is being read to its end)."""
-        log.info("%s: round %d: reading the mailbox to its end before closing", game_key, number)
+        log.info("%s: round %d: reading the mailbox to its end before closing", game_id, number)
         if self.scheduler is not None:
             self.scheduler.add_job(
                 self.on_deadline,
                 "date",
                 run_date=self.clock() + timedelta(seconds=CATCH_UP_SECONDS),
-                id=f"close:{game_key}:{number}",
-                args=(game_key, number),
+                id=f"close:{game_id}:{number}",
+                args=(game_id, number),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
 
-    def _process_stragglers(self, game_key: str, number: int) -> None:
+    def _process_stragglers(self, game_id: str, number: int) -> None:
         """Process every stored message received before the deadline that is still
         unprocessed (being processed by another thread, or left by a failure), so that
         none is judged after the round it was meant for has closed."""
-        for inbound_id in waiting_before_deadline(self.db, game_key, number):
+        for inbound_id in waiting_before_deadline(self.db, game_id, number):
             result = process_now(self.db, self.config, inbound_id)
             log.info("inbound %d processed before the close: %s", inbound_id, result.status)
 
-    def _retry_later(self, game_key: str, number: int, exc: Exception) -> None:
+    def _retry_later(self, game_id: str, number: int, exc: Exception) -> None:
         log.error(
             "%s: closing round %d failed (%s: %s); retrying in %ds",
-            game_key,
+            game_id,
             number,
             type(exc).__name__,
             exc,
@@ -391,8 +391,8 @@ class RoundScheduler:
                 self.on_deadline,
                 "date",
                 run_date=self.clock() + timedelta(seconds=RETRY_SECONDS),
-                id=f"close:{game_key}:{number}",
-                args=(game_key, number),
+                id=f"close:{game_id}:{number}",
+                args=(game_id, number),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
@@ -413,59 +413,59 @@ class RoundScheduler:
                 closed.append(outcome)
         return closed
 
-    def on_reminder(self, game_key: str, number: int) -> int:
+    def on_reminder(self, game_id: str, number: int) -> int:
         """Remind each player without valid orders (and only them); returns how many.
 
         A reminder whose deadline was moved later since it was planned only re-plans."""
-        due = reminders_due_at(self.db, game_key, number)
+        due = reminders_due_at(self.db, game_id, number)
         if due is not None and self.clock() < due:
             self.rebuild()
             return 0
-        return self._remind(game_key, number)
+        return self._remind(game_id, number)
 
-    def _remind(self, game_key: str, number: int) -> int:
-        sent = send_reminders(self.db, self.config, game_key, number, self.clock())
-        log.info("%s: round %d reminders sent to %d player(s)", game_key, number, sent)
+    def _remind(self, game_id: str, number: int) -> int:
+        sent = send_reminders(self.db, self.config, game_id, number, self.clock())
+        log.info("%s: round %d reminders sent to %d player(s)", game_id, number, sent)
         return sent
 
-    def check_all_in(self, game_key: str) -> datetime | None:
+    def check_all_in(self, game_id: str) -> datetime | None:
         """close_when_all_in: once every player has valid orders, close after the settle time.
 
         Called after orders arrive; returns when the early close is planned (or None).
         """
-        found = all_in_close_at(self.db, game_key, self.clock())
+        found = all_in_close_at(self.db, game_id, self.clock())
         if found is None:
             return None
         number, at = found
-        self._all_in_at(game_key, number, at)
+        self._all_in_at(game_id, number, at)
         return at
 
-    def _all_in_at(self, game_key: str, number: int, at: datetime) -> None:
+    def _all_in_at(self, game_id: str, number: int, at: datetime) -> None:
         if self.scheduler is not None:
             self.scheduler.add_job(
                 self.on_all_in,
                 "date",
                 run_date=at,
-                id=f"allin:{game_key}:{number}",
-                args=(game_key, number),
+                id=f"allin:{game_id}:{number}",
+                args=(game_id, number),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
 
-    def on_all_in(self, game_key: str, number: int) -> CloseOutcome | None:
+    def on_all_in(self, game_id: str, number: int) -> CloseOutcome | None:
         """The settle time after everyone's orders: close if all are still valid."""
-        if not still_all_in(self.db, game_key, number):
+        if not still_all_in(self.db, game_id, number):
             return None
-        return self.on_deadline(game_key, number, early=True)
+        return self.on_deadline(game_id, number, early=True)
 
-    def _close_due_at(self, game_key: str, number: int) -> datetime | None:
+    def _close_due_at(self, game_id: str, number: int) -> datetime | None:
         """When round ``number`` is to close now (its deadline and the intake grace), or None
         if it is not open, or held (then check_held releases it)."""
-        deadline = close_due(self.db, game_key, number)
+        deadline = close_due(self.db, game_id, number)
         return None if deadline is None else self._not_before(deadline + self.intake_grace)
 
-    def _running(self, game_key: str) -> bool:
-        return is_running(self.db, game_key)
+    def _running(self, game_id: str) -> bool:
+        return is_running(self.db, game_id)
 
     # -- the circuit breaker ---------------------------------------------------------------
 
@@ -490,21 +490,21 @@ class RoundScheduler:
         poller = imap_poller(self.db, self.config)
         return intake_health(self.db, poller.config.source) if poller else (None, None)
 
-    def _hold(self, game_key: str, number: int, problem: str) -> None:
+    def _hold(self, game_id: str, number: int, problem: str) -> None:
         imap = self.config.settings.mail.imap
         assert imap is not None
         held = hold_round(
-            self.db, self.config, game_key, number, problem, self.clock(), imap.healthy_within
+            self.db, self.config, game_id, number, problem, self.clock(), imap.healthy_within
         )
         if held:
-            log.error("%s: round %d held: %s", game_key, number, problem)
+            log.error("%s: round %d held: %s", game_id, number, problem)
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _close(self, game_key: str, number: int, actor: str) -> CloseOutcome | None:
+    def _close(self, game_id: str, number: int, actor: str) -> CloseOutcome | None:
         outcome = close_with_backup(
             self.db,
-            game_key,
+            game_id,
             self.clock(),
             actor=actor,
             expect_round=number,

@@ -73,8 +73,9 @@ class Game(Base):
     __tablename__ = "games"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    key: Mapped[str] = mapped_column(String(32), unique=True)
-    """The config's game id (``spring26``)."""
+    name: Mapped[str] = mapped_column("key", String(32), unique=True)
+    """The game id (the config's ``id``, ``spring26``; stored in the column ``key``, its
+    name before the glossary said a game id is never a key)."""
     title: Mapped[str] = mapped_column(String(200), default="")
     state: Mapped[str] = mapped_column(String(16), default="new")
     """new (not started), running, paused, over."""
@@ -94,7 +95,7 @@ class Game(Base):
     close_when_all_in: Mapped[bool] = mapped_column(Boolean, default=False)
     settle_s: Mapped[int] = mapped_column(Integer, default=600)
     reveal_after_game: Mapped[bool] = mapped_column(Boolean, default=False)
-    key_salt: Mapped[str] = mapped_column(String(64))
+    order_key_salt: Mapped[str] = mapped_column("key_salt", String(64))
     """Salt of the players' key hashes (hex)."""
     rounds_played: Mapped[int] = mapped_column(Integer, default=0)
     turns_played: Mapped[int] = mapped_column(Integer, default=0)
@@ -120,9 +121,10 @@ class Player(Base):
     game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(40))
     email: Mapped[str] = mapped_column(String(254))
-    key_hash: Mapped[str | None] = mapped_column(String(80))
+    order_key_hash: Mapped[str | None] = mapped_column("key_hash", String(80))
     """The order key's salted hash (see snl_pbem.keys); never the key itself."""
-    key_source: Mapped[str] = mapped_column(String(16), default="generated")
+    order_key_source: Mapped[str] = mapped_column("key_source", String(16), default="generated")
+    """"config" (the referee chose it) or "generated" (mailed in the welcome)."""
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     """False once removed from the config: kept with its history, never deleted."""
     joined_at: Mapped[datetime]
@@ -179,7 +181,9 @@ class OrderRecord(Base):
     source: Mapped[str] = mapped_column(String(16), default="email")
     dice: Mapped[str] = mapped_column(String(64))
     """The dice as sent, space-separated (``4 2``); see :func:`dice_text`."""
-    trapdoor: Mapped[int | None] = mapped_column(Integer)
+    nomination: Mapped[int | None] = mapped_column("trapdoor", Integer)
+    """The space the TRAPDOOR line named (stored in the column ``trapdoor``); a trapdoor
+    only if the tally makes it one (R8-R10)."""
     valid: Mapped[bool] = mapped_column(Boolean)
     problems: Mapped[list[Any]] = mapped_column(JSON, default=list)
     withdrawn: Mapped[bool] = mapped_column(Boolean, default=False)

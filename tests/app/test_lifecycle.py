@@ -31,11 +31,11 @@ def started(db: Database, config, game: str = "g1"):
     start_game(db, config, game, T0)
 
 
-def order(db: Database, game_key: str, name: str, dice, trapdoor=None, at=T0, **kw):
+def order(db: Database, game_id: str, name: str, dice, trapdoor=None, at=T0, **kw):
     with db.transaction() as s:
-        game = s.scalar(select(Game).where(Game.key == game_key))
+        game = s.scalar(select(Game).where(Game.name == game_id))
         player = s.scalar(select(Player).where(Player.game_id == game.id, Player.name == name))
-        return submit_orders(s, game, player, dice=dice, trapdoor=trapdoor, received_at=at, **kw)
+        return submit_orders(s, game, player, dice=dice, nomination=trapdoor, received_at=at, **kw)
 
 
 def test_sync_adds_games_and_players_and_is_idempotent(db: Database, make_config) -> None:
@@ -97,17 +97,17 @@ def test_start_makes_keys_round_one_and_welcome_mail(db: Database, make_config) 
     started(db, config)
     with db.transaction() as s:
         players = s.scalars(select(Player).order_by(Player.id)).all()
-        salt = s.scalar(select(Game.key_salt))
-        assert all(p.key_hash and p.key_hash.startswith("h1$") for p in players)
+        salt = s.scalar(select(Game.order_key_salt))
+        assert all(p.order_key_hash and p.order_key_hash.startswith("h1$") for p in players)
         mails = s.scalars(select(OutboxMessage).order_by(OutboxMessage.id)).all()
         rounds = s.scalars(select(Round)).all()
     assert [m.recipient for m in mails] == ["ann@example.org", "bob@example.org", "cy@example.org"]
     assert all(m.kind == "welcome" and m.secret and m.status == "pending" for m in mails)
     body = mails[0].message.decode()
     key = next(line.strip() for line in body.splitlines() if line.startswith("    "))
-    assert verify_key(key, players[0].key_hash, salt)
-    assert not verify_key(key, players[1].key_hash, salt)
-    assert key not in (players[0].key_hash or "")
+    assert verify_key(key, players[0].order_key_hash, salt)
+    assert not verify_key(key, players[1].order_key_hash, salt)
+    assert key not in (players[0].order_key_hash or "")
     assert "Round 1 deadline: Fri 4 Jan 2030 18:00 GMT" in body
     assert "Auto-Submitted: auto-generated" in body and "X-SNL-PBEM-Game: g1" in body
     assert "List-Id:" not in body and "Precedence:" not in body  # personal, not list mail
@@ -124,8 +124,8 @@ def test_config_keys_are_hashed_not_stored(db: Database, make_config) -> None:
     with db.transaction() as s:
         ann = s.scalar(select(Player).where(Player.name == "ann"))
         mail = s.scalar(select(OutboxMessage).where(OutboxMessage.recipient == "ann@example.org"))
-    assert ann.key_source == "config"
-    assert verify_key("ANN-key-123", ann.key_hash, _game(db).key_salt)
+    assert ann.order_key_source == "config"
+    assert verify_key("ANN-key-123", ann.order_key_hash, _game(db).order_key_salt)
     assert "ann-key-123" in mail.message.decode()
 
 

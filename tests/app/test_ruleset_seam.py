@@ -87,7 +87,7 @@ def test_a_toy_ruleset_plays_a_whole_game_through_ingest_and_close(db, tmp_path)
     assert second.adjudication.result is not None
     assert second.adjudication.result.winners == ("ann",)
     with db.transaction() as s:
-        game = s.scalar(select(Game).where(Game.key == "t1"))
+        game = s.scalar(select(Game).where(Game.name == "t1"))
         assert (game.ruleset, game.state, game.result) == ("toy", "over", {"winner": "ann"})
         assert (game.rounds_played, game.turns_played) == (2, 2)
         tallies = s.scalars(select(RoundTally).order_by(RoundTally.id)).all()

@@ -64,13 +64,13 @@ def populate(db: Database, n: int, seed: int = 1) -> None:
     rng = random.Random(seed)
     with db.transaction() as s:
         game = Game(
-            key="bench",
+            name="bench",
             title="bench",
             state="running",
             timezone="UTC",
             board=BOARD,
             schedule={"first": T0.isoformat(), "explicit": [], "round_length_s": 86400},
-            key_salt="00" * 16,
+            order_key_salt="00" * 16,
             rounds_played=7,
             turns_played=8,
             created_at=T0,
@@ -84,7 +84,7 @@ def populate(db: Database, n: int, seed: int = 1) -> None:
                     "game_id": game.id,
                     "name": f"p{i:06d}",
                     "email": f"p{i}@example.org",
-                    "key_hash": f"h1${i:064x}",
+                    "order_key_hash": f"h1${i:064x}",
                     "joined_at": T0,
                 }
                 for i in range(n)

@@ -30,7 +30,7 @@ class Expect:
     player: str | None
     """Whose orders were stored (None: no orders stored at all)."""
     dice: str | None = None
-    trapdoor: int | None = None
+    nomination: int | None = None
     valid: bool | None = None
     reply_to: tuple[str, ...] = ()
     reply_says: str | None = None
@@ -40,9 +40,9 @@ class Expect:
 ANN, BOB, CY = "ann@example.org", "bob@example.org", "cy@example.org"
 
 
-def applied(player: str, dice: str, trapdoor: int | None = None) -> Expect:
+def applied(player: str, dice: str, nomination: int | None = None) -> Expect:
     """The player's new orders were applied (round 1 is one turn: one die, valid)."""
-    return Expect("processed", player, dice, trapdoor, True, (f"{player}@example.org",))
+    return Expect("processed", player, dice, nomination, True, (f"{player}@example.org",))
 
 
 NO_ORDERS = "Your message had no orders"
@@ -160,11 +160,11 @@ def check(db, config, name: str, raw: bytes | None = None) -> None:
     raw = (CLIENTS / name).read_bytes() if raw is None else raw
     result = ingest(db, config, raw, T0, "file:" + name)
     assert (result.status, name) == (expect.status, name), result.detail
-    orders = [(o.player, o.dice, o.trapdoor, o.valid) for o in orders_of(db)]
+    orders = [(o.player, o.dice, o.nomination, o.valid) for o in orders_of(db)]
     if expect.player is None:
         assert orders == [], name
     else:
-        assert orders == [(expect.player, expect.dice, expect.trapdoor, expect.valid)], name
+        assert orders == [(expect.player, expect.dice, expect.nomination, expect.valid)], name
     replies = replies_since(db, T0)
     assert [r.recipient for r in replies] == list(expect.reply_to), name
     for reply in replies:

@@ -46,7 +46,7 @@ def test_corpus_message(sqlite_intake, name: str) -> None:
     if player is None:
         assert orders == []
     else:
-        assert [(o.player, o.dice, o.trapdoor, o.valid) for o in orders] == [
+        assert [(o.player, o.dice, o.nomination, o.valid) for o in orders] == [
             (player, dice, trapdoor, valid)
         ]
     replies = replies_since(db, T0)

@@ -324,7 +324,7 @@ def test_only_the_players_new_lines_count(sqlite_intake, name: str) -> None:
     body = case[0] if isinstance(case, tuple) else case
     result = ingest(db, config, mail(body.replace("\n", "\r\n"), tag=name), T0, "t")
     assert result.status == "processed", result.detail
-    assert [(o.player, o.dice, o.trapdoor) for o in orders_of(db)] == [("ann", "4", None)]
+    assert [(o.player, o.dice, o.nomination) for o in orders_of(db)] == [("ann", "4", None)]
 
 
 def test_html_quote_found_by_id_never_applies_another_players_key(sqlite_intake) -> None:
@@ -339,7 +339,7 @@ def test_html_quote_found_by_id_never_applies_another_players_key(sqlite_intake)
     )
     result = ingest(db, config, html_only(html, "owa"), T0, "t")
     assert result.status == "processed"
-    assert [(o.player, o.dice, o.trapdoor) for o in orders_of(db)] == [("ann", "4", None)]
+    assert [(o.player, o.dice, o.nomination) for o in orders_of(db)] == [("ann", "4", None)]
     only_quote = html.replace("KEY ann-key-123<br>DICE 4", "")
     assert ingest(db, config, html_only(only_quote, "owa2"), T0, "t").status == "rejected"
     assert len(orders_of(db)) == 1  # cy's quoted key was never used
@@ -369,7 +369,7 @@ def test_attachments_and_forwarded_messages_are_never_orders(sqlite_intake) -> N
         b"--b--\r\n"
     )
     assert ingest(db, config, attached, T0, "t").status == "processed"
-    assert [(o.player, o.dice, o.trapdoor) for o in orders_of(db)] == [("ann", "3", None)]
+    assert [(o.player, o.dice, o.nomination) for o in orders_of(db)] == [("ann", "3", None)]
 
 
 def test_two_order_blocks_the_reply_says_which_counted(sqlite_intake) -> None:
@@ -411,7 +411,7 @@ def test_an_off_board_nomination_is_refused_and_r16_explained(sqlite_intake, spa
     db, config = sqlite_intake
     body = f"KEY ann-key-123\r\nDICE 4\r\nTRAPDOOR {space}"
     assert ingest(db, config, mail(body, tag=f"t{space}"), T0, "t").status == "processed"
-    assert [(o.dice, o.trapdoor) for o in orders_of(db)] == [("4", None)]
+    assert [(o.dice, o.nomination) for o in orders_of(db)] == [("4", None)]
     reply = text_of(replies_to(db, "ann@example.org")[-1])
     assert f"there is no space {space}" in reply and "spaces are 1 to 100" in reply
     assert "rule 16" in reply and f"Trapdoor: space {space}" not in reply
@@ -717,7 +717,7 @@ def test_an_unreadable_later_line_leaves_the_earlier_one_and_says_so(sqlite_inta
     db, config = sqlite_intake
     body = f"KEY ann-key-123\r\nDICE 4\r\nTRAPDOOR 37\r\n\r\nDICE 5\r\nTRAPDOOR {bad}\r\n"
     ingest(db, config, mail(body, tag=f"later{bad}"), T0, "t")
-    assert [(o.dice, o.trapdoor) for o in orders_of(db)] == [("5", 37)]
+    assert [(o.dice, o.nomination) for o in orders_of(db)] == [("5", 37)]
     reply = text_of(replies_to(db, "ann@example.org")[-1])
     assert "Trapdoor: space 37" in reply and '"TRAPDOOR 37" still counts' in reply
     assert f'"TRAPDOOR {bad}" (not' not in reply and '"DICE 5" (not "DICE 4")' in reply

@@ -63,7 +63,7 @@ class OrderSet:
     """What one player ordered for one round: a die per turn and a nomination (R6, R8)."""
 
     dice: tuple[int, ...]
-    trapdoor: int | None = None
+    nomination: int | None = None
 
 
 class NmrCause(Enum):
@@ -272,7 +272,7 @@ def _referee_orders(
             nmr[name] = no_orders  # R17
             dice = lowest_legal_dice(used, turns)
         else:
-            nomination = order.trapdoor
+            nomination = order.nomination
             key = (used, order.dice)
             verdict = verdicts.get(key)
             if verdict is None:

@@ -87,16 +87,16 @@ class PostalRuleset:
         first = "first " if turns == 2 else ""
         r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
         line_problems: list[tuple[str, str]] = []
-        trapdoor = orders.trapdoor
-        if trapdoor is not None and not 1 <= trapdoor <= last:  # R8: a nomination is a space
+        nomination = orders.nomination
+        if nomination is not None and not 1 <= nomination <= last:  # R8: a nomination is a space
             line_problems.append(
                 (
-                    f"TRAPDOOR {trapdoor}",
-                    f"there is no space {trapdoor}: the board's spaces are 1 to {last}, so "
+                    f"TRAPDOOR {nomination}",
+                    f"there is no space {nomination}: the board's spaces are 1 to {last}, so "
                     f"this is not a nomination; unless you send another, {r16}",
                 )
             )
-            trapdoor = None
+            nomination = None
         dice = orders.dice if orders.dice is not None else ()
         used = state.played[player]
         check = check_dice(used, dice, turns)  # R6, R18
@@ -120,14 +120,14 @@ class PostalRuleset:
             "dice_sent": " ".join(map(str, dice)),
             "turns": list(zip(range(first_turn, first_turn + len(dice)), dice, strict=False)),
             "dice_problems": shown,
-            "trapdoor_text": f"space {trapdoor}" if trapdoor is not None else f"none ({r16})",
+            "trapdoor_text": f"space {nomination}" if nomination is not None else f"none ({r16})",
             "open_label": open_label,
             "open_values": _values(still_open),
         }
         return OrderReading(
             valid=check.valid,
             dice=tuple(dice),
-            trapdoor=trapdoor,
+            nomination=nomination,
             problems=problems,
             line_problems=tuple(line_problems),
             ack=ack,
@@ -145,7 +145,7 @@ class PostalRuleset:
     ) -> Adjudication:
         game_state = _game_state(state)
         order_sets = {
-            name: OrderSet(order.dice or (), order.trapdoor)
+            name: OrderSet(order.dice or (), order.nomination)
             for name, order in orders.items()
             if not order.withdraw
         }
