@@ -27,22 +27,22 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.mail.dsn import DeliveryReport, status_code
 from snl_pbem.store import Game, InboundMessage, OutboxMessage, Player
-from snl_pbem.store.states import MailKind
+from snl_pbem.store.states import MailKind, OutboxStatus
 
 log = logging.getLogger("snl_pbem.bounces")
 
 OUR_MESSAGE_ID = re.compile(r"<snl\.[0-9a-f]{32}@[^<>\s@]+>", re.IGNORECASE)
 """The shape of snl_pbem.mail.compose.new_message_id; anything else is not ours."""
-WHAT = {
-    "welcome": "the welcome mail with their order key",
-    "report": "a round report",
-    "game-over": "the game-over mail",
-    "reminder": "a deadline reminder",
-    "deadline": "the notice of a moved deadline",
-    "ack": "a reply to their orders",
-    "notice": "a reply to their mail",
-    "help": "the HELP reply",
-    "status": "the STATUS reply",
+WHAT: dict[str, str] = {
+    MailKind.WELCOME: "the welcome mail with their order key",
+    MailKind.REPORT: "a round report",
+    MailKind.GAME_OVER: "the game-over mail",
+    MailKind.REMINDER: "a deadline reminder",
+    MailKind.DEADLINE: "the notice of a moved deadline",
+    MailKind.ACK: "a reply to their orders",
+    MailKind.NOTICE: "a reply to their mail",
+    MailKind.HELP: "the HELP reply",
+    MailKind.STATUS: "the STATUS reply",
 }
 """What each kind of outbox message is, in the alert's words."""
 
@@ -70,12 +70,12 @@ def record_bounce(
         return f"delay notice for outbox {row.id} ({row.kind} to {row.recipient}): nothing to do"
     why = report.why or "no reason given"
     detail = f"bounce of outbox {row.id}: {row.kind} to {row.recipient} ({why})"[:900]
-    if row.status == "bounced":
+    if row.status == OutboxStatus.BOUNCED:
         return f"{detail}; already recorded"
     game = session.get(Game, row.game_id) if row.game_id is not None else None
     inbound.game_id = inbound.game_id or row.game_id
-    if row.status != "failed":
-        row.status = "bounced"
+    if row.status != OutboxStatus.FAILED:
+        row.status = OutboxStatus.BOUNCED
     row.last_error = f"bounced: {why}"[:2000]
     audit(
         session,

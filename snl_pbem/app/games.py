@@ -192,7 +192,7 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
             if game is None:
                 game = Game(
                     name=game_config.id,
-                    state="new",
+                    state=GamePhase.NEW,
                     order_key_salt=new_salt(),
                     created_at=now,
                     board=dict(game_config.board_table),
@@ -370,7 +370,7 @@ def start_game(
                 opened_at=now,
             )
         )
-        game.state, game.started_at = "running", now
+        game.state, game.started_at = GamePhase.RUNNING, now
         audit(
             session,
             now,

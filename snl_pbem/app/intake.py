@@ -71,11 +71,11 @@ MAX_ATTEMPTS = 5
 """Restarts that may find a message still unprocessed before it is set aside (a message
 that kills the server every time must not keep it in a crash loop; a server killed by
 something else now and then must not lose an order)."""
-REPLY_KINDS = ("ack", "notice", "help", "status")
+REPLY_KINDS = (MailKind.ACK, MailKind.NOTICE, MailKind.HELP, MailKind.STATUS)
 """Replies to authenticated players: ``replies_per_hour`` each, but an order is always
 acknowledged (up to ACKS_PER_HOUR, a bound only a flood with the player's key meets)."""
 ACKS_PER_HOUR = 100
-GUEST_KINDS = ("guest-notice", "guest-help")
+GUEST_KINDS = (MailKind.GUEST_NOTICE, MailKind.GUEST_HELP)
 """Replies to mail without a valid key: their own, smaller budget (a forged flood from a
 player's address must not use up that player's replies)."""
 GUEST_REPLIES_PER_ADDRESS_PER_HOUR = 3
@@ -127,7 +127,7 @@ def ingest(
         with db.transaction() as session:
             known = _known(session, digest, source, uidvalidity, uid)
             if known is not None:
-                return IngestResult(known.id, "duplicate", "already stored")
+                return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored")
             kept, note = _kept_bytes(config, raw, size)
             row = InboundMessage(
                 message_id=message_id,
@@ -137,7 +137,7 @@ def ingest(
                 uid=uid,
                 received_at=received_at,
                 raw=kept,
-                status="new",
+                status=InboundStatus.NEW,
                 error=note,
                 attempts=0,  # counts the restarts that found it unprocessed
                 sender=sender,
@@ -149,7 +149,7 @@ def ingest(
         with db.transaction() as session:
             known = _known(session, digest, source, uidvalidity, uid)
             if known is not None:
-                return IngestResult(known.id, "duplicate", "already stored")
+                return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored")
         return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid)
     except Exception as exc:
         if not _refused_as_data(exc):
@@ -185,7 +185,7 @@ def _store_stub(
     with db.transaction() as session:
         known = _known(session, digest, source, uidvalidity, uid)
         if known is not None:
-            return IngestResult(known.id, "duplicate", "already stored")
+            return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored")
         row = InboundMessage(
             message_id=None,
             sha256=digest,
@@ -194,14 +194,14 @@ def _store_stub(
             uid=uid,
             received_at=received_at,
             raw=raw[:MAX_STORED_BYTES],
-            status="failed",
+            status=InboundStatus.SET_ASIDE,
             error=f"set aside: {reason}",
             attempts=0,
         )
         session.add(row)
         session.flush()
         log.error("inbound %d set aside: %s", row.id, reason)
-        return IngestResult(row.id, "failed", reason)
+        return IngestResult(row.id, InboundStatus.SET_ASIDE, reason)
 
 
 def _kept_bytes(config: Config, raw: bytes, size: int | None) -> tuple[bytes, str | None]:
@@ -270,13 +270,14 @@ def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResul
     with db.transaction() as session:
         row = session.get(InboundMessage, inbound_id)
         assert row is not None
-        if row.status != "new":
+        if row.status != InboundStatus.NEW:
             return IngestResult(inbound_id, row.status, row.error or "")
         row.attempts += 1
         if row.attempts > MAX_ATTEMPTS:  # it stopped the server every time: set it aside
-            row.status, row.error = "failed", "processing was interrupted several times"
+            row.status = InboundStatus.SET_ASIDE
+            row.error = "processing was interrupted several times"
             log.error("inbound %d set aside: %s", inbound_id, row.error)
-            return IngestResult(inbound_id, "failed", row.error)
+            return IngestResult(inbound_id, InboundStatus.SET_ASIDE, row.error)
     return _process_row(db, config, inbound_id)
 
 
@@ -294,10 +295,10 @@ def retry_set_aside(
     its original receipt time. Raises NotFound if there is no such set-aside message."""
     with db.transaction() as session:
         row = session.get(InboundMessage, inbound_id, with_for_update=True)
-        if row is None or row.status != "failed":
+        if row is None or row.status != InboundStatus.SET_ASIDE:
             state = "no such message" if row is None else f"it is {row.status}, not set aside"
             raise NotFound(f"inbound {inbound_id}: {state}")
-        row.status, row.error, row.attempts = "new", None, 0
+        row.status, row.error, row.attempts = InboundStatus.NEW, None, 0
         game = session.get(Game, row.game_id) if row.game_id else None
         audit(session, now, actor, "inbound-retry", game, inbound=inbound_id)
     return _process_row(db, config, inbound_id)
@@ -330,8 +331,8 @@ def _process_row(
             row = session.get(InboundMessage, inbound_id)
             assert row is not None
             status, raw, note = row.status, row.raw, row.error
-        if status != "new":
-            return IngestResult(inbound_id, "duplicate", f"already handled: {status}")
+        if status != InboundStatus.NEW:
+            return IngestResult(inbound_id, InboundStatus.DUPLICATE, f"already handled: {status}")
     else:
         raw, note = stored
     too_large = bool(note and note.startswith(TOO_LARGE))
@@ -340,11 +341,12 @@ def _process_row(
         with db.transaction() as session:
             row = session.get(InboundMessage, inbound_id, with_for_update=True)
             assert row is not None
-            if row.status != "new":
-                return IngestResult(inbound_id, "duplicate", f"already handled: {row.status}")
+            if row.status != InboundStatus.NEW:
+                handled = f"already handled: {row.status}"
+                return IngestResult(inbound_id, InboundStatus.DUPLICATE, handled)
             if isinstance(mail, str):
-                row.status, row.error = "failed", mail
-                status, detail = "failed", mail
+                row.status, row.error = InboundStatus.SET_ASIDE, mail
+                status, detail = InboundStatus.SET_ASIDE, mail
                 log.error("inbound %d %s", inbound_id, mail)
             else:
                 status, detail, secrets = _process(
@@ -361,12 +363,12 @@ def _process_row(
         with db.transaction() as session:
             row = session.get(InboundMessage, inbound_id)
             assert row is not None
-            row.status, row.error = "failed", clean_text(trace[-8000:])
+            row.status, row.error = InboundStatus.SET_ASIDE, clean_text(trace[-8000:])
         log.error(
             "inbound %d set aside for the referee: %s: %s", inbound_id, type(exc).__name__, exc
         )
-        return IngestResult(inbound_id, "failed", f"{type(exc).__name__}: {exc}")
-    if status != "failed":
+        return IngestResult(inbound_id, InboundStatus.SET_ASIDE, f"{type(exc).__name__}: {exc}")
+    if status != InboundStatus.SET_ASIDE:
         log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
     return IngestResult(inbound_id, status, detail)
 
@@ -430,18 +432,20 @@ def _process(
             select(InboundMessage.id).where(
                 InboundMessage.message_id == mail.message_id,
                 InboundMessage.id != row.id,
-                InboundMessage.status.in_(("processed", "rejected")),
+                InboundMessage.status.in_((InboundStatus.PROCESSED, InboundStatus.REJECTED)),
             )
         )
         if earlier is not None:
-            return "duplicate", f"Message-ID already seen in inbound {earlier}", mail.quoted_keys
+            seen = f"Message-ID already seen in inbound {earlier}"
+            return InboundStatus.DUPLICATE, seen, mail.quoted_keys
     if mail.automated:
         # a bounce of our own mail tells the referee; keys quoted in robots' mail (a bounced
         # welcome returns its key) are redacted like a player's own
         bounce = record_bounce(session, config, row, mail.delivery_report, row.received_at)
         if bounce is not None:
-            return "ignored", bounce, mail.quoted_keys
-        return "ignored", f"automated mail, not answered: {mail.automated}", mail.quoted_keys
+            return InboundStatus.IGNORED, bounce, mail.quoted_keys
+        robot = f"automated mail, not answered: {mail.automated}"
+        return InboundStatus.IGNORED, robot, mail.quoted_keys
     commands = mail.commands or parse_commands("", "")
     ctx = _Context(session, config, row, mail, commands, row.received_at)
     if too_large is not None:
@@ -451,7 +455,7 @@ def _process(
             f"({config.settings.mail.max_message_size // 1024} KiB at most), so nothing in "
             "it was applied. Send your orders as plain text, without attachments.",
         )
-        return "rejected", too_large, ()
+        return InboundStatus.REJECTED, too_large, ()
     status, detail = _dispatch(ctx)
     return status, detail, tuple(sorted({*commands.order_keys, *mail.quoted_keys}))
 
@@ -462,20 +466,20 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
     if game is None:
         if commands.help and commands.order_key is None:
             _guest_help(ctx, None)
-            return "processed", "help sent"
+            return InboundStatus.PROCESSED, "help sent"
         if commands.game is not None and not commands.game_from_subject:
             _guest_notice(
                 ctx,
                 "Your message's GAME line names a game that is not on this server: check "
                 "the game id in your welcome message.",
             )
-            return "rejected", f"unknown game {commands.game!r}"
+            return InboundStatus.REJECTED, f"unknown game {commands.game!r}"
         _guest_notice(
             ctx,
             "Your message did not say which game it is for: add a "
             "line GAME <id> (or put [id] in the subject)." + _cut_note(commands),
         )
-        return "rejected", "no game given"
+        return InboundStatus.REJECTED, "no game given"
     # The game row is locked, as a close locks it, and before anything that refers to it is
     # written (a foreign key's share lock first would let two intakes deadlock): an order is
     # either stored before a close reads the orders (and counts), or looked at after it (and
@@ -489,10 +493,10 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
             "per message, with one GAME and one KEY line.",
             game,
         )
-        return "rejected", f"not one order set: {commands.conflict}"
+        return InboundStatus.REJECTED, f"not one order set: {commands.conflict}"
     if commands.help and commands.order_key is None:
         _guest_help(ctx, game)
-        return "processed", "help sent"
+        return InboundStatus.PROCESSED, "help sent"
     player = None
     if commands.order_key is not None:
         player = session.scalar(
@@ -519,25 +523,25 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
             inbound=ctx.row.id,
         )
     if commands.help:
-        _reply(ctx, game, player, "help", "player/help.txt.j2", other_sender=other)
+        _reply(ctx, game, player, MailKind.HELP, "player/help.txt.j2", other_sender=other)
     if commands.has_orders or commands.clear:
         return _orders(ctx, game, player, other)
     if commands.status:
         _status_reply(ctx, game, player, other)
-        return "processed", "status sent"
+        return InboundStatus.PROCESSED, "status sent"
     if commands.help:
-        return "processed", "help sent"
+        return InboundStatus.PROCESSED, "help sent"
     _reply(
         ctx,
         game,
         player,
-        "notice",
+        MailKind.NOTICE,
         "player/notice.txt.j2",
         message="Your message had no orders (no DICE or TRAPDOOR line)." + _cut_note(commands),
         line_problems=_redacted(commands.problems, commands.order_keys),
         other_sender=other,
     )
-    return "processed", "no orders in it"
+    return InboundStatus.PROCESSED, "no orders in it"
 
 
 def _cut_note(commands: Commands) -> str:
@@ -589,7 +593,7 @@ def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
             "order key (see your welcome message)." + _cut_note(commands),
             game,
         )
-    return "rejected", f"authentication failed ({reason})"
+    return InboundStatus.REJECTED, f"authentication failed ({reason})"
 
 
 def _key_guessing(ctx: _Context, game: Game) -> bool:
@@ -671,7 +675,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         refusal = "The game is paused: orders cannot be accepted until the referee resumes it."
     elif game.state != GamePhase.RUNNING or round_ is None:
         refusal = (
-            f"The game is {'over' if game.state == 'over' else 'not running'}: "
+            f"The game is {'over' if game.state == GamePhase.OVER else 'not running'}: "
             "there is no round to send orders for."
         )
     elif commands.round is not None and commands.round != round_.number:
@@ -696,14 +700,14 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
             ctx,
             game,
             player,
-            "notice",
+            MailKind.NOTICE,
             "player/notice.txt.j2",
             message=refusal,
             line_problems=(),
             other_sender=other,
             always=True,
         )
-        return "rejected", refusal
+        return InboundStatus.REJECTED, refusal
     assert round_ is not None
     receipt = submit_orders(
         session,
@@ -723,7 +727,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         ctx,
         game,
         player,
-        "ack",
+        MailKind.ACK,
         f"{ruleset_of(game).name}/orders_ack.txt.j2",
         always=True,
         cleared=commands.clear and not commands.has_orders,
@@ -741,7 +745,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         note=ctx.mail.note if ctx.mail.note and "attachment" in ctx.mail.note else None,
         cut=_redact(commands.cut, commands.order_keys) if commands.cut else None,
     )
-    return "processed", (
+    return InboundStatus.PROCESSED, (
         "orders withdrawn"
         if commands.clear and not commands.has_orders
         else f"orders for round {round_.number} ({reading.summary})"
@@ -767,17 +771,18 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
                 if latest.withdrawn
                 else f"dice {dice}, {'valid' if latest.valid else 'NOT valid'}"
             )
-    state_text = {
-        "running": "running",
-        "paused": "paused by the referee",
-        "over": "over",
-        "new": "not started yet",
-    }[game.state]
+    states: dict[str, str] = {
+        GamePhase.RUNNING: "running",
+        GamePhase.PAUSED: "paused by the referee",
+        GamePhase.OVER: "over",
+        GamePhase.NEW: "not started yet",
+    }
+    state_text = states[game.state]
     _reply(
         ctx,
         game,
         player,
-        "status",
+        MailKind.STATUS,
         f"{ruleset_of(game).name}/status.txt.j2",
         state_text=state_text,
         position=state.positions[player.name],
@@ -807,7 +812,7 @@ def _find_game(session: Session, commands: Commands, sender: str | None) -> Game
         .where(
             func.lower(Player.email) == sender,
             Player.active,
-            Game.state.in_(("running", "paused")),
+            Game.state.in_((GamePhase.RUNNING, GamePhase.PAUSED)),
         )
     ).all()
     return games[0] if len(set(g.id for g in games)) == 1 else None
@@ -827,7 +832,7 @@ def _guest_budget(ctx: _Context, address: str, kind: str) -> bool:
     session, now = ctx.session, ctx.now
     per_address = (
         (GUEST_HELP_PER_ADDRESS_PER_DAY, now - timedelta(days=1))
-        if kind == "guest-help"
+        if kind == MailKind.GUEST_HELP
         else (GUEST_REPLIES_PER_ADDRESS_PER_HOUR, now - timedelta(hours=1))
     )
     sent_to = session.scalar(
@@ -840,7 +845,7 @@ def _guest_budget(ctx: _Context, address: str, kind: str) -> bool:
         )
     )
     sent_all = 0
-    if kind == "guest-help":  # help goes to any address: bounded for all of them together
+    if kind == MailKind.GUEST_HELP:  # help goes to any address: bounded for all of them together
         sent_all = (
             session.scalar(
                 select(func.count())
@@ -878,20 +883,20 @@ def _guest_notice(
             ctx,
             owner,
             player,
-            "notice",
+            MailKind.NOTICE,
             "player/notice.txt.j2",
             message=message,
             line_problems=_redacted(line_problems, ctx.commands.order_keys),
         )
         return
-    if not _guest_budget(ctx, player.email, "guest-notice"):
+    if not _guest_budget(ctx, player.email, MailKind.GUEST_NOTICE):
         return
     owner = ctx.session.get(Game, player.game_id)
     _send(
         ctx,
         owner,
         player.email,
-        "guest-notice",
+        MailKind.GUEST_NOTICE,
         "player/notice.txt.j2",
         subject=_subject(owner, "About your message"),
         player=player,
@@ -919,14 +924,14 @@ def _guest_help(ctx: _Context, game: Game | None) -> None:
     if address is None or ctx.mail.sender_doubt:
         log.info("inbound %d: HELP from an unusable address: not answered", ctx.row.id)
         return
-    if not _guest_budget(ctx, address, "guest-help"):
+    if not _guest_budget(ctx, address, MailKind.GUEST_HELP):
         return
     player = _registered(ctx.session, game, address)
     _send(
         ctx,
         game,
         address,
-        "guest-help",
+        MailKind.GUEST_HELP,
         "player/help.txt.j2",
         subject=_subject(game, "How to send orders"),
         player=player,
@@ -934,11 +939,11 @@ def _guest_help(ctx: _Context, game: Game | None) -> None:
     )
 
 
-SUBJECTS = {
-    "ack": "Orders received",
-    "notice": "About your message",
-    "help": "How to send orders",
-    "status": "Your status",
+SUBJECTS: dict[str, str] = {
+    MailKind.ACK: "Orders received",
+    MailKind.NOTICE: "About your message",
+    MailKind.HELP: "How to send orders",
+    MailKind.STATUS: "Your status",
 }
 
 
@@ -991,7 +996,7 @@ def _reply(
         )
         return
     subject = SUBJECTS[kind]
-    if kind == "ack" and "round" in context and context["round"] is not None:
+    if kind == MailKind.ACK and "round" in context and context["round"] is not None:
         subject = f"Orders received for round {context['round'].number}"
     _send(
         ctx,

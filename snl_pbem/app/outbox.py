@@ -93,7 +93,7 @@ def enqueue_mail(
         recipient=to,
         message_id=message_id,
         message=raw,
-        status="pending",
+        status=OutboxStatus.PENDING,
         attempts=0,
         next_attempt_at=now,
         created_at=now,
@@ -151,7 +151,7 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
             or_(OutboxMessage.claim_until.is_(None), OutboxMessage.claim_until < now),
             ~exists().where(
                 older.recipient == OutboxMessage.recipient,
-                older.status == "pending",
+                older.status == OutboxStatus.PENDING,
                 older.id < OutboxMessage.id,
             ),
         )
@@ -267,7 +267,7 @@ def _record(
                 update(OutboxMessage)
                 .where(OutboxMessage.id.in_(sent), OutboxMessage.claimed_by == worker)
                 .values(
-                    status="sent",
+                    status=OutboxStatus.SENT,
                     sent_at=now,
                     last_error=None,
                     claimed_by=None,
@@ -293,10 +293,10 @@ def _record(
             row.claimed_by = row.claim_until = None
             row.last_error = str(error)[:2000]
             if error.permanent or now - row.created_at >= give_up_after:
-                row.status = "failed"
+                row.status = OutboxStatus.FAILED
                 report.failed += 1
                 log.error("mail %s to %s failed for good: %s", row.message_id, row.recipient, error)
-                if row.kind != "delivery-failure":
+                if row.kind != MailKind.DELIVERY_FAILURE:
                     lost.setdefault(row.game_id, []).append(
                         {
                             "recipient": row.recipient,

@@ -86,7 +86,7 @@ def pause(db: Database, game_id: str, now: datetime, *, actor: str = "referee") 
             raise LifecycleError(
                 f"{game_id}: only a running game can be paused (it is {game.state})"
             )
-        game.state, game.paused_at = "paused", now
+        game.state, game.paused_at = GamePhase.PAUSED, now
         audit(session, now, actor, "pause", game)
 
 
@@ -111,7 +111,7 @@ def resume(
         round_.deadline_source = "referee"
         round_.held_at = None  # judged again at its new deadline
         game.schedule_shift_s += int(shift.total_seconds())
-        game.state, game.paused_at = "running", None
+        game.state, game.paused_at = GamePhase.RUNNING, None
         audit(
             session,
             now,
@@ -168,7 +168,7 @@ def retry_mail(
         query = select(OutboxMessage).where(OutboxMessage.status == OutboxStatus.FAILED)
         if outbox_id is not None:
             row = session.get(OutboxMessage, outbox_id, with_for_update=True)
-            if row is None or row.status != "failed":
+            if row is None or row.status != OutboxStatus.FAILED:
                 state = "no such message" if row is None else f"it is {row.status}, not failed"
                 raise NotFound(f"outbox {outbox_id}: {state}")
             rows = [row]
@@ -196,7 +196,7 @@ def retry_mail(
                 created=row.created_at.isoformat(),
                 last_error=(row.last_error or "")[:500],
             )
-            row.status, row.attempts, row.last_error = "pending", 0, None
+            row.status, row.attempts, row.last_error = OutboxStatus.PENDING, 0, None
             row.next_attempt_at = row.created_at = now
             row.claimed_by = row.claim_until = None
         return done

@@ -33,7 +33,7 @@ from snl_pbem.store import (
     RoundTally,
     TurnRecord,
 )
-from snl_pbem.store.states import MailKind, OutboxStatus, RoundPhase
+from snl_pbem.store.states import InboundStatus, MailKind, OutboxStatus, RoundPhase
 from snl_pbem.views.board import render_svg, render_text
 
 
@@ -216,7 +216,8 @@ def enqueue_referee_summary(
         )
     )
     rejected_query = select(InboundMessage).where(
-        InboundMessage.game_id == game.id, InboundMessage.status.in_(("rejected", "failed"))
+        InboundMessage.game_id == game.id,
+        InboundMessage.status.in_((InboundStatus.REJECTED, InboundStatus.SET_ASIDE)),
     )
     if previous_close is not None:
         rejected_query = rejected_query.where(InboundMessage.received_at > previous_close)

@@ -24,9 +24,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from snl_pbem.store import Database
 from snl_pbem.store.models import InboundMessage
+from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import format_duration
 
-TRIMMABLE = ("processed", "rejected", "ignored", "duplicate")
+TRIMMABLE = (
+    InboundStatus.PROCESSED,
+    InboundStatus.REJECTED,
+    InboundStatus.IGNORED,
+    InboundStatus.DUPLICATE,
+)
 """Statuses whose raw bytes may be trimmed; never ``new`` or ``failed`` (set aside)."""
 TRIMMED_HEADER = b"X-SNL-PBEM-Trimmed: "
 HEADER_LIMIT = 64 * 1024

@@ -210,7 +210,7 @@ def submit_orders(
     """Store one order set for the open round (every one is kept; the latest counts),
     as the game's ruleset reads it. ``dice`` None: the message had no DICE line."""
     round_ = open_round(session, game)
-    if round_ is None or game.state not in ("running", "paused"):
+    if round_ is None or game.state not in (GamePhase.RUNNING, GamePhase.PAUSED):
         raise LifecycleError(f"{game.name}: no round is open for orders")
     orders = Orders(
         tuple(dice) if dice is not None else None, nomination, clear=clear, withdraw=withdraw
@@ -276,7 +276,7 @@ def close_round(
         claimed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
             update(Round)
             .where(Round.id == round_.id, Round.state == RoundPhase.OPEN)
-            .values(state="closed", closed_at=now, closed_by=actor)
+            .values(state=RoundPhase.CLOSED, closed_at=now, closed_by=actor)
             .execution_options(synchronize_session=False)
         )
         if claimed.rowcount != 1:  # someone else closed it first
@@ -354,7 +354,7 @@ def _adjudicate_and_store(
     game.turns_played = after.turns_played
     next_round = next_deadline = next_turns = None
     if decided.result is not None:
-        game.state, game.result, game.ended_at = "over", result_json, now
+        game.state, game.result, game.ended_at = GamePhase.OVER, result_json, now
     else:
         next_round = round_.number + 1
         next_deadline = scheduled_deadline(game, next_round, now)
@@ -503,10 +503,10 @@ def rollback_round(
         )
         session.execute(delete(TurnRecord).where(TurnRecord.round_id == last.id))
         session.execute(delete(RoundTally).where(RoundTally.round_id == last.id))
-        last.state, last.closed_at, last.closed_by = "open", None, None
+        last.state, last.closed_at, last.closed_by = RoundPhase.OPEN, None, None
         game.rounds_played = last.number - 1
         game.turns_played = (first_turn or 1) - 1
         game.result, game.ended_at = None, None
-        game.state, game.paused_at = "paused", now
+        game.state, game.paused_at = GamePhase.PAUSED, now
         audit(session, now, actor, "rollback", game, round=last.number, force=force)
         return last.number

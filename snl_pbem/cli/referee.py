@@ -41,12 +41,18 @@ from snl_pbem.rules.outcome import ranked
 from snl_pbem.runners.server import serve
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import current_revision, head_revision, upgrade
+from snl_pbem.store.states import InboundStatus, OutboxStatus
 from snl_pbem.timeutil import format_duration, parse_duration, parse_time, show, utcnow, zone
 
 LOCK_WAIT_SECONDS = 30.0
 """How long a command waits for a lock another process holds (SQLite's busy timeout,
 PostgreSQL's lock_timeout) before it gives up and says so."""
-OUTBOX_STATES = ("failed", "bounced", "pending", "sent")
+OUTBOX_STATES = (
+    OutboxStatus.FAILED,
+    OutboxStatus.BOUNCED,
+    OutboxStatus.PENDING,
+    OutboxStatus.SENT,
+)
 OUTBOX_LIST_LIMIT = 200
 
 
@@ -116,7 +122,7 @@ def add_commands(sub: Any) -> None:
     out.add_argument(
         "--status",
         choices=[*OUTBOX_STATES, "all"],
-        default="failed",
+        default=OutboxStatus.FAILED,
         help="list: mail in this state (default: failed)",
     )
     out.add_argument("--game", help="list, retry --all-failed: only this game's mail")
@@ -377,7 +383,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 continue
             result = ingest(db, config, raw, utcnow(), f"file:{path.name}")
             print(f"{path}: {result.status}" + (f" ({result.detail})" if result.detail else ""))
-            failed += result.status == "failed"
+            failed += result.status == InboundStatus.SET_ASIDE
     finally:
         db.dispose()
     return 2 if unreadable else 1 if failed else 0
@@ -416,7 +422,7 @@ def cmd_inbound(args: argparse.Namespace) -> int:
                 f"inbound {args.id}: {result.status}"
                 + (f" ({result.detail})" if result.detail else "")
             )
-            return 1 if result.status == "failed" else 0
+            return 1 if result.status == InboundStatus.SET_ASIDE else 0
         if args.action == "show":
             row = inbound_message(db, args.id)
             print(

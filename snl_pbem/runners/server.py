@@ -37,6 +37,7 @@ from snl_pbem.procs import identity
 from snl_pbem.runners.mailboxes import DatabaseHooks, imap_poller, lmtp_receiver
 from snl_pbem.runners.scheduler import RoundScheduler, make_scheduler
 from snl_pbem.store import Database, SchemaOutOfDate
+from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import utcnow
 
 log = logging.getLogger("snl_pbem.server")
@@ -258,7 +259,7 @@ class Server:
 
     def _after_ingest(self, result: IngestResult | None) -> None:
         self._kick.set()  # a reply may be waiting
-        if result is not None and result.status == "processed":
+        if result is not None and result.status == InboundStatus.PROCESSED:
             for game in self.config.games:
                 if game.settings.close_when_all_in:
                     self.rounds.check_all_in(game.id)
