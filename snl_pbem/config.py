@@ -32,7 +32,7 @@ from pydantic import (
 
 from snl_pbem.errors import ConfigError, no_such_game
 from snl_pbem.rules import Board, BoardError, GameRules, TrapdoorRule
-from snl_pbem.rules.ruleset import get_ruleset
+from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
@@ -354,7 +354,7 @@ class GameSettings(_Section):
     round_length: PositiveDuration | None = None
     deadlines: list[str | datetime] | None = None
     """Explicit deadlines for the first rounds; round_length (or the last gap) continues."""
-    ruleset: str = "postal"
+    ruleset: str = DEFAULT_RULESET
     """The rules the game is played by (snl_pbem.rules.ruleset): "postal" (RULES.md)."""
     double_from_round: Annotated[int, Field(ge=1)] = 7
     trapdoor_rule: Literal["all", "most-voted"] = "all"

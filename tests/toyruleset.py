@@ -4,11 +4,12 @@ last space wins. It has no trapdoors: a TRAPDOOR line is refused, by the ruleset
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from snl_pbem.mail.render import add_template_folder
+from snl_pbem.rules.board import Board
 from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.ruleset import (
     Adjudication,
@@ -16,6 +17,7 @@ from snl_pbem.rules.ruleset import (
     OrderReading,
     Orders,
     Stored,
+    StoredRound,
     register,
 )
 
@@ -98,6 +100,12 @@ class ToyRuleset:
                 for name, move in sorted(turn.moves.items())
             ]
         }
+
+    def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
+        return ("The toy game, round by round:", *(f"  Round {r.number}" for r in rounds))
+
+    def board_notes(self, board: Board) -> tuple[str, ...]:
+        return (f"Toy game: {board.last} rounds at most",)
 
 
 def install() -> ToyRuleset:

@@ -352,7 +352,7 @@ def start_game(
                 kind=MailKind.WELCOME,
                 to=player.email,
                 now=now,
-                template="player/welcome.txt.j2",
+                template=f"{ruleset_of(game).name}/welcome.txt.j2",
                 secret=True,
                 player=player,
                 order_key=key,

@@ -48,6 +48,7 @@ from snl_pbem.mail.parse import (
     headers_only,
     redact_in_bytes,
 )
+from snl_pbem.rules.ruleset import DEFAULT_RULESET
 from snl_pbem.store import (
     Database,
     Game,
@@ -56,7 +57,6 @@ from snl_pbem.store import (
     OutboxMessage,
     Player,
 )
-from snl_pbem.store.models import dice_values
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
 
 log = logging.getLogger("snl_pbem.intake")
@@ -523,7 +523,7 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
             inbound=ctx.row.id,
         )
     if commands.help:
-        _reply(ctx, game, player, MailKind.HELP, "player/help.txt.j2", other_sender=other)
+        _reply(ctx, game, player, MailKind.HELP, _help_template(game), other_sender=other)
     if commands.has_orders or commands.clear:
         return _orders(ctx, game, player, other)
     if commands.status:
@@ -732,7 +732,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         always=True,
         cleared=commands.clear and not commands.has_orders,
         round=round_,
-        **reading.ack,
+        rules=reading.ack,
         line_problems=line_problems,
         replaced=[
             (_redact(a, commands.order_keys), _redact(b, commands.order_keys))
@@ -756,7 +756,7 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
     session = ctx.session
     state = player_state(session, game, player)
     round_ = open_round(session, game)
-    orders_text = "none yet"
+    latest = None  # the orders that count now, worded by the ruleset's template
     if round_ is not None:
         latest = session.scalar(
             select(OrderRecord)
@@ -764,13 +764,6 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
             .order_by(OrderRecord.received_at.desc(), OrderRecord.id.desc())
             .limit(1)
         )
-        if latest is not None:
-            dice = " ".join(map(str, dice_values(latest.dice))) or "no dice"
-            orders_text = (
-                "withdrawn"
-                if latest.withdrawn
-                else f"dice {dice}, {'valid' if latest.valid else 'NOT valid'}"
-            )
     states: dict[str, str] = {
         GamePhase.RUNNING: "running",
         GamePhase.PAUSED: "paused by the referee",
@@ -786,9 +779,9 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
         f"{ruleset_of(game).name}/status.txt.j2",
         state_text=state_text,
         position=state.positions[player.name],
-        **ruleset_of(game).player_view(settings_of(game), state, player.name),
+        rules=ruleset_of(game).player_view(settings_of(game), state, player.name),
         round=round_,
-        orders_text=orders_text,
+        orders=latest,
         deadline=game_time(game, round_.deadline) if round_ else "",
         other_sender=other,
     )
@@ -932,11 +925,16 @@ def _guest_help(ctx: _Context, game: Game | None) -> None:
         game,
         address,
         MailKind.GUEST_HELP,
-        "player/help.txt.j2",
+        _help_template(game),
         subject=_subject(game, "How to send orders"),
         player=player,
         other_sender=None,
     )
+
+
+def _help_template(game: Game | None) -> str:
+    """The HELP text of the game's ruleset (the default ruleset's for mail naming none)."""
+    return f"{ruleset_of(game).name if game else DEFAULT_RULESET}/help.txt.j2"
 
 
 SUBJECTS: dict[str, str] = {

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +30,7 @@ from snl_pbem.mail.dkim import sign as dkim_sign
 from snl_pbem.mail.render import render
 from snl_pbem.mail.smtp import SendError, SmtpSender
 from snl_pbem.procs import dead_here
+from snl_pbem.rules.errors import RulesetError
 from snl_pbem.store import Database, Game, OutboxMessage
 from snl_pbem.store.states import MailKind, OutboxStatus
 
@@ -53,15 +54,27 @@ def enqueue_mail(
     in_reply_to: str | None = None,
     references: tuple[str, ...] = (),
     attachments: tuple[tuple[str, str, bytes], ...] = (),
+    rules: Mapping[str, Any] | None = None,
     **context: Any,
 ) -> OutboxMessage:
     """Render ``template`` and store the message for sending; returns the outbox row.
 
     ``broadcast`` marks mail that every player of the game gets alike (reports, game
     over, a moved deadline): it carries list headers. Anything else is personal
-    (``snl_pbem.mail.compose``).
+    (``snl_pbem.mail.compose``). ``rules`` is the ruleset's part of the template's
+    context (its views); a name in it that the server sets too is the ruleset's bug,
+    refused here by name rather than rendered either way.
     """
     address = config.settings.mail.address
+    if rules:
+        clash = sorted(set(rules) & {"game", *context})
+        if clash:
+            raise RulesetError(
+                f"ruleset {game.ruleset if game else '?'!r}: template value(s) "
+                f"{', '.join(clash)} clash with the server's own for {template}: "
+                "rename them in the ruleset's views"
+            )
+        context = {**context, **rules}
     subject, body = render(template, game=game, **context)
     message_id = new_message_id(address.rpartition("@")[2])
     raw = compose(

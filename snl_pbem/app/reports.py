@@ -22,7 +22,7 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.rules import Board, Position
 from snl_pbem.rules.outcome import ranked
-from snl_pbem.rules.ruleset import Adjudication
+from snl_pbem.rules.ruleset import Adjudication, StoredRound
 from snl_pbem.store import (
     AuditEntry,
     Game,
@@ -180,7 +180,7 @@ def enqueue_round_mail(
             next_round=next_round,
             next_turns=next_turns,
             deadline=game_time(game, next_deadline) if next_deadline else "",
-            **ruleset.player_view(settings, decided.after, player.name),  # R19: own play only
+            rules=ruleset.player_view(settings, decided.after, player.name),  # R19: own only
         )
     enqueue_referee_summary(
         session,
@@ -263,7 +263,7 @@ def enqueue_referee_summary(
         over=decided.result is not None,
         closed=game_time(game, now),
         actor=actor,
-        **ruleset.referee_view(decided),
+        rules=ruleset.referee_view(decided),
         nmr=sorted(decided.nmr.items()),
         rejected=rejected,
         elsewhere=elsewhere,
@@ -276,27 +276,28 @@ def enqueue_referee_summary(
     )
 
 
-def history_lines(session: Session, game: Game) -> list[str]:
-    """The whole game, round by round, for the post-game reveal."""
+def history_lines(session: Session, game: Game) -> tuple[str, ...]:
+    """The whole game, round by round, for the post-game reveal (in the ruleset's words)."""
     names = dict(
         session.execute(select(Player.id, Player.name).where(Player.game_id == game.id)).all()
     )
-    lines = []
-    rounds = session.scalars(
+    rounds = []
+    for round_ in session.scalars(
         select(Round)
         .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
         .order_by(Round.number)
-    ).all()
-    for round_ in rounds:
-        tally = session.scalar(select(RoundTally).where(RoundTally.round_id == round_.id))
-        traps = ", ".join(map(str, tally.trapdoors)) if tally and tally.trapdoors else "none"
-        dice: dict[str, list[str]] = {}
+    ).all():
+        row = session.scalar(select(RoundTally).where(RoundTally.round_id == round_.id))
+        dice: dict[str, list[int]] = {}
         for player_id, die in session.execute(
             select(TurnRecord.player_id, TurnRecord.die)
             .where(TurnRecord.round_id == round_.id)
             .order_by(TurnRecord.turn, TurnRecord.player_id)
         ).all():
-            dice.setdefault(names[player_id], []).append(str(die))
-        played = "; ".join(f"{n} {' '.join(d)}" for n, d in sorted(dice.items()))
-        lines.append(f"  Round {round_.number}: {played} (trapdoors: {traps})")
-    return lines
+            dice.setdefault(names[player_id], []).append(die)
+        tally = None
+        if row is not None:
+            kept = (c.key for c in RoundTally.__table__.columns if c.key not in ("id", "round_id"))
+            tally = {key: getattr(row, key) for key in kept}
+        rounds.append(StoredRound(round_.number, dice, tally))
+    return ruleset_of(game).history(rounds)

@@ -176,7 +176,7 @@ def send_reminders(db: Database, config: Config, game_id: str, number: int, now:
                 round=round_,
                 deadline=game_time(game, round_.deadline),
                 problems=list(mine.problems) if mine is not None else [],
-                **ruleset.player_view(settings, state, player.name),
+                rules=ruleset.player_view(settings, state, player.name),
             )
             sent += 1
     return sent

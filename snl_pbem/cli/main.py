@@ -26,9 +26,10 @@ from snl_pbem.offline.replay import (
     run_replay,
 )
 from snl_pbem.offline.replaytext import render_outcome_text
-from snl_pbem.rules import Board, BoardError
+from snl_pbem.rules import Board, BoardError, GameSetupError
 from snl_pbem.rules.boardspec import BOARD_KEYS
-from snl_pbem.views.board import no_orders_line, render_svg, render_text
+from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset
+from snl_pbem.views.board import render_svg, render_text
 
 EXIT_USAGE = 2
 
@@ -157,7 +158,12 @@ def cmd_board(args: argparse.Namespace) -> int:
         if len(boards) > 1:
             _write(f"== {name} ==\n")
         _write(render_text(board))
-        _write(no_orders_line(board) + "\n")
+        try:
+            ruleset = get_ruleset(_ruleset_in_file(args.file, name))
+        except GameSetupError as exc:
+            raise CommandError(f"{args.file}: game {name}: {exc}") from None
+        for note in ruleset.board_notes(board):
+            _write(note + "\n")
     if args.svg is not None:
         name, board = boards[0]
         try:
@@ -191,6 +197,16 @@ def boards_in_file(path: Path, game: str | None = None) -> list[tuple[str, Board
     if data and all(key in BOARD_KEYS for key in data):
         return [(path.stem, _board(data, path, "board"))]
     raise CommandError(f"{path}: no [board] table found (keys: {', '.join(map(str, data))})")
+
+
+def _ruleset_in_file(path: Path, game: str) -> str:
+    """The ruleset a config file's game names (the default for a bare board)."""
+    data = read_document(path)
+    games = data.get("games") if isinstance(data, Mapping) else None
+    for entry in games if isinstance(games, list) else ():
+        if isinstance(entry, Mapping) and str(entry.get("id")) == game:
+            return str(entry.get("ruleset", DEFAULT_RULESET))
+    return DEFAULT_RULESET
 
 
 def _board(spec: Any, path: Path, where: str) -> Board:

@@ -1,6 +1,6 @@
 """Rendering the Jinja2 templates in ``templates/`` (installed as ``snl_pbem.templates``).
 
-Templates are plain text, named by audience and purpose (``player/welcome.txt.j2``,
+Templates are plain text, named by audience and purpose (``player/notice.txt.j2``,
 ``referee/bounce.txt.j2``), or by ruleset where the rules shape the text
 (``postal/orders_ack.txt.j2``). Their first line is ``Subject: ...``.
 """

@@ -22,6 +22,11 @@ Space: TypeAlias = int
 Position: TypeAlias = int
 """Where a player stands: 0 is off the board (R4); L or more has reached the end (R5)."""
 
+SNAKE_MARK = "v"
+"""A snake's head in board labels (``16v6``)."""
+LADDER_MARK = "^"
+"""A ladder's foot in board labels (``4^14``)."""
+
 MAX_SIDE = 100
 """The most rows or columns a board may have (so L is at most 10,000)."""
 

@@ -25,3 +25,8 @@ class BoardError(RulesError):
 
 class GameSetupError(RulesError):
     """A game's settings or inputs (players, rounds, options) cannot be played."""
+
+
+class RulesetError(RulesError):
+    """A ruleset broke the seam's contract (snl_pbem.rules.ruleset): a bug in that
+    ruleset, named with what it did."""

@@ -6,8 +6,13 @@ players; everything a ruleset decides goes through :class:`Ruleset`:
 - how an order set read from the order language is checked (``read_orders``),
 - the default for a player who sent nothing (``default_orders``),
 - adjudicating one round from the stored state (``adjudicate``),
-- and what each player may be told afterwards (``player_view``: for the postal game,
-  R19's view and nothing more).
+- what each player may be told afterwards (``player_view``: for the postal game,
+  R19's view and nothing more), and the referee (``referee_view``),
+- the whole game told after it ends (``history``), and what a referee checking a board
+  should know of it (``board_notes``).
+
+Its views are the ruleset's part of a template's context: a name the server sets too
+(``round``, ``player``...) is refused by name (``RulesetError``), never silently lost.
 
 A game's config names its ruleset (``ruleset = "postal"``, the default). Rulesets are
 pure, like the rest of ``snl_pbem.rules``: no I/O, no clock, randomness only seeded.
@@ -17,7 +22,7 @@ a ruleset hands them their context as plain mappings.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -103,6 +108,17 @@ class Adjudication:
     """The ruleset's own record of the round (the postal game's RoundResult)."""
 
 
+@dataclass(frozen=True)
+class StoredRound:
+    """A closed round as the store keeps it, for the post-game reveal."""
+
+    number: int
+    dice: Mapping[PlayerId, Sequence[int]]
+    """Each player's dice, turn by turn."""
+    tally: Mapping[str, Any] | None
+    """``Adjudication.tally`` as kept (None if none was)."""
+
+
 class Ruleset(Protocol):
     """What the application asks of a ruleset. See the module's docstring."""
 
@@ -147,6 +163,17 @@ class Ruleset(Protocol):
     def referee_view(self, adjudication: Adjudication) -> Mapping[str, Any]:
         """The ruleset's part of the referee's round summary."""
 
+    def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
+        """The whole game for the post-game reveal, from what was stored, one line each
+        (a heading first)."""
+
+    def board_notes(self, board: Board) -> tuple[str, ...]:
+        """What a referee checking a board (``snl-pbem board``) should know of it under
+        this ruleset, one line each."""
+
+
+DEFAULT_RULESET = "postal"
+"""A game's ruleset when its config names none (and the help for mail naming no game)."""
 
 _RULESETS: dict[str, Ruleset] = {}
 

@@ -6,9 +6,10 @@ and the trapdoor tally is here; the application stores and mails what this retur
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from snl_pbem.rules.board import Board
 from snl_pbem.rules.errors import GameSetupError
 from snl_pbem.rules.outcome import PlayerId
 from snl_pbem.rules.postal.dice import (
@@ -25,8 +26,16 @@ from snl_pbem.rules.postal.game import (
     adjudicate_round,
     player_report,
 )
+from snl_pbem.rules.postal.notes import no_orders_line
 from snl_pbem.rules.postal.trapdoors import TrapdoorRule
-from snl_pbem.rules.ruleset import Adjudication, GameSettings, OrderReading, Orders, Stored
+from snl_pbem.rules.ruleset import (
+    Adjudication,
+    GameSettings,
+    OrderReading,
+    Orders,
+    Stored,
+    StoredRound,
+)
 
 
 def _values(values: tuple[int, ...]) -> str:
@@ -227,6 +236,21 @@ class PostalRuleset:
             "by_lot": result.tally.by_lot,
             "moves": moves,
         }
+
+    def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
+        """Every round's chosen dice and the trapdoors its tally made, for the reveal after
+        the game (reveal_after_game): ``  Round 3: ann 4; bob 6 (trapdoors: 37)``."""
+        lines = ["Round by round (dice per turn; trapdoors active that round):"]
+        for round_ in rounds:
+            dice = round_.dice
+            played = "; ".join(f"{n} {' '.join(map(str, dice[n]))}" for n in sorted(dice))
+            traps = list(round_.tally.get("trapdoors") or ()) if round_.tally else []
+            shown = ", ".join(map(str, traps)) or "none"
+            lines.append(f"  Round {round_.number}: {played} (trapdoors: {shown})")
+        return tuple(lines)
+
+    def board_notes(self, board: Board) -> tuple[str, ...]:
+        return (no_orders_line(board),)
 
 
 POSTAL = PostalRuleset()
