@@ -1,0 +1,115 @@
+"""Properties of the classic game (RULES-CLASSIC.md) for every board, option set and seed:
+positions stay in 0..L, a finished piece never moves again, and under finish = "all"
+every piece finishes on a board whose last square can be reached."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
+
+from snl_pbem.rules import Board, BoardError, GameSetupError
+from snl_pbem.rules.classic import (
+    ClassicState,
+    board_problems,
+    parse_options,
+    play_round,
+    seeded_throws,
+)
+
+MAX_ROUNDS = 3000
+"""Far more than any game needs (a 10x10 game takes tens of rounds): a game still going
+after this many has a piece that can never finish."""
+
+
+@st.composite
+def classic_boards(draw: st.DrawFn) -> Board:
+    snakes = draw(st.dictionaries(st.integers(2, 99), st.integers(-5, 98), max_size=12))
+    ladders = draw(st.dictionaries(st.integers(1, 98), st.integers(2, 100), max_size=12))
+    snakes = {s: d for s, d in snakes.items() if d < s}
+    ladders = {s: d for s, d in ladders.items() if d > s and s not in snakes}
+    try:
+        board = Board.build(snakes=snakes, ladders=ladders)
+    except BoardError:  # loops are refused; try another
+        reject()
+    if board_problems(board):
+        reject()
+    return board
+
+
+@st.composite
+def option_sets(draw: st.DrawFn, finish: str | None = None) -> dict[str, object]:
+    ending = draw(st.sampled_from(["close_enough", "exact", "bounce_back"]))
+    # exact needs single-die throws to reach L from every space (with N dice the last
+    # N - 1 spaces before L could never be left)
+    count = 1 if ending == "exact" else draw(st.integers(1, 2))
+    max_roll = draw(st.sampled_from(["nothing", "roll_again", "forfeit_after_three"]))
+    forfeit_to = draw(st.sampled_from(["start", "square1"]))
+    options = {
+        "dice": f"{count}d{draw(st.sampled_from([4, 6, 8]))}",
+        "start_rule": draw(st.sampled_from(["none", "max_to_enter"])),
+        "enter_on": draw(st.sampled_from(["roll_again", "square1"])),
+        "max_roll": max_roll,
+        "forfeit_to": forfeit_to,
+        "reenter_needs_max": max_roll == "forfeit_after_three"
+        and forfeit_to == "start"
+        and draw(st.booleans()),
+        "ending": ending,
+        "chain": draw(st.booleans()),
+        "bump": draw(st.booleans()),
+        "finish": finish or draw(st.sampled_from(["first", "all"])),
+    }
+    try:
+        parse_options(options)
+    except GameSetupError:
+        reject()
+    return options
+
+
+PLAYERS = ("ann", "bob", "cy", "dee")
+
+
+@given(classic_boards(), option_sets(), st.integers(0, 2**32), st.integers(1, 4))
+@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+          max_examples=150, deadline=None)
+def test_positions_stay_on_the_board_and_a_finished_piece_never_moves(
+    board: Board, options: dict[str, object], seed: int, players: int
+) -> None:
+    opts = parse_options(options)
+    state = ClassicState.start(PLAYERS[:players])
+    for _ in range(60):
+        if state.over:
+            break
+        played = play_round(board, opts, state, seeded_throws(seed, state.rounds_played + 1,
+                                                              opts.dice))
+        assert played is not None
+        result, after = played
+        for throw in result.throws:
+            assert throw.player not in state.finished  # C9: a finished player takes no turn
+            assert 0 <= throw.start <= board.last and 0 <= throw.end <= board.last
+        assert all(0 <= p <= board.last for p in after.positions.values())
+        for player, at in state.finished.items():  # finished before: never moved again
+            assert after.positions[player] == board.last and after.finished[player] == at
+        for player in after.finished:
+            assert after.positions[player] == board.last
+        assert sum(r.rolls for r in after.records.values()) == sum(
+            r.rolls for r in state.records.values()
+        ) + len(result.throws)  # C10: each throw is one roll
+        state = after
+
+
+@given(classic_boards(), option_sets(finish="all"), st.integers(0, 2**32), st.integers(1, 4))
+@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+          max_examples=60, deadline=None)
+def test_under_finish_all_every_piece_finishes(
+    board: Board, options: dict[str, object], seed: int, players: int
+) -> None:
+    opts = parse_options(options)
+    state = ClassicState.start(PLAYERS[:players])
+    while not state.over and state.rounds_played < MAX_ROUNDS:
+        played = play_round(board, opts, state, seeded_throws(seed, state.rounds_played + 1,
+                                                              opts.dice))
+        assert played is not None
+        state = played[1]
+    assert state.over, (options, state.positions)
+    assert list(state.finished) == [o["player"] for o in state.result(opts)["order"]]
+    assert set(state.finished) == set(state.players)
