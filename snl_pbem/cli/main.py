@@ -16,10 +16,15 @@ from sqlalchemy.exc import DBAPIError
 from snl_pbem import __version__
 from snl_pbem.cli.demo import run_demo
 from snl_pbem.cli.referee import add_commands
-from snl_pbem.errors import CommandError, SnlError
+from snl_pbem.errors import CommandError, ReplayError, SnlError
+from snl_pbem.offline.classic_replay import (
+    classic_outcome_json,
+    classic_outcome_text,
+    parse_classic_replay,
+    run_classic,
+)
 from snl_pbem.offline.replay import (
     dump_json,
-    load_replay,
     outcome_json,
     parse_replay,
     read_document,
@@ -44,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     adj = sub.add_parser(
         "adjudicate",
         help="play a replay file and print the whole game as JSON",
-        description="Read a replay file (JSON or TOML) and print every round as JSON.",
+        description="Read a replay file (JSON or TOML) and print every round as JSON: a "
+        'postal game, or a classic one ("ruleset": "classic", RULES-CLASSIC.md).',
     )
     adj.add_argument("file", type=Path, help="the replay file")
     adj.add_argument(
@@ -130,7 +136,18 @@ def _write(data: bytes | str) -> None:
 
 
 def cmd_adjudicate(args: argparse.Namespace) -> int:
-    replay = load_replay(args.file)
+    data = read_document(args.file)
+    ruleset = data.get("ruleset", DEFAULT_RULESET) if isinstance(data, Mapping) else None
+    if ruleset == "classic":  # RULES-CLASSIC.md, "Offline replay of a classic game"
+        classic = run_classic(parse_classic_replay(data, str(args.file)))
+        text = classic_outcome_text(classic) if args.text else None
+        _write(text or dump_json(classic_outcome_json(classic)))
+        return 0
+    if ruleset not in (None, DEFAULT_RULESET):
+        raise ReplayError(f"{args.file}: ruleset: {ruleset!r} is not \"postal\" or \"classic\"")
+    if isinstance(data, Mapping):
+        data = {key: value for key, value in data.items() if key != "ruleset"}
+    replay = parse_replay(data, str(args.file))
     outcome = run_replay(replay)
     if args.text:
         _write(render_outcome_text(replay, outcome))
