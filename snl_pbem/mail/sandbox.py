@@ -56,7 +56,7 @@ def _serve(conn: Connection, memory: int) -> None:
     os.closerange(3, keep)
     os.closerange(keep + 1, _max_fd())
     try:  # the address space as it stands (a forked worker starts as big as the server)
-        import resource
+        import resource  # here: POSIX only, and the ImportError is caught below
 
         with open("/proc/self/statm") as statm:
             in_use = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")

@@ -264,7 +264,7 @@ class Board:
 
         ``where`` prefixes every message (``board.snakes.16: ...``).
         """
-        from snl_pbem.rules.boardspec import parse_board
+        from snl_pbem.rules.boardspec import parse_board  # here: boardspec imports board
 
         return parse_board(data, where)
 

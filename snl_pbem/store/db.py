@@ -97,7 +97,7 @@ class Database:
 
     def check_schema(self) -> None:
         """Raise :class:`SchemaOutOfDate` unless the database is at the newest migration."""
-        from snl_pbem.store.migrate import current_revision, head_revision
+        from snl_pbem.store.migrate import current_revision, head_revision  # imports db
 
         current = current_revision(self)
         head = head_revision()
