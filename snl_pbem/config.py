@@ -31,8 +31,9 @@ from pydantic import (
 )
 
 from snl_pbem.errors import ConfigError, no_such_game
-from snl_pbem.rules import Board, BoardError, GameRules, TrapdoorRule
+from snl_pbem.rules import Board, BoardError, GameRules, GameSetupError, TrapdoorRule
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset
+from snl_pbem.rules.ruleset import GameSettings as RulesetSettings
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
@@ -355,7 +356,11 @@ class GameSettings(_Section):
     deadlines: list[str | datetime] | None = None
     """Explicit deadlines for the first rounds; round_length (or the last gap) continues."""
     ruleset: str = DEFAULT_RULESET
-    """The rules the game is played by (snl_pbem.rules.ruleset): "postal" (RULES.md)."""
+    """The rules the game is played by (snl_pbem.rules.ruleset): "postal" (RULES.md) or
+    "classic" (RULES-CLASSIC.md)."""
+    options: dict[str, Any] = {}
+    """The ruleset's own options, written as keys of the game's table (classic: dice,
+    bump, finish, ...); gathered here and checked by the ruleset."""
     double_from_round: Annotated[int, Field(ge=1)] = 7
     trapdoor_rule: Literal["all", "most-voted"] = "all"
     seed: int | None = None
@@ -366,6 +371,29 @@ class GameSettings(_Section):
     """With close_when_all_in: how long after the last orders arrive the round closes."""
     reveal_after_game: bool = False
     players: list[PlayerSettings] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_options(cls, data: Any) -> Any:
+        """The ruleset's option keys, written at the game's top level, into ``options``
+        (any other unknown key is still refused by name)."""
+        if not isinstance(data, dict) or not isinstance(data.get("ruleset", DEFAULT_RULESET), str):
+            return data
+        try:
+            keys = get_ruleset(data.get("ruleset", DEFAULT_RULESET)).option_keys
+        except ValueError:
+            return data  # the ruleset's own check names it
+        gathered = {k: data[k] for k in keys if k in data}
+        if not gathered:
+            return data
+        rest = {k: v for k, v in data.items() if k not in gathered}
+        return {**rest, "options": {**dict(data.get("options") or {}), **gathered}}
+
+    @model_validator(mode="after")
+    def _check_options(self) -> GameSettings:
+        options = get_ruleset(self.ruleset).read_options(self.options, "")
+        object.__setattr__(self, "options", options)  # frozen: the checked, complete set
+        return self
 
     @field_validator("id")
     @classmethod
@@ -598,6 +626,22 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
             problems.append(f"{name}: {where}.{exc}")
         if board is not None and schedule is not None:
             built[-1] = (board, table, schedule)
+    for index, (game_settings, parts) in enumerate(
+        zip(settings.games if settings else [], built, strict=False)
+    ):
+        if parts is None:
+            continue
+        try:  # what the game's ruleset asks of its board and options (classic: C4)
+            get_ruleset(game_settings.ruleset).check_settings(
+                RulesetSettings(
+                    board=parts[0],
+                    double_from_round=game_settings.double_from_round,
+                    trapdoor_rule=game_settings.trapdoor_rule,
+                    options=game_settings.options,
+                )
+            )
+        except GameSetupError as exc:
+            problems.append(f"{name}: games[{index}].{exc}")
     if problems or settings is None:
         raise ConfigError(problems)
     games = []

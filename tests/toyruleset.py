@@ -26,6 +26,13 @@ TEMPLATES = Path(__file__).parent / "data" / "rulesets"
 
 class ToyRuleset:
     name = "toy"
+    option_keys = ()
+
+    def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        return {}
+
+    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+        return state.players
 
     def check_settings(self, settings: GameSettings) -> None:
         pass
@@ -103,6 +110,9 @@ class ToyRuleset:
 
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         return ("The toy game, round by round:", *(f"  Round {r.number}" for r in rounds))
+
+    def career(self, games):
+        return {}
 
     def board_notes(self, board: Board) -> tuple[str, ...]:
         return (f"Toy game: {board.last} rounds at most",)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import exists, select
+from sqlalchemy import and_, exists, func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.outbox import enqueue_mail
@@ -24,8 +25,17 @@ from snl_pbem.config import Config, GameConfig, Schedule
 from snl_pbem.errors import LifecycleError, no_such_game
 from snl_pbem.keys import generate_key, hash_key, new_salt
 from snl_pbem.rules import Board, RulesError
-from snl_pbem.rules.ruleset import GameSettings, Ruleset, get_ruleset
-from snl_pbem.store import AuditEntry, Database, Game, OrderRecord, Player, Round, TurnRecord
+from snl_pbem.rules.ruleset import FinishedGame, GameSettings, Ruleset, get_ruleset
+from snl_pbem.store import (
+    AuditEntry,
+    Database,
+    Game,
+    OrderRecord,
+    Player,
+    Round,
+    RoundTally,
+    TurnRecord,
+)
 from snl_pbem.store.states import GamePhase, MailKind, RoundPhase
 from snl_pbem.timeutil import show, wall_clock_add, zone
 
@@ -76,12 +86,32 @@ def settings_of(game: Game) -> GameSettings:
         double_from_round=game.double_from_round,
         trapdoor_rule=game.trapdoor_rule,
         seed=game.seed,
+        options=game.options or {},
     )
 
 
 @lru_cache(maxsize=64)
 def _board(table: str) -> Board:
     return Board.from_mapping(json.loads(table))
+
+
+def career(session: Session, game: Game, player: Player) -> Mapping[str, Any]:
+    """The player's record (by address) across every finished game of this game's ruleset
+    on the server, in the ruleset's terms (the classic game's statistics; {} for postal)."""
+    rows = session.execute(
+        select(Player.name, Game.result, RoundTally.record)
+        .join(Game, Game.id == Player.game_id)
+        .join(Round, and_(Round.game_id == Game.id, Round.number == Game.rounds_played))
+        .join(RoundTally, RoundTally.round_id == Round.id)
+        .where(
+            Game.ruleset == game.ruleset,
+            Game.state == GamePhase.OVER,
+            func.lower(Player.email) == player.email.lower(),
+        )
+        .order_by(Game.id)
+    ).all()
+    finished = [FinishedGame(name, result or {}, record or {}) for name, result, record in rows]
+    return ruleset_of(game).career(finished)
 
 
 def turns_in_round(game: Game, round_number: int) -> int:
@@ -148,6 +178,7 @@ def _apply_settings(game: Game, config: GameConfig) -> list[str]:
         "double_from_round": settings.double_from_round,
         "trapdoor_rule": settings.trapdoor_rule,
         "ruleset": settings.ruleset,
+        "options": dict(settings.options),
         "seed": config.seed,
         "remind_before_s": (
             int(settings.remind_before.total_seconds()) if settings.remind_before else None
@@ -164,7 +195,7 @@ def _apply_settings(game: Game, config: GameConfig) -> list[str]:
             "it keeps the board it started with"
         )
     if game.state != GamePhase.NEW:
-        for fixed in ("ruleset", "double_from_round", "trapdoor_rule", "seed"):
+        for fixed in ("ruleset", "options", "double_from_round", "trapdoor_rule", "seed"):
             if getattr(game, fixed) != values[fixed]:
                 changes.append(
                     f"{fixed} changed in the config but the game has started: "

@@ -31,7 +31,7 @@ from sqlalchemy.exc import DataError, IntegrityError, OperationalError, Statemen
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.bounces import record_bounce
-from snl_pbem.app.games import audit, game_time, open_round, ruleset_of, settings_of
+from snl_pbem.app.games import audit, career, game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.rounds import player_state, submit_orders
 from snl_pbem.config import Config
@@ -719,6 +719,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         inbound_id=ctx.row.id,
         withdraw=commands.clear and not commands.has_orders,
         clear=commands.clear,
+        roll=commands.roll,
     )
     reading = receipt.reading
     line_problems = [LineProblem(line, why) for line, why in reading.line_problems]
@@ -780,6 +781,7 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
         state_text=state_text,
         position=state.positions[player.name],
         rules=ruleset_of(game).player_view(settings_of(game), state, player.name),
+        career=career(session, game, player),
         round=round_,
         orders=latest,
         deadline=game_time(game, round_.deadline) if round_ else "",

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import game_time, ruleset_of, settings_of
+from snl_pbem.app.games import career, game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.rules import Board, Position
@@ -124,11 +124,15 @@ def enqueue_round_mail(
     headline = ""
     if decided.result is not None:
         winners = decided.result.winners
-        headline = (
-            f"a draw between {', '.join(winners)}"
-            if decided.result.is_draw
-            else f"{winners[0]} wins"
-        )
+        order = (decided.result.summary or {}).get("order")
+        if order:  # the classic game's finish = "all": everyone's place
+            headline = "the finishing order is " + ", ".join(
+                f"{o['player']} (round {o['round']}, {o['rolls']} rolls)" for o in order
+            )
+        elif decided.result.is_draw:
+            headline = f"a draw between {', '.join(winners)}"
+        else:
+            headline = f"{winners[0]} wins"
     ruleset, settings = ruleset_of(game), settings_of(game)
     reveal: dict[str, Any] = {"reveal": False}
     attachments: tuple[tuple[str, str, bytes], ...] = ()
@@ -152,7 +156,7 @@ def enqueue_round_mail(
                 kind=MailKind.GAME_OVER,
                 to=player.email,
                 now=now,
-                template="player/game_over.txt.j2",
+                template=f"{ruleset.name}/game_over.txt.j2",
                 broadcast=True,
                 player=player,
                 round=round_.number,
@@ -160,6 +164,8 @@ def enqueue_round_mail(
                 standings=rows,
                 width=width,
                 attachments=attachments,
+                rules=ruleset.player_view(settings, decided.after, player.name),
+                career=career(session, game, player),
                 **reveal,
             )
             continue

@@ -138,7 +138,28 @@ def load_state(
         rounds_played=game.rounds_played,
         turns_played=turns,
         played_from=set_start,
+        extra=last_record(session, game),
     )
+
+
+def last_record(session: Session, game: Game) -> dict[str, Any]:
+    """What the game's ruleset kept of its last round (classic: its state); {} if none."""
+    if not game.rounds_played:
+        return {}
+    record = session.scalar(
+        select(RoundTally.record)
+        .join(Round, Round.id == RoundTally.round_id)
+        .where(Round.game_id == game.id, Round.number == game.rounds_played)
+    )
+    return record or {}
+
+
+def awaiting(session: Session, game: Game, players: Sequence[PlayerRef | Player]) -> set[str]:
+    """The names among ``players`` whose orders the open round waits for (the ruleset
+    says: the classic game waits only for those still racing)."""
+    names = tuple(p.name for p in players)
+    kept = Stored(names, {}, {}, rounds_played=game.rounds_played, extra=last_record(session, game))
+    return set(ruleset_of(game).awaiting(settings_of(game), kept))
 
 
 def player_state(session: Session, game: Game, player: Player) -> Stored:
@@ -206,6 +227,7 @@ def submit_orders(
     inbound_id: int | None = None,
     withdraw: bool = False,
     clear: bool = False,
+    roll: bool = False,
 ) -> OrderReceipt:
     """Store one order set for the open round (every one is kept; the latest counts),
     as the game's ruleset reads it. ``dice`` None: the message had no DICE line."""
@@ -213,7 +235,11 @@ def submit_orders(
     if round_ is None or game.state not in (GamePhase.RUNNING, GamePhase.PAUSED):
         raise LifecycleError(f"{game.name}: no round is open for orders")
     orders = Orders(
-        tuple(dice) if dice is not None else None, nomination, clear=clear, withdraw=withdraw
+        tuple(dice) if dice is not None else None,
+        nomination,
+        clear=clear,
+        withdraw=withdraw,
+        roll=roll,
     )
     state = player_state(session, game, player)
     reading = ruleset_of(game).read_orders(
@@ -331,10 +357,7 @@ def _adjudicate_and_store(
                 )
             )
     insert_rows(session, TurnRecord, TURN_COLUMNS, rows)
-    result_json = None
-    if decided.result is not None:
-        winners = list(decided.result.winners)
-        result_json = {"draw": winners} if decided.result.is_draw else {"winner": winners[0]}
+    result_json = decided.result.as_json() if decided.result is not None else None
     tally = decided.tally
     session.add(
         RoundTally(
@@ -347,6 +370,7 @@ def _adjudicate_and_store(
             by_lot=bool(tally.get("by_lot", False)),
             nmr=dict(decided.nmr),
             result=result_json,
+            record=dict(decided.record) if decided.record is not None else None,
             adjudicated_at=now,
         )
     )

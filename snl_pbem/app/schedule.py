@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.rounds import latest_orders, load_state
+from snl_pbem.app.rounds import awaiting, latest_orders, load_state
 from snl_pbem.config import Config
 from snl_pbem.store import Database, Game, InboundMessage, OrderRecord, Player, Round
 from snl_pbem.store.models import MailboxState
@@ -152,12 +152,14 @@ def send_reminders(db: Database, config: Config, game_id: str, number: int, now:
         round_.reminded_at = now
         latest = latest_orders(session, round_.id)
         ruleset, settings = ruleset_of(game), settings_of(game)
+        active = list(
+            session.scalars(select(Player).where(Player.game_id == game.id, Player.active))
+        )
+        expected = awaiting(session, game, active)
         waiting = [
             player
-            for player in session.scalars(
-                select(Player).where(Player.game_id == game.id, Player.active)
-            )
-            if not _valid(latest.get(player.id))
+            for player in active
+            if player.name in expected and not _valid(latest.get(player.id))
         ]
         if not waiting:
             return 0
@@ -240,8 +242,9 @@ def hold_round(
 
 def _all_in(session: Session, game: Game, round_: Round) -> bool:
     latest = latest_orders(session, round_.id)
-    players = session.scalars(select(Player.id).where(Player.game_id == game.id)).all()
-    return all(_valid(latest.get(pid)) for pid in players)
+    players = list(session.scalars(select(Player).where(Player.game_id == game.id)))
+    expected = awaiting(session, game, players)  # classic: only those still racing (C12)
+    return all(_valid(latest.get(p.id)) for p in players if p.name in expected)
 
 
 def _valid(record: OrderRecord | None) -> bool:

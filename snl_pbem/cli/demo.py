@@ -7,6 +7,10 @@ given to ``DIR/mail/<player>/`` as an ``.eml`` file. Scripted players email
 their orders — most of them correctly; one repeats a die (R18); two nominate
 the same trapdoor; one never writes (R17) — deadlines pass every few seconds,
 reports go out, and the game plays to its end.
+
+``--ruleset classic`` plays the classic game (RULES-CLASSIC.md) the same way, with
+finish = "all", bump and roll-again on: the server throws, most bots send ROLL, one
+sends dice (and is told the server throws), one never writes.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.referee import status
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
+from snl_pbem.rules.classic.ruleset import throw_line
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.postal.dice import open_values, used_in_set
 from snl_pbem.runners.server import Server, configure_logging
@@ -82,8 +87,18 @@ class Mailboxes:
         return "250 2.0.0 Delivered to the demo mailbox"
 
 
-def write_config(folder: Path, names: tuple[str, ...], receiver: int, sink: int) -> Path:
+CLASSIC_OPTIONS = """ruleset = "classic"
+max_roll = "roll_again"
+bump = true
+finish = "all"
+"""
+
+
+def write_config(
+    folder: Path, names: tuple[str, ...], receiver: int, sink: int, ruleset: str = "postal"
+) -> Path:
     first = datetime.now(UTC) + timedelta(seconds=FIRST_DEADLINE_S)
+    rules = CLASSIC_OPTIONS if ruleset == "classic" else "double_from_round = 4\n"
     players = "\n".join(
         f'  {{ name = "{n}", email = "{n}@demo.example", key = "demo-key-{n}" }},' for n in names
     )
@@ -112,8 +127,7 @@ title = "Demo game"
 board = {BOARD}
 first_deadline = "{first.isoformat(timespec="seconds")}"
 round_length = "{ROUND_LENGTH_S}s"
-double_from_round = 4
-reveal_after_game = true
+{rules}reveal_after_game = true
 players = [
 {players}
 ]
@@ -135,6 +149,10 @@ class Bot:
     def orders(self, number: int, turns: int, trapdoor: int | None) -> str | None:
         if self.style == "silent":
             return None
+        if self.style == "roller":  # the classic game: "I am here" (C12)
+            return f"GAME demo\r\nKEY demo-key-{self.name}\r\nROLL\r\n"
+        if self.style == "chooser":  # the classic game: dice are refused (C12)
+            return f"GAME demo\r\nKEY demo-key-{self.name}\r\nDICE 6\r\n"
         in_set = used_in_set(self.used)
         if self.style == "repeater" and not self.repeated and in_set:
             self.repeated = True
@@ -166,7 +184,9 @@ def run_demo(
     seed: int = 1,
     out: TextIO | None = None,
     patience: float = 90.0,
+    ruleset: str = "postal",
 ) -> int:
+    classic = ruleset == "classic"
     out = out or sys.stdout
     folder = directory or Path(tempfile.mkdtemp(prefix="snl-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -179,7 +199,7 @@ def run_demo(
     names = NAMES[: max(2, min(players, len(NAMES)))]
     rng = random.Random(seed)
     receiver_port, sink_port = free_port(), free_port()
-    config_path = write_config(folder, names, receiver_port, sink_port)
+    config_path = write_config(folder, names, receiver_port, sink_port, ruleset)
     configure_logging("warning")
     mailboxes = Mailboxes(folder / "mail")
     sink = Controller(mailboxes, hostname="127.0.0.1", port=sink_port)
@@ -204,13 +224,20 @@ def run_demo(
         print("The server did not start (see the messages above).", file=out)
         sink.stop()
         return 1
-    styles = {names[-1]: "silent", names[1]: "repeater"}
-    bots = [Bot(n, styles.get(n, "careful"), random.Random(rng.random())) for n in names]
+    styles = {names[-1]: "silent", names[1]: "chooser" if classic else "repeater"}
+    usual = "roller" if classic else "careful"
+    bots = [Bot(n, styles.get(n, usual), random.Random(rng.random())) for n in names]
+    cast = (
+        f"  the server throws everyone's dice (classic rules: roll again on a 6, bumps, "
+        f"everyone plays to the finish); {names[1]} sends dice anyway and is told why not, "
+        f"{names[-1]} never writes.\n"
+        if classic
+        else f"  {names[1]} will repeat a die once (R18), {names[-1]} never writes (R17), "
+        f"{names[0]} and {names[2 % len(names)]} vote for the same trapdoors.\n"
+    )
     print(
         f"snl-pbem demo: {len(names)} players on a {last}-space board, a deadline every "
-        f"{ROUND_LENGTH_S}s.\nFolder: {folder}\n"
-        f"  {names[1]} will repeat a die once (R18), {names[-1]} never writes (R17), "
-        f"{names[0]} and {names[2 % len(names)]} vote for the same trapdoors.\n",
+        f"{ROUND_LENGTH_S}s.\nFolder: {folder}\n" + cast,
         file=out,
     )
     started = time.monotonic()
@@ -221,8 +248,11 @@ def run_demo(
             while seen_closes < len(closes):  # first learn what the referee played
                 outcome = closes[seen_closes]
                 seen_closes += 1
-                _learn(bots, outcome)
-                _progress(outcome, last, out)
+                if classic:
+                    _progress_classic(outcome, last, out)
+                else:
+                    _learn(bots, outcome)
+                    _progress(outcome, last, out)
             [game] = status(db, "demo")
             if game.state == GamePhase.OVER:
                 break
@@ -231,7 +261,7 @@ def run_demo(
                 sent_for = game.round
             time.sleep(0.2)
         while seen_closes < len(closes):
-            _progress(closes[seen_closes], last, out)
+            (_progress_classic if classic else _progress)(closes[seen_closes], last, out)
             seen_closes += 1
         _wait_for_mail(
             lambda: sum(1 for _ in (folder / "mail").rglob("*game-over*.eml")), len(names), 15
@@ -246,11 +276,14 @@ def run_demo(
         print(f"The game did not finish within {patience:.0f}s.", file=out)
         return 1
     result = game.result or {}
-    verdict = (
-        f"the winner is {result['winner']}"
-        if "winner" in result
-        else "a draw between " + ", ".join(result.get("draw", []))
-    )
+    if "order" in result:
+        verdict = "the finishing order is " + ", ".join(
+            f"{o['player']} (round {o['round']})" for o in result["order"]
+        )
+    elif "winner" in result:
+        verdict = f"the winner is {result['winner']}"
+    else:
+        verdict = "a draw between " + ", ".join(result.get("draw", []))
     print(f"\nGame over after {len(closes)} rounds: {verdict}.", file=out)
     print(
         f"Every message is in {folder / 'mail'} ({mailboxes.count} .eml files, one folder "
@@ -303,6 +336,20 @@ def _progress(outcome: CloseOutcome, last: int, out: TextIO) -> None:
         print(
             f"  {name:<{width}} {position:>3} |{'#' * filled}{'.' * (30 - filled)}|{note}", file=out
         )
+    out.flush()
+
+
+def _progress_classic(outcome: CloseOutcome, last: int, out: TextIO) -> None:
+    """A classic round: every throw, then the positions (nothing is secret)."""
+    rnd = outcome.result  # ClassicRound
+    print(f"Round {outcome.round} closed: {len(rnd.throws)} throws", file=out)
+    for throw in rnd.throws:
+        print(f"  {throw_line(throw)}", file=out)
+    positions = dict(outcome.adjudication.positions)
+    width = max(len(n) for n in positions)
+    for name, position in ranked(positions):
+        filled = min(30, round(30 * position / last))
+        print(f"  {name:<{width}} {position:>3} |{'#' * filled}{'.' * (30 - filled)}|", file=out)
     out.flush()
 
 

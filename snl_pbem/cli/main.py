@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--players", type=int, default=4, help="2 to 8 (default 4)")
     demo.add_argument("--seed", type=int, default=1, help="vary the players' choices")
+    demo.add_argument(
+        "--ruleset",
+        choices=["postal", "classic"],
+        default="postal",
+        help="the postal game (default) or the classic dice-rolled game (RULES-CLASSIC.md)",
+    )
     demo.set_defaults(handler=cmd_demo)
     add_commands(sub)
     return parser
@@ -267,7 +273,7 @@ def read_json_resource(raw: bytes) -> Any:
 def cmd_demo(args: argparse.Namespace) -> int:
     if not 2 <= args.players <= 8:
         raise CommandError("--players must be between 2 and 8")
-    return run_demo(args.dir, players=args.players, seed=args.seed)
+    return run_demo(args.dir, players=args.players, seed=args.seed, ruleset=args.ruleset)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ COMMAND_WORDS = (
     "STATUS",
     "HELP",
     "CLEAR",
+    "ROLL",
 )
 
 _INVISIBLE = re.compile(
@@ -120,6 +121,8 @@ class Commands:
     status: bool = False
     help: bool = False
     clear: bool = False
+    roll: bool = False
+    """ROLL: the classic game's "I am here" (RULES-CLASSIC C12)."""
     problems: tuple[LineProblem, ...] = ()
     ignored: tuple[str, ...] = ()
     dropped_lines: int = 0
@@ -139,7 +142,12 @@ class Commands:
 
     @property
     def has_orders(self) -> bool:
-        return self.dice is not None or self.nomination is not None or self.no_nomination
+        return (
+            self.dice is not None
+            or self.nomination is not None
+            or self.no_nomination
+            or self.roll
+        )
 
 
 def clean_line(line: str) -> str:
@@ -303,6 +311,7 @@ def parse_commands(text: str, subject: str = "") -> Commands:
         status=bool(values.get("status")),
         help=bool(values.get("help")),
         clear=bool(values.get("clear")),
+        roll=bool(values.get("roll")),
         problems=tuple(b.problems),
         ignored=tuple(b.ignored),
         dropped_lines=dropped,
@@ -478,4 +487,5 @@ _HANDLERS: dict[str, Handler] = {
     "STATUS": _flag("status"),
     "HELP": _flag("help"),
     "CLEAR": _flag("clear"),
+    "ROLL": _flag("roll"),
 }

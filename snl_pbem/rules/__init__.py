@@ -90,7 +90,9 @@ __all__ = [
     "vote_threshold",
 ]
 
+from snl_pbem.rules.classic.ruleset import CLASSIC
 from snl_pbem.rules.postal.ruleset import POSTAL
 from snl_pbem.rules.ruleset import register
 
 register(POSTAL)
+register(CLASSIC)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 from snl_pbem.rules.board import Event, Position
 
@@ -49,10 +49,22 @@ class GameResult:
     """One name for a win; several, sorted, for a draw."""
     turn: int
     """The turn after which the game ended."""
+    summary: Mapping[str, Any] | None = None
+    """The ruleset's own account of the result, when it says more than the winner (the
+    classic game's finishing order: ``{"order": [...]}``)."""
 
     @property
     def is_draw(self) -> bool:
         return len(self.winners) > 1
+
+    def as_json(self) -> dict[str, Any]:
+        """As a game's result is stored and shown: ``{"winner": name}``, ``{"draw": [...]}``
+        or the ruleset's own summary."""
+        if self.summary is not None:
+            return dict(self.summary)
+        if self.is_draw:
+            return {"draw": list(self.winners)}
+        return {"winner": self.winners[0]}
 
 
 def ranked(positions: Mapping[PlayerId, Position]) -> list[tuple[PlayerId, Position]]:

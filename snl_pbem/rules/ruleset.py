@@ -55,6 +55,8 @@ class Orders:
     """The message had a CLEAR line."""
     withdraw: bool = False
     """CLEAR without new orders: the player takes back what they sent."""
+    roll: bool = False
+    """The message had a ROLL line ("I am here": the classic game's order, C12)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,9 @@ class Stored:
     rounds_played: int = 0
     turns_played: int = 0
     played_from: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """The ruleset's own state, as its last round's ``Adjudication.record`` kept it
+    (the classic game's; empty for the postal game)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,9 @@ class Adjudication:
     after: Stored
     details: Any = None
     """The ruleset's own record of the round (the postal game's RoundResult)."""
+    record: Mapping[str, Any] | None = None
+    """What the ruleset keeps of the round in the store (returned as the next round's
+    ``Stored.extra``); None keeps nothing."""
 
 
 @dataclass(frozen=True)
@@ -119,10 +127,33 @@ class StoredRound:
     """``Adjudication.tally`` as kept (None if none was)."""
 
 
+@dataclass(frozen=True)
+class FinishedGame:
+    """One finished game of a player, as the store keeps it."""
+
+    player: PlayerId
+    """The player's name in that game."""
+    result: Mapping[str, Any]
+    """The game's stored result (``GameResult.as_json``)."""
+    record: Mapping[str, Any]
+    """What the ruleset kept of the game's last round (its ``Adjudication.record``)."""
+
+
 class Ruleset(Protocol):
     """What the application asks of a ruleset. See the module's docstring."""
 
     name: str
+    option_keys: tuple[str, ...]
+    """The keys of a game's config table that are this ruleset's options."""
+
+    def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        """Check the options among ``data`` (GameSetupError naming ``prefix`` + the key)
+        and return them as they are kept (defaults filled in)."""
+
+    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+        """The players whose orders the open round waits for (reminders, and
+        close_when_all_in): the postal game's every player, the classic game's those
+        still racing."""
 
     def check_settings(self, settings: GameSettings) -> None:
         """Raise GameSetupError naming the key when the settings cannot be played."""
@@ -166,6 +197,11 @@ class Ruleset(Protocol):
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         """The whole game for the post-game reveal, from what was stored, one line each
         (a heading first)."""
+
+    def career(self, games: Sequence[FinishedGame]) -> Mapping[str, Any]:
+        """A player's record across the finished games of this ruleset on the server, for
+        the status reply and the game-over mail (the classic game's statistics; the
+        postal game keeps none)."""
 
     def board_notes(self, board: Board) -> tuple[str, ...]:
         """What a referee checking a board (``snl-pbem board``) should know of it under

@@ -90,6 +90,8 @@ class Game(Base):
     trapdoor_rule: Mapped[str] = mapped_column(String(16), default="all")
     ruleset: Mapped[str] = mapped_column(String(32), default="postal", server_default="postal")
     """The game's ruleset (snl_pbem.rules.ruleset): "postal" unless the config says."""
+    options: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict, server_default="{}")
+    """The ruleset's own options as the config gave them, checked (classic: C-options)."""
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
     remind_before_s: Mapped[int | None] = mapped_column(Integer)
     close_when_all_in: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -216,6 +218,9 @@ class RoundTally(Base):
     nmr: Mapped[dict[str, Any]] = mapped_column(JSON)
     """player name -> why the referee moved for them (R17/R18)."""
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    record: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """The ruleset's own record of the round (classic: every throw, and the state after
+    it); None for the postal game, whose record is the columns above."""
     adjudicated_at: Mapped[datetime]
 
 

@@ -30,6 +30,7 @@ from snl_pbem.rules.postal.notes import no_orders_line
 from snl_pbem.rules.postal.trapdoors import TrapdoorRule
 from snl_pbem.rules.ruleset import (
     Adjudication,
+    FinishedGame,
     GameSettings,
     OrderReading,
     Orders,
@@ -57,6 +58,18 @@ class PostalRuleset:
     """Chosen dice, each value once per set of six (R6), and nominated trapdoors (R8-R10)."""
 
     name = "postal"
+    option_keys: tuple[str, ...] = ()  # its options are the config's own keys (R7, R9)
+
+    def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        for key in data:
+            raise GameSetupError(
+                f"{prefix}{key}: not an option of the postal game (set ruleset = "
+                '"classic" for the classic game\'s options)'
+            )
+        return {}
+
+    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+        return state.players  # R17: everyone plays every turn
 
     def rules(self, settings: GameSettings) -> GameRules:
         try:
@@ -96,6 +109,10 @@ class PostalRuleset:
         first = "first " if turns == 2 else ""
         r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
         line_problems: list[tuple[str, str]] = []
+        if orders.roll:
+            line_problems.append(
+                ("ROLL", "in this game you choose your dice: send them on a DICE line")
+            )
         nomination = orders.nomination
         if nomination is not None and not 1 <= nomination <= last:  # R8: a nomination is a space
             line_problems.append(
@@ -248,6 +265,9 @@ class PostalRuleset:
             shown = ", ".join(map(str, traps)) or "none"
             lines.append(f"  Round {round_.number}: {played} (trapdoors: {shown})")
         return tuple(lines)
+
+    def career(self, games: Sequence[FinishedGame]) -> Mapping[str, Any]:
+        return {}  # the postal game keeps no statistics across games
 
     def board_notes(self, board: Board) -> tuple[str, ...]:
         return (no_orders_line(board),)

@@ -68,6 +68,47 @@ def option_sets(draw: st.DrawFn, finish: str | None = None) -> dict[str, object]
 PLAYERS = ("ann", "bob", "cy", "dee")
 
 
+def reachable_end(board: Board, options: dict[str, object]) -> bool:
+    """Whether the last square can be reached from every space a piece can reach (the
+    moves of C2-C4 with C3's chaining; C5-C8 only ever send a piece to 0 or 1)."""
+    opts = parse_options(options)
+    last, dice = board.last, opts.dice
+    totals = range(dice.count, dice.count * dice.sides + 1)
+
+    def rest(space: int) -> int:
+        while 1 <= space < last and (feature := board.feature_at(space)) is not None:
+            space = min(feature.destination, last)
+            if not opts.chain:
+                break
+        return space
+
+    def moves(at: int) -> set[int]:
+        found = set()
+        for total in totals:
+            target = at + total
+            if target > last:
+                if opts.ending.value == "exact":
+                    continue
+                target = last if opts.ending.value == "close_enough" else max(1, 2 * last - target)
+            found.add(rest(target))
+        return found
+
+    seen, todo = {0, rest(1)}, [0, rest(1)]
+    while todo:
+        for nxt in moves(todo.pop()) - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    graph = {at: moves(at) for at in seen}
+    ends, changed = {last}, True
+    while changed:
+        changed = False
+        for at, nexts in graph.items():
+            if at not in ends and nexts & ends:
+                ends.add(at)
+                changed = True
+    return seen <= ends
+
+
 @given(classic_boards(), option_sets(), st.integers(0, 2**32), st.integers(1, 4))
 @settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
           max_examples=150, deadline=None)
@@ -103,6 +144,8 @@ def test_positions_stay_on_the_board_and_a_finished_piece_never_moves(
 def test_under_finish_all_every_piece_finishes(
     board: Board, options: dict[str, object], seed: int, players: int
 ) -> None:
+    if not reachable_end(board, options):  # snakes can wall off the end: not this property
+        reject()
     opts = parse_options(options)
     state = ClassicState.start(PLAYERS[:players])
     while not state.over and state.rounds_played < MAX_ROUNDS:
@@ -113,3 +156,10 @@ def test_under_finish_all_every_piece_finishes(
     assert state.over, (options, state.positions)
     assert list(state.finished) == [o["player"] for o in state.result(opts)["order"]]
     assert set(state.finished) == set(state.players)
+
+
+def test_the_reachability_filter_tells_a_walled_board_from_an_open_one() -> None:
+    wall = Board.build(snakes={49: 30, 50: 30, 51: 30, 52: 30})
+    assert not reachable_end(wall, {"dice": "1d4", "ending": "exact"})
+    assert reachable_end(wall, {"dice": "1d6", "ending": "exact"})  # a 6 jumps the wall
+    assert reachable_end(Board.build(), {"dice": "2d6", "ending": "bounce_back"})

@@ -1,0 +1,263 @@
+"""The classic game behind the ruleset seam (snl_pbem.rules.ruleset): the server throws
+everyone's dice at the close from the game's seed (C11); players need send nothing, and a
+ROLL line says "I am here" (C12). Nothing is secret: reports show every throw."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from snl_pbem.rules.board import Board
+from snl_pbem.rules.classic.game import (
+    BOUNCE,
+    BUMPED,
+    ENTERED,
+    FINISHED,
+    FORFEIT,
+    LADDER,
+    NO_MOVE,
+    SNAKE,
+    WAITING,
+    ClassicState,
+    Throw,
+    play_round,
+    seeded_throws,
+)
+from snl_pbem.rules.classic.options import (
+    OPTION_KEYS,
+    ClassicOptions,
+    Finish,
+    board_problems,
+    parse_options,
+)
+from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
+from snl_pbem.rules.ruleset import (
+    Adjudication,
+    FinishedGame,
+    GameSettings,
+    OrderReading,
+    Orders,
+    Stored,
+    StoredRound,
+)
+
+_SAID = {
+    LADDER: "up a ladder",
+    SNAKE: "down a snake",
+    BOUNCE: "bounced back off the end",
+    NO_MOVE: "too high to move",
+    WAITING: "waiting to enter",
+    ENTERED: "entered",
+    FORFEIT: "third maximum in a row: forfeit",
+    FINISHED: "FINISHED",
+}
+
+
+def throw_line(throw: Throw) -> str:
+    """``ann threw 4+6: 12 -> 31 (up a ladder, bumped bob)``: one throw, in play order."""
+    said = [
+        f"bumped {e[len(BUMPED):]} back to the start" if e.startswith(BUMPED) else _SAID[e]
+        for e in throw.events
+    ]
+    dice = "+".join(map(str, throw.dice))
+    return f"{throw.player} threw {dice}: {throw.start} -> {throw.end}" + (
+        f" ({', '.join(said)})" if said else ""
+    )
+
+
+class ClassicRuleset:
+    """RULES-CLASSIC.md C1-C12 with the game's options."""
+
+    name = "classic"
+    option_keys: tuple[str, ...] = OPTION_KEYS
+
+    def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+        for key in data:
+            if key not in OPTION_KEYS:
+                raise GameSetupError(
+                    f"{prefix}{key}: not an option of the classic game (its options: "
+                    + ", ".join(OPTION_KEYS)
+                    + ")"
+                )
+        return parse_options(data, prefix).as_mapping()
+
+    def options(self, settings: GameSettings) -> ClassicOptions:
+        return parse_options(settings.options)
+
+    def check_settings(self, settings: GameSettings) -> None:
+        self.options(settings)
+        problems = board_problems(settings.board)
+        if problems:
+            raise GameSetupError("board: " + "; ".join(problems))
+
+    def turns_in_round(self, settings: GameSettings, round_number: int) -> int:
+        return 1  # a round is one turn for every player still racing (C1)
+
+    def history_start(self, turns_played: int) -> int:
+        return turns_played  # no dice history: the kept state is the whole state
+
+    def state(self, stored: Stored) -> ClassicState:
+        """The classic state kept with the last round (the start before round 1)."""
+        kept = stored.extra.get("state")
+        return ClassicState.from_json(kept) if kept else ClassicState.start(stored.players)
+
+    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+        finished = self.state(state).finished
+        return tuple(p for p in state.players if p not in finished)
+
+    def read_orders(
+        self, settings: GameSettings, state: Stored, player: PlayerId, orders: Orders, turns: int
+    ) -> OrderReading:
+        """C12: ROLL is the order; dice sent are refused (the server throws, C11)."""
+        refused: list[tuple[str, str]] = []
+        if orders.dice is not None:
+            refused.append(
+                (
+                    "DICE " + " ".join(map(str, orders.dice)),
+                    "in this game the server throws everyone's dice at the deadline (rules "
+                    "C11 and C12): you cannot choose them; send ROLL to say you are here, "
+                    "or nothing",
+                )
+            )
+        if orders.nomination is not None:
+            refused.append((f"TRAPDOOR {orders.nomination}", "this game has no trapdoors"))
+        valid = orders.roll
+        problems = () if valid else ("no ROLL line (the server throws for you anyway)",)
+        return OrderReading(
+            valid=valid,
+            dice=(),
+            nomination=None,
+            problems=problems,
+            line_problems=tuple(refused),
+            ack={"rolled": valid},
+            summary="ROLL" if valid else "no ROLL",
+        )
+
+    def default_orders(
+        self, settings: GameSettings, state: Stored, player: PlayerId, turns: int
+    ) -> Orders:
+        return Orders(roll=True)  # C12: the server throws for everyone either way
+
+    def adjudicate(
+        self, settings: GameSettings, state: Stored, orders: Mapping[PlayerId, Orders]
+    ) -> Adjudication:
+        """C1-C11: the round's throws come from the game's seed and the round's number
+        alone (C11), so a rolled-back round closed again throws the same."""
+        options = self.options(settings)
+        before = self.state(state)
+        number = before.rounds_played + 1
+        played = play_round(
+            settings.board, options, before, seeded_throws(settings.seed, number, options.dice)
+        )
+        assert played is not None  # the server's dice never run out
+        round_, after = played
+        totals = dict.fromkeys(state.players, 0)
+        for throw in round_.throws:
+            totals[throw.player] += sum(throw.dice)
+        turn = state.turns_played + 1
+        moves = {
+            p: Move(totals[p], before.positions[p], before.positions[p] + totals[p],
+                    after.positions[p], ())
+            for p in state.players
+        }
+        result = None
+        if after.over:
+            summary = after.result(options)
+            result = GameResult(
+                (next(iter(after.finished)),),
+                turn,
+                summary=summary if options.finish is Finish.ALL else None,
+            )
+        record = {"state": after.as_json(), "round": round_.as_json()}
+        return Adjudication(
+            round=number,
+            turns=(TurnResult(turn, moves),),
+            positions=dict(after.positions),
+            result=result,
+            nmr={},
+            tally={},
+            after=Stored(
+                players=state.players,
+                positions=dict(after.positions),
+                played=dict.fromkeys(state.players, ()),
+                rounds_played=state.rounds_played + 1,
+                turns_played=turn,
+                played_from=turn,
+                extra=record,
+            ),
+            details=round_,
+            record=record,
+        )
+
+    def _view(self, state: Stored) -> dict[str, Any]:
+        """The last round's throws and everyone's counts (C10): nothing is secret."""
+        classic = self.state(state)
+        last = state.extra.get("round")
+        throws = [throw_line(_throw(t)) for t in last["throws"]] if last else []
+        counts = [
+            {"name": p, **classic.record(p).as_json(), "finished": classic.finished.get(p)}
+            for p in classic.players
+        ]
+        return {"throws": throws, "counts": counts, "finished": dict(classic.finished)}
+
+    def player_view(
+        self, settings: GameSettings, state: Stored, player: PlayerId
+    ) -> Mapping[str, Any]:
+        view = self._view(state)
+        view["mine"] = next((c for c in view["counts"] if c["name"] == player), None)
+        return view
+
+    def referee_view(self, adjudication: Adjudication) -> Mapping[str, Any]:
+        return self._view(adjudication.after)
+
+    def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
+        lines = ["Round by round (every throw):"]
+        for round_ in rounds:
+            record = (round_.tally or {}).get("record") or {}
+            lines.append(f"  Round {round_.number}:")
+            lines.extend(
+                f"    {throw_line(_throw(t))}" for t in record.get("round", {}).get("throws", [])
+            )
+        return tuple(lines)
+
+    def career(self, games: Sequence[FinishedGame]) -> Mapping[str, Any]:
+        """The web sheet's statistics panel: games, wins, the fastest win in rounds, ladders
+        climbed and snakes slid, across every finished classic game (web: "总局数、赢的局数、
+        最快几回合获胜和累计爬梯滑蛇次数")."""
+        wins, fastest, ladders, snakes = 0, None, 0, 0
+        for game in games:
+            state = game.record.get("state") or {}
+            counts = (state.get("records") or {}).get(game.player) or {}
+            ladders += int(counts.get("ladders", 0))
+            snakes += int(counts.get("snakes", 0))
+            order = game.result.get("order") or [{}]
+            winner = game.result.get("winner") or order[0].get("player")
+            if winner == game.player:
+                wins += 1
+                finished = dict((p, r) for p, r in state.get("finished") or [])
+                rounds = finished.get(game.player)
+                if rounds is not None:
+                    fastest = rounds if fastest is None else min(fastest, rounds)
+        return {
+            "games": len(games),
+            "wins": wins,
+            "fastest_win": fastest,
+            "ladders": ladders,
+            "snakes": snakes,
+        }
+
+    def board_notes(self, board: Board) -> tuple[str, ...]:
+        problems = board_problems(board)
+        if problems:
+            return tuple(f"Not for the classic game: {p}" for p in problems)
+        return (f"Fit for the classic game: nothing on the last space {board.last} (C4).",)
+
+
+def _throw(data: Mapping[str, Any]) -> Throw:
+    return Throw(
+        data["player"], tuple(data["dice"]), data["from"], data["to"], tuple(data["events"])
+    )
+
+
+CLASSIC = ClassicRuleset()
