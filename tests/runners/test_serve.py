@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email
 import json
 import os
 import shutil
@@ -252,6 +253,29 @@ def test_demo_plays_a_whole_game(tmp_path: Path) -> None:
         assert files, who
     assert any("game-over" in f.name for f in (mail / "ann").glob("*.eml"))
     assert "no orders received (R17)" in text and "invalid dice (R18)" in text
+
+
+@pytest.mark.slow
+def test_demo_plays_a_whole_classic_game_through_serve(tmp_path: Path) -> None:
+    """Issue 14: a whole classic game by email (RULES-CLASSIC.md) through the real server:
+    finish = "all", bump and roll-again on; the server throws (C11), one bot sends dice
+    and is told why not (C12), one never writes."""
+    from snl_pbem.cli.demo import run_demo
+
+    out = tmp_path / "demo.txt"
+    with out.open("w") as stream:
+        assert run_demo(tmp_path / "demo", players=3, seed=5, out=stream, ruleset="classic") == 0
+    text = out.read_text()
+    assert "Round 1 closed: " in text and " threw " in text
+    assert "the finishing order is" in text
+    mail = tmp_path / "demo" / "mail"
+    for who in ("ann", "bob", "cy"):
+        assert any("game-over" in f.name for f in (mail / who).glob("*.eml")), who
+    refusals = [
+        email.message_from_bytes(f.read_bytes()).get_payload(decode=True).decode()
+        for f in (mail / "bob").glob("*orders-received*.eml")
+    ]
+    assert refusals and all('"DICE 6": in this game the server throws' in r for r in refusals)
 
 
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
