@@ -30,6 +30,7 @@ from pydantic import (
     model_validator,
 )
 
+from snl_pbem.boards import UnknownBoard, bundled_table, locate
 from snl_pbem.errors import ConfigError, no_such_game
 from snl_pbem.rules import Board, BoardError, GameRules, GameSetupError, TrapdoorRule
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset
@@ -348,7 +349,8 @@ class GameSettings(_Section):
     """Short name used in subjects (``[spring26]``) and orders (``GAME spring26``)."""
     title: str = ""
     board: str | dict[str, Any]
-    """A file holding a [board] table (relative to the config file), or an inline table."""
+    """A file holding a [board] table (relative to the config file), a bundled board's name
+    (``snl-pbem boards`` lists them; a file of the same name wins), or an inline table."""
     timezone: str | None = None
     """How this game's deadlines are read and shown (default: the top-level timezone)."""
     first_deadline: str | datetime
@@ -697,10 +699,17 @@ def _key_path(loc: Iterable[int | str]) -> str:
 
 
 def _board_table(spec: str | dict[str, Any], base: Path, where: str) -> Mapping[str, Any]:
+    """A game's [board] table: inline, from a file (relative to the config), or a bundled
+    board by name (``snl_pbem.boards``; a file of the same name wins)."""
     if isinstance(spec, dict):
         return spec
-    file = Path(spec)
-    file = file if file.is_absolute() else base / file
+    try:
+        found = locate(spec, base)
+    except UnknownBoard as exc:
+        raise ConfigError([f"{where}: {exc}"]) from None
+    if isinstance(found, str):
+        return bundled_table(found)
+    file = found
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:

@@ -79,6 +79,7 @@ LAYERS = {
     "runners": ("cli",),
     "offline": ("app", "runners", "cli"),
     "views": ("app", "runners", "cli"),
+    "boards": ("store", "mail", "app", "runners", "cli"),
 }
 """For each package, the packages of ours it must never import."""
 

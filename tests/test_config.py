@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from snl_pbem.cli.main import main
+from snl_pbem.boards import bundled_names, bundled_table
+from snl_pbem.cli.main import boards_in_file, main
 from snl_pbem.config import config_path, load_config
 from snl_pbem.errors import ConfigError
+from snl_pbem.rules import Board
 
 GOOD = """
 timezone = "Europe/London"
@@ -152,11 +155,50 @@ def test_the_example_config_is_valid(tmp_path: Path) -> None:
     assert config.settings.mail.imap is not None and config.settings.mail.imap.port == 993
 
 
-def test_every_bundled_board_loads() -> None:
-    from snl_pbem.cli.main import boards_in_file
-
+def test_every_board_in_deploy_loads() -> None:
     boards = sorted((Path(__file__).parents[1] / "deploy" / "boards").glob("*.toml"))
     assert len(boards) >= 3
     for path in boards:
         [(_, board)] = boards_in_file(path)
         assert board.features, path.name
+
+
+def same_board(a: Board, b: Board) -> bool:
+    return (a.grid, a.features, a.layout, a.families) == (b.grid, b.features, b.layout, b.families)
+
+
+def test_a_game_may_name_a_bundled_board(tmp_path: Path) -> None:
+    """board = "standard" is the bundled conventional board: the same as
+    deploy/boards/standard.toml, and stored with the game as a [board] table."""
+    config = load_config(write(tmp_path, GOOD.replace('"boards/standard.toml"', '"standard"')))
+    game = config.game("spring26")
+    deploy = Path(__file__).parents[1] / "deploy" / "boards" / "standard.toml"
+    [(_, expected)] = boards_in_file(deploy)
+    assert same_board(game.board, expected)
+    assert game.board_table == tomllib.loads(deploy.read_text())["board"]
+    for name in bundled_names():
+        loaded = load_config(write(tmp_path, GOOD.replace('"boards/standard.toml"', f'"{name}"')))
+        assert same_board(loaded.game("spring26").board, Board.from_mapping(bundled_table(name)))
+
+
+def test_an_unknown_board_names_the_key_the_file_and_the_bundled_boards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, GOOD.replace('"boards/standard.toml"', '"standrad"'))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    [problem] = caught.value.problems
+    assert problem.startswith(
+        f"config.toml: games[0].board: board file {tmp_path / 'standrad'} does not exist, "
+        "and 'standrad' is not a bundled board (bundled boards: "
+    )
+    assert all(name in problem for name in bundled_names())
+    assert main(["check-config", "--config", str(path)]) == 2
+    assert "games[0].board: board file" in capsys.readouterr().err
+
+
+def test_a_board_file_wins_over_a_bundled_name_of_the_same_spelling(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace('"boards/standard.toml"', '"standard"'))
+    (tmp_path / "standard").write_text('[board]\nrows = 4\ncolumns = 4\nladders = { "2" = 9 }\n')
+    board = load_config(path).game("spring26").board
+    assert board.last == 16 and board.ladders == {2: 9}

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from snl_pbem import __version__
+from snl_pbem.boards import UnknownBoard, bundled_names, bundled_table, description, locate
 from snl_pbem.cli.demo import run_demo
 from snl_pbem.cli.referee import add_commands
 from snl_pbem.errors import CommandError, ReplayError, SnlError
@@ -64,12 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
     board = sub.add_parser(
         "board",
         help="show a board as a text grid (and as SVG with --svg)",
-        description="Show the board of a board, replay or config file.",
+        description="Show the board of a board, replay or config file, or a bundled board.",
     )
-    board.add_argument("file", type=Path, help="a file holding a [board] table")
+    board.add_argument(
+        "file",
+        type=Path,
+        help="a file holding a [board] table, or a bundled board's name (see: snl-pbem boards)",
+    )
     board.add_argument("--svg", type=Path, metavar="OUT.svg", help="also draw it as SVG")
     board.add_argument("--game", help="in a config file, the game whose board to show")
     board.set_defaults(handler=cmd_board)
+
+    bundled = sub.add_parser(
+        "boards",
+        help="list the bundled boards a config can name (board = \"standard\")",
+        description="List the bundled boards: name, size, ladders, snakes, what each is.",
+    )
+    bundled.set_defaults(handler=cmd_boards)
 
     example = sub.add_parser(
         "example",
@@ -197,8 +209,29 @@ def cmd_board(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_boards(args: argparse.Namespace) -> int:
+    lines = []
+    for name in bundled_names():
+        board = _bundled_board(name)
+        size = f"{board.rows} x {board.columns}, last {board.last}"
+        counts = f"{len(board.ladders):>2} ladders, {len(board.snakes):>2} snakes"
+        lines.append((name, size, counts, description(name)))
+    name_width = max(len(line[0]) for line in lines)
+    size_width = max(len(line[1]) for line in lines)
+    for name, size, counts, text in lines:
+        _write(f"{name:<{name_width}}  {size:<{size_width}}  {counts}  {text}\n")
+    return 0
+
+
 def boards_in_file(path: Path, game: str | None = None) -> list[tuple[str, Board]]:
-    """The boards a file holds: a [board] table, a bare board table, or a config's games."""
+    """The boards a file holds: a [board] table, a bare board table, or a config's games;
+    or, when no such file exists, the bundled board of that name (snl_pbem.boards)."""
+    try:
+        where = locate(str(path), Path(), "the current folder")
+    except UnknownBoard as exc:
+        raise CommandError(str(exc)) from None
+    if isinstance(where, str):
+        return [(where, _bundled_board(where))]
     data = read_document(path)
     if not isinstance(data, Mapping):
         raise CommandError(f"{path}: expected a table holding a board")
@@ -223,7 +256,9 @@ def boards_in_file(path: Path, game: str | None = None) -> list[tuple[str, Board
 
 
 def _ruleset_in_file(path: Path, game: str) -> str:
-    """The ruleset a config file's game names (the default for a bare board)."""
+    """The ruleset a config file's game names (the default for a bare or bundled board)."""
+    if not path.is_file():
+        return DEFAULT_RULESET
     data = read_document(path)
     games = data.get("games") if isinstance(data, Mapping) else None
     for entry in games if isinstance(games, list) else ():
@@ -233,8 +268,14 @@ def _ruleset_in_file(path: Path, game: str) -> str:
 
 
 def _board(spec: Any, path: Path, where: str) -> Board:
-    if isinstance(spec, str):  # a config's board may name a file beside it
-        target = (path.parent / spec).resolve()
+    if isinstance(spec, str):  # a config's board may name a file beside it, or a bundled board
+        try:
+            found = locate(spec, path.parent)
+        except UnknownBoard as exc:
+            raise CommandError(f"{path}: {where}: {exc}") from None
+        if isinstance(found, str):
+            return _bundled_board(found)
+        target = found.resolve()
         data = read_document(target)
         if isinstance(data, Mapping) and "board" in data:
             data = data["board"]
@@ -243,6 +284,13 @@ def _board(spec: Any, path: Path, where: str) -> Board:
         return Board.from_mapping(spec, where)
     except BoardError as exc:
         raise CommandError(f"{path}: {exc}") from None
+
+
+def _bundled_board(name: str) -> Board:
+    try:
+        return Board.from_mapping(bundled_table(name), "board")
+    except BoardError as exc:  # never, as shipped: every bundled board is tested
+        raise CommandError(f"(bundled board) {name}: {exc}") from None
 
 
 EXAMPLE = "example-game.json"
