@@ -33,7 +33,7 @@ from pydantic import (
 from snl_pbem.boards import UnknownBoard, bundled_table, locate
 from snl_pbem.errors import ConfigError, no_such_game
 from snl_pbem.rules import Board, BoardError, GameRules, GameSetupError, TrapdoorRule
-from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset
+from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset, ruleset_names
 from snl_pbem.rules.ruleset import GameSettings as RulesetSettings
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
@@ -381,10 +381,18 @@ class GameSettings(_Section):
         (any other unknown key is still refused by name)."""
         if not isinstance(data, dict) or not isinstance(data.get("ruleset", DEFAULT_RULESET), str):
             return data
+        ruleset = data.get("ruleset", DEFAULT_RULESET)
         try:
-            keys = get_ruleset(data.get("ruleset", DEFAULT_RULESET)).option_keys
+            keys = get_ruleset(ruleset).option_keys
         except ValueError:
             return data  # the ruleset's own check names it
+        for other in ruleset_names():
+            for key in get_ruleset(other).option_keys:
+                if key in data and key not in keys:
+                    raise ValueError(
+                        f"{key}: an option of the {other} game, and this game's ruleset is "
+                        f'"{ruleset}" (set ruleset = "{other}" to play with it, or remove it)'
+                    )
         gathered = {k: data[k] for k in keys if k in data}
         if not gathered:
             return data

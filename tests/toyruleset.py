@@ -27,6 +27,8 @@ TEMPLATES = Path(__file__).parent / "data" / "rulesets"
 class ToyRuleset:
     name = "toy"
     option_keys = ()
+    throws_dice = False
+    no_orders = "(no DICE line)."
 
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         return {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -168,6 +169,16 @@ class SyncReport:
         self.lines.append(line)
 
 
+def _seed(game: Game, config: GameConfig) -> int:
+    """The game's seed: the config's; else, for a ruleset whose dice the server throws (the
+    classic game, C11), one drawn at random when the game is first stored and kept in the
+    database ever after (a game id reused elsewhere must not replay the same throws); else
+    one derived from the game id (the postal game's lot)."""
+    if config.settings.seed is not None or not get_ruleset(config.settings.ruleset).throws_dice:
+        return config.seed
+    return game.seed if game.seed else secrets.randbits(62) or 1
+
+
 def _apply_settings(game: Game, config: GameConfig) -> list[str]:
     settings = config.settings
     changes = []
@@ -179,7 +190,7 @@ def _apply_settings(game: Game, config: GameConfig) -> list[str]:
         "trapdoor_rule": settings.trapdoor_rule,
         "ruleset": settings.ruleset,
         "options": dict(settings.options),
-        "seed": config.seed,
+        "seed": _seed(game, config),
         "remind_before_s": (
             int(settings.remind_before.total_seconds()) if settings.remind_before else None
         ),

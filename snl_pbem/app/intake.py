@@ -537,7 +537,7 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         player,
         MailKind.NOTICE,
         "player/notice.txt.j2",
-        message="Your message had no orders (no DICE or TRAPDOOR line)." + _cut_note(commands),
+        message=f"Your message had no orders {ruleset_of(game).no_orders}" + _cut_note(commands),
         line_problems=_redacted(commands.problems, commands.order_keys),
         other_sender=other,
     )

@@ -476,6 +476,24 @@ def _flag(name: str) -> Handler:
     return handler
 
 
+_NUMBERS = re.compile(r"[0-9][0-9\s,+/&-]*")
+
+
+def _roll(b: _Builder, line: str, rest: str) -> None:
+    """ROLL ("I am here", the classic game's order); numbers after it are not read (the
+    server throws), and a sentence ("Roll on, summer!") is not a ROLL."""
+    extra = rest.strip(" .!,;:-")
+    if not extra or extra.lower() in ("please", "orders", "dice", "the dice"):
+        b.values["roll"] = True
+    elif _NUMBERS.fullmatch(extra):
+        b.values["roll"] = True
+        b.problems.append(
+            LineProblem(line, "the numbers after ROLL are not read: the server throws the dice")
+        )
+    else:
+        b.ignored.append(line)
+
+
 _HANDLERS: dict[str, Handler] = {
     "GAME": _game,
     "KEY": _key,
@@ -487,5 +505,5 @@ _HANDLERS: dict[str, Handler] = {
     "STATUS": _flag("status"),
     "HELP": _flag("help"),
     "CLEAR": _flag("clear"),
-    "ROLL": _flag("roll"),
+    "ROLL": _roll,
 }

@@ -29,7 +29,8 @@ from snl_pbem.rules.classic import (
 
 CLASSIC_KEYS = ("ruleset", "board", "players", "rolls", "seed", *OPTION_KEYS)
 MAX_ROUNDS = 10_000
-"""A seeded game still going after this many rounds stops there, its result null."""
+"""A seeded game still going after this many rounds stops there, its result null (a board
+whose end cannot be reached; with ``rolls`` the lists end play)."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def _throw(raw: Any, key: str, options: ClassicOptions, fail: Any) -> tuple[int,
         raise fail(key, f"{raw!r} is not a throw of {dice.count} dice ({dice})")
     throw = []
     for i, value in enumerate(values):
-        number = whole_number(value)
+        number = value if isinstance(value, int) and not isinstance(value, bool) else None
         if number is None or not 1 <= number <= dice.sides:
             where = f"{key}[{i}]" if isinstance(raw, list) else key
             raise fail(where, f"{value!r} is not a die value 1 to {dice.sides} ({dice})")
@@ -117,7 +118,7 @@ def run_classic(replay: ClassicReplay) -> ClassicOutcome:
         queue = queues.get(player)
         return queue.pop(0) if queue else None
 
-    while not state.over and len(played) < MAX_ROUNDS:
+    while not state.over and (replay.rolls is not None or len(played) < MAX_ROUNDS):
         throws: Throws = (
             from_file
             if replay.rolls is not None

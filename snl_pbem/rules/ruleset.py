@@ -145,6 +145,11 @@ class Ruleset(Protocol):
     name: str
     option_keys: tuple[str, ...]
     """The keys of a game's config table that are this ruleset's options."""
+    no_orders: str
+    """What a message with no order lines is told, after "Your message had no orders"."""
+    throws_dice: bool
+    """The server throws the dice from the game's seed (classic, C11): a game with no seed
+    in its config gets one drawn at random, kept in the database."""
 
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         """Check the options among ``data`` (GameSetupError naming ``prefix`` + the key)

@@ -18,7 +18,8 @@ from snl_pbem.app.rounds import close_round, rollback_round
 from snl_pbem.app.schedule import all_in_close_at
 from snl_pbem.config import load_config
 from snl_pbem.errors import ConfigError
-from snl_pbem.store import Game, OutboxMessage, Round, RoundTally
+from snl_pbem.store import Database, Game, OutboxMessage, Round, RoundTally
+from snl_pbem.store.migrate import upgrade
 
 CONFIG = """
 timezone = "UTC"
@@ -85,7 +86,9 @@ def test_a_classic_game_by_email_from_welcome_to_finishing_order(db, tmp_path) -
     config = setup(db, tmp_path)
     [welcome] = mail_to(db, "ann@example.org", "welcome")
     for plain in (
-        "You need a 6 to start, placed on square 1.",
+        "You need a 6 to start, placed on square 1 (a snake or ladder there acts), and "
+        "your turn ends there. A piece back at the start (down a snake to 0, bumped) needs "
+        "a 6 again.",
         "Throw a 6 and you throw again",
         "Land where another piece stands and it goes back to the start.",
         "Play goes on until everyone has finished",
@@ -103,6 +106,18 @@ def test_a_classic_game_by_email_from_welcome_to_finishing_order(db, tmp_path) -
     [refusal] = mail_to(db, "bob@example.org", "ack")
     assert '"DICE 6": in this game the server throws everyone\'s dice' in refusal
     assert all_in_close_at(db, "c1", T0) is None  # cy has not said ROLL, bob only dice
+    # numbers after ROLL are not read (it still says "I am here"); no order lines at all
+    # get the classic wording, not the postal one
+    result = ingest(db, config, mail("c1", "KEY cy-key-1234\r\nROLL 6 6", "cy@example.org"),
+                    T0, "t")
+    assert result.detail == "orders for round 1 (ROLL)"
+    [rolled] = mail_to(db, "cy@example.org", "ack")
+    assert '"ROLL 6 6": the numbers after ROLL are not read: the server throws the dice' in rolled
+    ingest(db, config, mail("c2", "KEY cy-key-1234\r\nHello!", "cy@example.org"), T0, "t")
+    [notice] = mail_to(db, "cy@example.org", "notice")
+    assert "Your message had no orders (no ROLL line); none are needed" in notice
+    assert "DICE" not in notice
+    assert "the round closes early once everyone still racing has" in welcome
 
     day = timedelta(days=1)
     now = T0 + timedelta(days=40)
@@ -210,7 +225,8 @@ def test_a_classic_option_in_a_postal_game_is_refused(tmp_path) -> None:
     )
     with pytest.raises(ConfigError) as error:
         load_config(path)
-    assert "games[0].bump" in str(error.value)
+    assert "games[0]: bump: an option of the classic game, and this game's ruleset is " \
+        '"postal" (set ruleset = "classic"' in str(error.value)
 
 
 def test_each_players_record_across_classic_games(db, tmp_path) -> None:
@@ -249,3 +265,39 @@ def test_each_players_record_across_classic_games(db, tmp_path) -> None:
             record += f" (fastest in {fastest} rounds)"
         assert record in over[1] and f"{ladders} ladders climbed, {snakes} snakes slid" in over[1]
         assert "Your record in classic games here: 1 played" in over[0]
+
+
+def test_the_seed_is_drawn_once_and_kept_unless_the_config_gives_one(db, tmp_path) -> None:
+    """C11: "a per-game seed kept in the database": without a seed in the config it is
+    drawn at random (a game id used again elsewhere must not replay the same throws) and
+    never changes after; a seed in the config is used as given."""
+    config = setup(db, tmp_path)
+    with db.transaction() as s:
+        drawn = s.scalar(select(Game.seed).where(Game.name == "c1"))
+    assert drawn
+    report = sync_games(db, config, T0 + timedelta(days=1))
+    assert not [line for line in report.lines if "seed" in line]
+    with db.transaction() as s:
+        assert s.scalar(select(Game.seed).where(Game.name == "c1")) == drawn
+    other = tmp_path / "other"
+    other.mkdir()
+    second = Database(f"sqlite:///{other / 'x.db'}")
+    upgrade(second)
+    try:
+        setup(second, other)
+        with second.transaction() as s:
+            assert s.scalar(select(Game.seed).where(Game.name == "c1")) != drawn
+    finally:
+        second.dispose()
+    given = tmp_path / "given"
+    given.mkdir()
+    path = given / "config.toml"
+    path.write_text(CONFIG.format(url=f"sqlite:///{given / 'x.db'}", options="seed = 42"))
+    third = Database(f"sqlite:///{given / 'x.db'}")
+    upgrade(third)
+    try:
+        sync_games(third, load_config(path), T0)
+        with third.transaction() as s:
+            assert s.scalar(select(Game.seed).where(Game.name == "c1")) == 42
+    finally:
+        third.dispose()

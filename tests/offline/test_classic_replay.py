@@ -117,6 +117,8 @@ def test_a_seed_plays_the_servers_dice_the_same_every_time(tmp_path, capsysbinar
         ({"ruleset": "chess"}, "ruleset: 'chess' is not \"postal\" or \"classic\""),
         ({"trapdoor_rule": "all"}, "trapdoor_rule: unknown key"),
         ({"seed": "x"}, "seed: 'x' is not a whole number"),
+        ({"rolls": {"ann": [3.0]}}, "rolls.ann[0]: 3.0 is not a die value"),
+        ({"rolls": {"ann": [True]}}, "rolls.ann[0]: True is not a die value"),
     ],
 )
 def test_a_bad_classic_file_exits_2_with_one_line_naming_the_key(
@@ -127,3 +129,17 @@ def test_a_bad_classic_file_exits_2_with_one_line_naming_the_key(
     code, out, err = adjudicate(tmp_path, capsysbinary, game)
     assert (code, out) == (2, b"")
     assert len(err.strip().splitlines()) == 1 and named in err, err
+
+
+def test_rolls_win_over_a_seed_and_missing_lists_stop_play(tmp_path, capsysbinary) -> None:
+    """RULES-CLASSIC: "A player missing from rolls has no throws" and "Without rolls, seed
+    makes the server's throws"."""
+    game = {"ruleset": "classic", "board": BOARD, "players": ["ann", "bob"], "seed": 5,
+            "rolls": {"ann": [2, 2]}}
+    code, out, _ = adjudicate(tmp_path, capsysbinary, game)
+    document = json.loads(out)
+    assert code == 0 and document["rounds"] == [] and document["result"] is None
+    assert document["stats"]["ann"]["rolls"] == 0  # the cut round is left out, its rolls too
+    game["rolls"] = {}
+    code, out, _ = adjudicate(tmp_path, capsysbinary, game)
+    assert code == 0 and json.loads(out)["rounds"] == []

@@ -218,6 +218,7 @@ class _Round:
 
     def __init__(self, board: Board, options: ClassicOptions, state: ClassicState) -> None:
         self.board, self.options = board, options
+        self.players = state.players
         self.number = state.rounds_played + 1
         self.positions = dict(state.positions)
         self.finished = dict(state.finished)
@@ -255,10 +256,13 @@ class _Round:
                 if not maximum:  # C5: not a maximum: still waiting, the turn ends
                     self._log(player, dice, 0, 0, [WAITING])
                     return
-                # C5: the qualifying throw does not move the piece and is no maximum for C6
+                # C5: the qualifying throw does not move the piece and is no maximum for C6:
+                # read as breaking a run of maximums (it is not one), as a throw that is no
+                # maximum does
                 in_a_row = 0
+                # C8: after a forfeit, roll_again whatever enter_on says; the piece owes its
+                # maximum again until it has moved off 0 (C5: entered but unmoved is waiting)
                 roll_again = player in self.reenter or self.options.enter_on is EnterOn.ROLL_AGAIN
-                self.reenter.discard(player)  # C8: re-entered, then moves as roll_again
                 if roll_again:
                     self.entered.add(player)
                     self._log(player, dice, 0, 0, [ENTERED])
@@ -285,6 +289,7 @@ class _Round:
                 self._log(player, dice, start, start, [NO_MOVE])
             else:
                 self.entered.discard(player)
+                self.reenter.discard(player)  # C8 is satisfied once the piece has moved
                 self._rest(player, dice, start, self._features(player, target, events), events)
                 if player in self.finished:
                     return  # C6: a piece that finishes throws no more
@@ -340,7 +345,7 @@ class _Round:
             if self.options.finish is Finish.FIRST or len(self.finished) == len(self.positions):
                 self.over = True  # C9
         elif self.options.bump and end != 0:
-            for other in self.positions:
+            for other in self.players:  # in the player list's order (C1)
                 if other != player and other not in self.finished and self.positions[other] == end:
                     self.positions[other] = 0
                     self.entered.discard(other)

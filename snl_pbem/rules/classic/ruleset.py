@@ -71,6 +71,8 @@ class ClassicRuleset:
 
     name = "classic"
     option_keys: tuple[str, ...] = OPTION_KEYS
+    throws_dice = True
+    no_orders = "(no ROLL line); none are needed: the server throws for you at the deadline."
 
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         for key in data:
@@ -114,7 +116,7 @@ class ClassicRuleset:
         if orders.dice is not None:
             refused.append(
                 (
-                    "DICE " + " ".join(map(str, orders.dice)),
+                    " ".join(["DICE", *map(str, orders.dice)]),
                     "in this game the server throws everyone's dice at the deadline (rules "
                     "C11 and C12): you cannot choose them; send ROLL to say you are here, "
                     "or nothing",
@@ -122,7 +124,8 @@ class ClassicRuleset:
             )
         if orders.nomination is not None:
             refused.append((f"TRAPDOOR {orders.nomination}", "this game has no trapdoors"))
-        valid = orders.roll
+        finished = self.state(state).finished.get(player)
+        valid = orders.roll or finished is not None  # a finished piece throws no more (C9)
         problems = () if valid else ("no ROLL line (the server throws for you anyway)",)
         return OrderReading(
             valid=valid,
@@ -130,8 +133,8 @@ class ClassicRuleset:
             nomination=None,
             problems=problems,
             line_problems=tuple(refused),
-            ack={"rolled": valid},
-            summary="ROLL" if valid else "no ROLL",
+            ack={"rolled": orders.roll, "finished": finished},
+            summary="finished" if finished is not None else "ROLL" if valid else "no ROLL",
         )
 
     def default_orders(

@@ -59,6 +59,8 @@ class PostalRuleset:
 
     name = "postal"
     option_keys: tuple[str, ...] = ()  # its options are the config's own keys (R7, R9)
+    throws_dice = False
+    no_orders = "(no DICE or TRAPDOOR line)."
 
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         for key in data:

@@ -549,3 +549,69 @@ def test_every_option_value_is_accepted() -> None:
     }.items():
         for value in values:
             assert parse_options({key: value}).as_mapping()[key] == value
+
+
+# -- C5 x C8, found in review -----------------------------------------------------------------
+
+TEN = Board.from_mapping({"rows": 1, "columns": 10})
+
+
+def test_c8_an_entry_that_did_not_move_still_owes_its_maximum() -> None:
+    """RULES-CLASSIC C5: "A piece that entered but did not move from 0 (C4 exact) is still
+    waiting", and C8: a piece sent to 0 by C6 "must throw a maximum to re-enter"."""
+    rounds, state = play(
+        {"ann": [[6, 6], [6, 6], [6, 6], [6, 6], [6, 5], [1, 2]], "bob": [[1, 1], [1, 1], [1, 1]]},
+        board=TEN, dice="2d6", max_roll="forfeit_after_three", reenter_needs_max=True,
+        ending="exact",
+    )
+    ann = [t for t in throws_of(rounds) if t[0] == "ann"]
+    assert [t[4] for t in ann] == [
+        ("no_move",), ("no_move",), ("forfeit",),  # three double sixes: back to the start
+        ("entered",), ("no_move",),  # re-entered, but 11 cannot move from 0 to 10 exactly
+        ("waiting",),  # so 1+2 does not move her: she still owes a double six
+    ]
+    assert state.positions["ann"] == 0 and "ann" in state.reenter
+
+
+def test_c8_reentry_throws_again_whatever_enter_on_says() -> None:
+    """RULES-CLASSIC C8: "then throw again and move by that total (C5's roll_again),
+    whatever start_rule and enter_on say"."""
+    start = ClassicState(("ann", "bob"), {"ann": 0, "bob": 0}, reenter=frozenset({"ann"}))
+    rounds, state = play(
+        {"ann": [[6, 6], [6, 6], [6, 6], [2, 3]], "bob": [[1, 1]]},
+        board=TEN, state=start, dice="2d6", start_rule="max_to_enter", enter_on="square1",
+        max_roll="forfeit_after_three", reenter_needs_max=True, ending="exact",
+    )
+    ann = [t for t in throws_of(rounds) if t[0] == "ann"]
+    assert ann == [
+        ("ann", (6, 6), 0, 0, ("entered",)),  # not placed on 1: C8 throws again
+        ("ann", (6, 6), 0, 0, ("no_move",)),  # 12 > 10 under exact: still waiting
+        ("ann", (6, 6), 0, 0, ("entered",)),  # qualifies again (never placed on 1)
+        ("ann", (2, 3), 0, 5, ()),
+    ]
+    assert state.reenter == frozenset()
+
+
+def test_c5_a_qualifying_throw_mid_turn_breaks_a_run_of_maximums() -> None:
+    """RULES-CLASSIC C5: the qualifying throw "never counts as a maximum for C6"; read as
+    no maximum at all, it ends a run of them (C6: "the third maximum in a row")."""
+    board = Board.from_mapping({"rows": 10, "columns": 10, "snakes": {"12": 0}})
+    rounds, state = play({"ann": [6, 6, 6, 6, 6, 1], "bob": [1]}, board=board,
+                         start_rule="max_to_enter", max_roll="forfeit_after_three")
+    ann = [t for t in throws_of(rounds) if t[0] == "ann"]
+    assert [t[4] for t in ann] == [
+        ("entered",), (), ("snake",),  # 0 -> 6 -> 12 -> 0: two maximums in a row
+        ("entered",),  # qualifying again: not a third maximum, and the run starts over
+        (), (),
+    ]
+    assert state.positions["ann"] == 7
+
+
+def test_c7_pieces_bumped_together_are_named_in_the_player_lists_order() -> None:
+    """RULES-CLASSIC C7: "each of them goes back to the waiting area (space 0), one bump
+    each": named in the player list's order, whatever order the state was stored in."""
+    start = ClassicState(("bob", "cy", "ann"), {"ann": 5, "cy": 5, "bob": 4})
+    rounds, state = play({"bob": [1], "cy": [2], "ann": [3]}, players=(), state=start,
+                         bump=True)
+    assert throws_of(rounds)[0] == ("bob", (1,), 4, 5, ("bumped:cy", "bumped:ann"))
+    assert state.record("bob").bumps_given == 2
