@@ -202,6 +202,8 @@ def test_c4_a_ladder_to_the_last_space_finishes() -> None:
 
 
 def test_c4_a_classic_board_has_nothing_on_its_last_space() -> None:
+    """RULES-CLASSIC C4: "A classic board has no snake or ladder on L (check-config refuses
+    one)." """
     bad = Board.from_mapping({"rows": 10, "columns": 10, "snakes": {"100": 50}})
     assert board_problems(bad) == [
         "snake 100\u219250: a classic board has no snake or ladder on its last space 100 (C4)"
@@ -339,6 +341,8 @@ def test_c6_the_third_maximum_forfeits_even_when_it_would_finish() -> None:
 
 
 def test_c6_a_piece_that_finishes_throws_no_more() -> None:
+    """RULES-CLASSIC C6: "A piece that finishes throws no more."; board-creator: "When a
+    player reaches the final square, that player has finished and takes no further turns." """
     rounds, _state = play({"ann": [6, 6], "bob": [1]}, state=near_end(94), max_roll="roll_again",
                          finish="all", all_used=False)
     assert [t for t in throws_of(rounds) if t[0] == "ann"] == [
@@ -387,6 +391,8 @@ def test_c7_no_bump_on_space_0_and_none_without_moving() -> None:
 
 
 def test_c7_pieces_may_share_square_1_after_a_forfeit_there() -> None:
+    """RULES-CLASSIC C7: "(pieces can share space 1 after a forfeit there ...)", and C6: the
+    forfeit's piece goes there with "nothing acts where it goes (no feature, no bump)"."""
     start = ClassicState(("ann", "bob"), {"ann": 0, "bob": 1})
     rounds, state = play({"ann": [6, 6, 6], "bob": [2]}, state=start, bump=True,
                          max_roll="forfeit_after_three", forfeit_to="square1")
@@ -395,6 +401,7 @@ def test_c7_pieces_may_share_square_1_after_a_forfeit_there() -> None:
 
 
 def test_c7_off_no_bumps() -> None:
+    """RULES-CLASSIC options: `bump` defaults to false (web: 撞子 is an option, off by default)."""
     _, state = play({"ann": [4], "bob": [4]})
     assert state.positions == {"ann": 4, "bob": 4}
 
@@ -424,6 +431,8 @@ def test_c8_after_three_sixes_a_six_is_needed_then_the_next_throw_moves() -> Non
 
 
 def test_c8_needs_forfeit_after_three_to_the_start_naming_both_keys() -> None:
+    """RULES-CLASSIC: "reenter_needs_max = true needs max_roll = "forfeit_after_three" and
+    forfeit_to = "start"; any other combination is a config error naming the keys." """
     with pytest.raises(GameSetupError) as error:
         parse_options({"reenter_needs_max": True, "max_roll": "roll_again"})
     assert "reenter_needs_max" in str(error.value) and "max_roll" in str(error.value)
@@ -480,6 +489,8 @@ def test_c10_every_throw_counts_as_a_roll() -> None:
 
 
 def test_c11_the_throws_depend_on_the_seed_and_round_alone() -> None:
+    """RULES-CLASSIC C11: "The server throws the dice, from a per-game seed kept in the
+    database, so a game can be replayed and audited." """
     dice = Dice(2, 6)
     first = [seeded_throws(42, 3, dice)(p) for p in ("ann", "bob", "ann")]
     again = [seeded_throws(42, 3, dice)(p) for p in ("x", "y", "z")]
@@ -489,6 +500,8 @@ def test_c11_the_throws_depend_on_the_seed_and_round_alone() -> None:
 
 
 def test_c11_a_round_replayed_from_its_state_and_seed_gives_the_same_throws() -> None:
+    """RULES-CLASSIC C11: a game "can be replayed and audited": the same state and seed give
+    the same round."""
     opts = parse_options({"bump": True, "max_roll": "roll_again", "finish": "all"})
     state = ClassicState.start(("ann", "bob", "cy"))
     for _ in range(5):
@@ -504,6 +517,7 @@ def test_c11_a_round_replayed_from_its_state_and_seed_gives_the_same_throws() ->
 
 
 def test_every_option_has_its_default() -> None:
+    """RULES-CLASSIC, "Options and their defaults": every key's default, as the table gives it."""
     assert parse_options({}).as_mapping() == {
         "dice": "1d6",
         "start_rule": "none",
@@ -530,12 +544,14 @@ def test_every_option_has_its_default() -> None:
     ],
 )
 def test_a_bad_option_is_refused_naming_its_key(data: dict[str, Any], named: str) -> None:
+    """RULES-CLASSIC: "an unknown option value ... gets one line naming the key"."""
     with pytest.raises(GameSetupError) as error:
         parse_options(data, "games[0].")
     assert named in str(error.value)
 
 
 def test_every_option_value_is_accepted() -> None:
+    """RULES-CLASSIC, "Options and their defaults": every value of the table is accepted."""
     for key, values in {
         "start_rule": ("none", "max_to_enter"),
         "enter_on": ("roll_again", "square1"),
