@@ -127,7 +127,7 @@ def populate(db: Database, n: int, seed: int = 1) -> None:
                     "dice": f"{dice[2]} {dice[3]}",
                     "valid": True,
                     "problems": [],
-                    "trapdoor": rng.choice((12, 23, 37, 45, 56, 66, 72, 77, 83, 90)),
+                    "nomination": rng.choice((12, 23, 37, 45, 56, 66, 72, 77, 83, 90)),
                     "withdrawn": False,
                 }
             )
