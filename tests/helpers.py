@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from snl_pbem.app.games import settings_of
 from snl_pbem.rules import Board, GameRules, GameState, Position
+from snl_pbem.rules.postal.ruleset import POSTAL
+from snl_pbem.store import Game
 
 
 def plain_board(**kwargs: object) -> Board:
@@ -27,3 +30,8 @@ def state_at(
 
 def rules_for(board: Board, **kwargs: object) -> GameRules:
     return GameRules(board, **kwargs)  # type: ignore[arg-type]
+
+
+def game_rules(game: Game) -> GameRules:
+    """The postal rules object of a stored postal game, to replay it offline."""
+    return POSTAL.rules(settings_of(game))

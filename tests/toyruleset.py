@@ -30,6 +30,10 @@ class ToyRuleset:
     throws_dice = False
     no_orders = "(no DICE line)."
 
+    def refuse_word(self, word: str) -> str | None:
+        refused = {"TRAPDOOR": "the toy game has no trapdoors", "ROLL": "the toy game has no ROLL"}
+        return refused.get(word)
+
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         return {}
 
@@ -48,15 +52,12 @@ class ToyRuleset:
     def read_orders(
         self, settings: GameSettings, state: Stored, player: PlayerId, orders: Orders, turns: int
     ) -> OrderReading:
-        refused = ()
-        if orders.nomination is not None:
-            refused = ((f"TRAPDOOR {orders.nomination}", "the toy game has no trapdoors"),)
         return OrderReading(
             valid=True,
             dice=orders.dice or (),
             nomination=None,
             problems=(),
-            line_problems=refused,
+            line_problems=(),
             ack={"steps": 2},
             summary="valid",
         )

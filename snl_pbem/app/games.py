@@ -254,8 +254,8 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
                 if game.schedule != old_schedule:
                     _sync_deadline(session, game, now, report)
             _sync_players(session, game, game_config, now, report, actor)
-        for key in sorted(set(known) - {g.id for g in config.games}):
-            report.add(f"{key}: in the database but not in the config; left as it is")
+        for game_id in sorted(set(known) - {g.id for g in config.games}):
+            report.add(f"{game_id}: in the database but not in the config; left as it is")
     return report
 
 
@@ -381,10 +381,10 @@ def start_game(
         specs = {p.name: p for p in game_config.settings.players}
         generated = 0
         for player in players:
-            key = specs[player.name].key if player.name in specs else None
-            if key is None:
-                key = generate_key()
-                player.order_key_hash = hash_key(key, game.order_key_salt)
+            order_key = specs[player.name].key if player.name in specs else None
+            if order_key is None:
+                order_key = generate_key()
+                player.order_key_hash = hash_key(order_key, game.order_key_salt)
                 player.order_key_source = "generated"
                 generated += 1
             enqueue_mail(
@@ -397,7 +397,7 @@ def start_game(
                 template=f"{ruleset_of(game).name}/welcome.txt.j2",
                 secret=True,
                 player=player,
-                order_key=key,
+                order_key=order_key,
                 players=len(players),
                 last=game_config.board.last,
                 double_from=game.double_from_round,

@@ -22,7 +22,7 @@ import hashlib
 import logging
 import re
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,7 +48,7 @@ from snl_pbem.mail.parse import (
     headers_only,
     redact_in_bytes,
 )
-from snl_pbem.rules.ruleset import DEFAULT_RULESET
+from snl_pbem.rules.ruleset import DEFAULT_RULESET, Ruleset
 from snl_pbem.store import (
     Database,
     Game,
@@ -522,6 +522,7 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
             address=other,
             inbound=ctx.row.id,
         )
+    commands = ctx.commands = _in_this_game(commands, ruleset_of(game))
     if commands.help:
         _reply(ctx, game, player, MailKind.HELP, _help_template(game), other_sender=other)
     if commands.has_orders or commands.clear:
@@ -787,6 +788,47 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
         deadline=game_time(game, round_.deadline) if round_ else "",
         other_sender=other,
     )
+
+
+def _in_this_game(commands: Commands, ruleset: Ruleset) -> Commands:
+    """The commands as the game's ruleset reads them: an order word it does not read (a
+    DICE line in the classic game, ROLL in the postal one) is no order here. Its line
+    is refused with the ruleset's reason, once, and what it said is dropped, so it
+    neither replaces earlier orders nor counts as sent."""
+    problems, refused = [], set()
+    for problem in commands.problems:
+        word = _word(problem.line)
+        why = ruleset.refuse_word(word)
+        if why is None:
+            problems.append(problem)
+        else:
+            problems.append(LineProblem(problem.line, why))
+            refused.add(word)
+    changes: dict[str, Any] = {}
+    said = (
+        ("DICE", commands.dice is not None, {"dice": None},
+         " ".join(["DICE", *map(str, commands.dice or ())])),
+        ("TRAPDOOR", commands.nomination is not None or commands.no_nomination,
+         {"nomination": None, "no_nomination": False},
+         f"TRAPDOOR {'NONE' if commands.nomination is None else commands.nomination}"),
+        ("ROLL", commands.roll, {"roll": False}, "ROLL"),
+    )
+    for word, present, dropped, line in said:
+        why = ruleset.refuse_word(word) if present else None
+        if why is None:
+            continue
+        changes.update(dropped)
+        if word not in refused:
+            problems.append(LineProblem(line, why))
+    if not changes and len(problems) == len(commands.problems):
+        return commands
+    return replace(commands, problems=tuple(problems), **changes)
+
+
+def _word(line: str) -> str:
+    """An order line's command word, as the ruleset knows it (DIE is DICE)."""
+    word = line.strip().split(maxsplit=1)[0].upper().rstrip(":") if line.strip() else ""
+    return "DICE" if word == "DIE" else word
 
 
 def _find_game(session: Session, commands: Commands, sender: str | None) -> Game | None:

@@ -393,4 +393,4 @@ def outbox_messages(
         total = session.scalar(
             select(func.count()).select_from(OutboxMessage).where(*conditions)
         )
-        return [(row, key) for row, key in reversed(rows)], total or 0
+        return [(row, game_id) for row, game_id in reversed(rows)], total or 0

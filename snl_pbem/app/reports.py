@@ -303,7 +303,8 @@ def history_lines(session: Session, game: Game) -> tuple[str, ...]:
             dice.setdefault(names[player_id], []).append(die)
         tally = None
         if row is not None:
-            kept = (c.key for c in RoundTally.__table__.columns if c.key not in ("id", "round_id"))
+            kept = ("nominations", "defaulted", "votes", "threshold", "trapdoors", "by_lot")
             tally = {key: getattr(row, key) for key in kept}
-        rounds.append(StoredRound(round_.number, dice, tally))
+        record = row.record if row is not None else None
+        rounds.append(StoredRound(round_.number, dice, tally, record))
     return ruleset_of(game).history(rounds)

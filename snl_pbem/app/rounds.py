@@ -35,8 +35,6 @@ from snl_pbem.app.reports import enqueue_deadline_notice, enqueue_round_mail
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import LifecycleError
-from snl_pbem.rules import GameRules
-from snl_pbem.rules.postal.ruleset import POSTAL
 from snl_pbem.rules.ruleset import Adjudication, OrderReading, Orders, Stored
 from snl_pbem.store import (
     Database,
@@ -97,11 +95,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def game_rules(game: Game) -> GameRules:
-    """The postal rules object of a postal game (for replaying it offline, and tests)."""
-    return POSTAL.rules(settings_of(game))
 
 
 def load_state(
@@ -452,7 +445,7 @@ def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
             )
             .order_by(Round.deadline, Game.name)
         )
-        return [(key, number, deadline) for key, number, deadline in rows]
+        return [(game_id, number, deadline) for game_id, number, deadline in rows]
 
 
 def close_due_rounds(
@@ -466,10 +459,10 @@ def close_due_rounds(
     """Close every round whose deadline passed (e.g. while the server was down), each once,
     in deadline order. A round opened by one of these closes gets a fresh deadline."""
     closed = []
-    for key, number, _deadline in due_rounds(db, now):
+    for game_id, number, _deadline in due_rounds(db, now):
         outcome = close_with_backup(
             db,
-            key,
+            game_id,
             now,
             backups=backups,
             backup_dir=backup_dir,

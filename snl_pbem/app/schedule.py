@@ -123,7 +123,7 @@ def held_rounds(db: Database) -> list[tuple[str, int]]:
                 Game.state == GamePhase.RUNNING,
             )
         ).all()
-        return [(key, number) for key, number in rows]
+        return [(game_id, number) for game_id, number in rows]
 
 
 def reminders_due_at(db: Database, game_id: str, number: int) -> datetime | None:

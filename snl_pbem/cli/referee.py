@@ -214,10 +214,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             f"    board: {game.board.rows}x{game.board.columns}, {len(game.board.snakes)} "
             f"snakes, {len(game.board.ladders)} ladders, last space {game.board.last}"
         )
+        rules = (
+            f"two-turn rounds from round {s.double_from_round}"
+            if s.ruleset == "postal"
+            else f"{s.ruleset} rules: "
+            + ", ".join(f"{key} = {value}" for key, value in s.options.items())
+        )
         print(
             f"    schedule ({tz.key}): round 1 {show(game.schedule.deadline(1), tz)}, "
-            f"round 2 {show(game.schedule.deadline(2), tz)}, then every {length}; "
-            f"two-turn rounds from round {s.double_from_round}"
+            f"round 2 {show(game.schedule.deadline(2), tz)}, then every {length}; {rules}"
         )
         for player in s.players:
             if player.key is not None and len(player.key) < WEAK_BELOW:
@@ -529,10 +534,10 @@ def _outbox_list(db: Database, state: str, game_id: str | None, tz: ZoneInfo) ->
         f"{'id':>6}  {'game':<10} {'kind':<16} {'recipient':<32} {'status':<8} tries "
         f"{'created':<29} last error"
     )
-    for row, key in rows:
+    for row, game_id in rows:
         error = (row.last_error or "").strip().splitlines()
         print(
-            f"{row.id:>6}  {(key or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
+            f"{row.id:>6}  {(game_id or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
             f"{row.status:<8} {row.attempts:>5} {show(row.created_at, tz):<29} "
             f"{error[0][:100] if error else ''}"
         )

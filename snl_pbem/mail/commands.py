@@ -193,7 +193,7 @@ def _reply_header(lines: list[str], index: int) -> int:
 
 MAX_SCANNED_LINES = 5000
 """Lines looked at for the player's own (quoted ones included); the rest is not read."""
-_ORDER_LINE = re.compile(r"^(game|key|dice|die|trapdoor|round)\b", re.IGNORECASE)
+_ORDER_LINE = re.compile(r"^(game|key|dice|die|trapdoor|round|roll)\b", re.IGNORECASE)
 
 
 def command_lines(text: str) -> tuple[list[str], int]:

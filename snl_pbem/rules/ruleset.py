@@ -125,6 +125,8 @@ class StoredRound:
     """Each player's dice, turn by turn."""
     tally: Mapping[str, Any] | None
     """``Adjudication.tally`` as kept (None if none was)."""
+    record: Mapping[str, Any] | None = None
+    """``Adjudication.record`` as kept (None if none was)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,10 @@ class Ruleset(Protocol):
     """The server throws the dice from the game's seed (classic, C11): a game with no seed
     in its config gets one drawn at random, kept in the database."""
 
+    def refuse_word(self, word: str) -> str | None:
+        """Why an order word of the order language (DICE, TRAPDOOR, ROLL) is no order in
+        this game, for the reply; None for the words this ruleset reads."""
+
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         """Check the options among ``data`` (GameSetupError naming ``prefix`` + the key)
         and return them as they are kept (defaults filled in)."""
@@ -158,7 +164,8 @@ class Ruleset(Protocol):
     def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
         """The players whose orders the open round waits for (reminders, and
         close_when_all_in): the postal game's every player, the classic game's those
-        still racing."""
+        still racing. ``state`` holds the players, rounds_played and ``extra`` only (no
+        positions or dice: the application asks often and cheaply)."""
 
     def check_settings(self, settings: GameSettings) -> None:
         """Raise GameSetupError naming the key when the settings cannot be played."""

@@ -180,14 +180,14 @@ class RoundScheduler:
             if job.id.startswith(("close:", "remind:")) and job.id not in wanted:
                 job.remove()
         for item in planned:
-            kind, key, number = item.job_id.split(":")
+            kind, game_id, number = item.job_id.split(":")
             target = self.on_deadline if kind == "close" else self.on_reminder
             self.scheduler.add_job(
                 target,
                 "date",
                 run_date=item.run_at,
                 id=item.job_id,
-                args=(key, int(number)),
+                args=(game_id, int(number)),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
@@ -288,8 +288,8 @@ class RoundScheduler:
             self.rebuild()
             return []
         if self.intake_unhealthy() is not None:
-            for key, number, _ in self._due():
-                self.on_deadline(key, number)
+            for game_id, number, _ in self._due():
+                self.on_deadline(game_id, number)
             return []
         outcomes = close_due_rounds(self.db, self.clock(), config=self.config, **self._backup())
         for outcome in outcomes:
@@ -407,8 +407,8 @@ class RoundScheduler:
         if since is None or self.clock() - since < limit:
             return []
         closed = []
-        for key, number in held_rounds(self.db):
-            outcome = self._close(key, number, actor="scheduler (released)")
+        for game_id, number in held_rounds(self.db):
+            outcome = self._close(game_id, number, actor="scheduler (released)")
             if outcome is not None:
                 closed.append(outcome)
         return closed

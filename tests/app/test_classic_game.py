@@ -103,8 +103,18 @@ def test_a_classic_game_by_email_from_welcome_to_finishing_order(db, tmp_path) -
     assert (result.status, result.detail) == ("processed", "orders for round 1 (ROLL)")
     assert "your ROLL is noted" in mail_to(db, "ann@example.org", "ack")[0]
     ingest(db, config, mail("b1", "KEY bob-key-123\r\nDICE 6", "bob@example.org"), T0, "t")
-    [refusal] = mail_to(db, "bob@example.org", "ack")
+    assert not mail_to(db, "bob@example.org", "ack")  # dice alone are no orders here (C12)
+    [refusal] = mail_to(db, "bob@example.org", "notice")
     assert '"DICE 6": in this game the server throws everyone\'s dice' in refusal
+    assert "Your message had no orders (no ROLL line); none are needed" in refusal
+    # a ROLL stays a ROLL when a DICE line or a TRAPDOOR NONE comes with it
+    ingest(db, config, mail("a2", "KEY ann-key-123\r\nROLL\r\nDICE 7x\r\nTRAPDOOR NONE"),
+           T0, "t")
+    second = mail_to(db, "ann@example.org", "ack")[-1]
+    assert "your ROLL is noted" in second
+    assert '"DICE 7x": in this game the server throws' in second
+    assert '"TRAPDOOR NONE": this game has no trapdoors' in second
+    assert "not a die value" not in second and "one value per turn" not in second
     assert all_in_close_at(db, "c1", T0) is None  # cy has not said ROLL, bob only dice
     # numbers after ROLL are not read (it still says "I am here"); no order lines at all
     # get the classic wording, not the postal one

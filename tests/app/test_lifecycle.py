@@ -6,6 +6,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from helpers import game_rules
 from sqlalchemy import func, select
 
 from snl_pbem.app.games import start_game, sync_games
@@ -13,7 +14,6 @@ from snl_pbem.app.referee import extend, pause, resume, status
 from snl_pbem.app.rounds import (
     close_round,
     close_with_backup,
-    game_rules,
     rollback_round,
     submit_orders,
 )

@@ -11,13 +11,13 @@ import email.policy
 import random
 import re
 
+from helpers import game_rules
 from mailhelpers import T0, game_config
 from sqlalchemy import select
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
 from snl_pbem.app.outbox import drain_outbox
-from snl_pbem.app.rounds import game_rules
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
 from snl_pbem.offline.replay import Replay, outcome_json, run_replay
 from snl_pbem.rules import OrderSet

@@ -26,10 +26,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers import game_rules
 from imapclient import IMAPClient
 from mailhelpers import server_mail_config
 
-from snl_pbem.app.rounds import game_rules
 from snl_pbem.offline.replay import Replay, run_replay
 from snl_pbem.rules import OrderSet
 from snl_pbem.store import Database, Game

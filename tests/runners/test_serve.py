@@ -273,7 +273,7 @@ def test_demo_plays_a_whole_classic_game_through_serve(tmp_path: Path) -> None:
         assert any("game-over" in f.name for f in (mail / who).glob("*.eml")), who
     refusals = [
         email.message_from_bytes(f.read_bytes()).get_payload(decode=True).decode()
-        for f in (mail / "bob").glob("*orders-received*.eml")
+        for f in (mail / "bob").glob("*about-your-message*.eml")
     ]
     assert refusals and all('"DICE 6": in this game the server throws' in r for r in refusals)
 

@@ -74,6 +74,18 @@ class ClassicRuleset:
     throws_dice = True
     no_orders = "(no ROLL line); none are needed: the server throws for you at the deadline."
 
+    def refuse_word(self, word: str) -> str | None:
+        """C12: "Dice values sent by a player are refused with a reply that explains the
+        server throws"; the classic game has no trapdoors."""
+        if word == "DICE":
+            return (
+                "in this game the server throws everyone's dice at the deadline (rules C11 "
+                "and C12): you cannot choose them; send ROLL to say you are here, or nothing"
+            )
+        if word == "TRAPDOOR":
+            return "this game has no trapdoors"
+        return None
+
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         for key in data:
             if key not in OPTION_KEYS:
@@ -111,19 +123,7 @@ class ClassicRuleset:
     def read_orders(
         self, settings: GameSettings, state: Stored, player: PlayerId, orders: Orders, turns: int
     ) -> OrderReading:
-        """C12: ROLL is the order; dice sent are refused (the server throws, C11)."""
-        refused: list[tuple[str, str]] = []
-        if orders.dice is not None:
-            refused.append(
-                (
-                    " ".join(["DICE", *map(str, orders.dice)]),
-                    "in this game the server throws everyone's dice at the deadline (rules "
-                    "C11 and C12): you cannot choose them; send ROLL to say you are here, "
-                    "or nothing",
-                )
-            )
-        if orders.nomination is not None:
-            refused.append((f"TRAPDOOR {orders.nomination}", "this game has no trapdoors"))
+        """C12: ROLL is the order (dice and trapdoors are refused before, refuse_word)."""
         finished = self.state(state).finished.get(player)
         valid = orders.roll or finished is not None  # a finished piece throws no more (C9)
         problems = () if valid else ("no ROLL line (the server throws for you anyway)",)
@@ -132,7 +132,7 @@ class ClassicRuleset:
             dice=(),
             nomination=None,
             problems=problems,
-            line_problems=tuple(refused),
+            line_problems=(),
             ack={"rolled": orders.roll, "finished": finished},
             summary="finished" if finished is not None else "ROLL" if valid else "no ROLL",
         )
@@ -217,7 +217,7 @@ class ClassicRuleset:
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         lines = ["Round by round (every throw):"]
         for round_ in rounds:
-            record = (round_.tally or {}).get("record") or {}
+            record = round_.record or {}
             lines.append(f"  Round {round_.number}:")
             lines.extend(
                 f"    {throw_line(_throw(t))}" for t in record.get("round", {}).get("throws", [])

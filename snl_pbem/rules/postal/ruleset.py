@@ -62,6 +62,11 @@ class PostalRuleset:
     throws_dice = False
     no_orders = "(no DICE or TRAPDOOR line)."
 
+    def refuse_word(self, word: str) -> str | None:
+        if word == "ROLL":
+            return "in this game you choose your dice: send them on a DICE line"
+        return None
+
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         for key in data:
             raise GameSetupError(
@@ -111,10 +116,6 @@ class PostalRuleset:
         first = "first " if turns == 2 else ""
         r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
         line_problems: list[tuple[str, str]] = []
-        if orders.roll:
-            line_problems.append(
-                ("ROLL", "in this game you choose your dice: send them on a DICE line")
-            )
         nomination = orders.nomination
         if nomination is not None and not 1 <= nomination <= last:  # R8: a nomination is a space
             line_problems.append(
@@ -148,7 +149,7 @@ class PostalRuleset:
             "dice_sent": " ".join(map(str, dice)),
             "turns": list(zip(range(first_turn, first_turn + len(dice)), dice, strict=False)),
             "dice_problems": shown,
-            "trapdoor_text": f"space {nomination}" if nomination is not None else f"none ({r16})",
+            "nomination_text": f"space {nomination}" if nomination is not None else f"none ({r16})",
             "open_label": open_label,
             "open_values": _values(still_open),
         }

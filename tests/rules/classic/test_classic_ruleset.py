@@ -17,12 +17,11 @@ def test_c12_roll_is_the_order_and_dice_are_refused_with_the_reason() -> None:
     sent by a player are refused with a reply that explains the server throws"."""
     rolled = CLASSIC.read_orders(SETTINGS, START, "ann", Orders(roll=True), 1)
     assert rolled.valid and rolled.line_problems == () and rolled.ack["rolled"]
-    chosen = CLASSIC.read_orders(SETTINGS, START, "ann", Orders(dice=(6,), nomination=7), 1)
-    assert not chosen.valid
-    assert [line for line, _ in chosen.line_problems] == ["DICE 6", "TRAPDOOR 7"]
-    assert "the server throws everyone's dice" in chosen.line_problems[0][1]
-    unreadable = CLASSIC.read_orders(SETTINGS, START, "ann", Orders(dice=()), 1)
-    assert unreadable.line_problems[0][0] == "DICE"
+    silent = CLASSIC.read_orders(SETTINGS, START, "ann", Orders(), 1)
+    assert not silent.valid and silent.summary == "no ROLL"
+    assert "the server throws everyone's dice" in (CLASSIC.refuse_word("DICE") or "")
+    assert CLASSIC.refuse_word("TRAPDOOR") == "this game has no trapdoors"
+    assert CLASSIC.refuse_word("ROLL") is None
 
 
 def test_c9_a_finished_player_has_nothing_more_to_send() -> None:
