@@ -319,7 +319,8 @@ def _sync_players(
             player.active = False
             report.add(
                 f"{game.name}: player {name} is no longer in the config: kept with their "
-                "history, still moved by the referee each round (R17), sent no mail"
+                "history, still played by the no-orders default each round (postal: R17), "
+                "sent no mail"
             )
         audit(session, now, actor, "player-removed", game, player=name)
 

@@ -311,3 +311,14 @@ def test_the_seed_is_drawn_once_and_kept_unless_the_config_gives_one(db, tmp_pat
             assert s.scalar(select(Game.seed).where(Game.name == "c1")) == 42
     finally:
         third.dispose()
+
+
+def test_the_reveal_after_a_classic_game_lists_every_throw(db, tmp_path) -> None:
+    config = setup(db, tmp_path, options="reveal_after_game = true")
+    now = T0 + timedelta(days=40)
+    while close_round(db, "c1", now, config=config).next_round:
+        now += timedelta(days=1)
+    [over] = mail_to(db, "ann@example.org", "game-over")
+    assert "Round by round (every throw):" in over and "  Round 1:" in over
+    for throw in records(db)[0]["round"]["throws"]:
+        assert f"    {throw['player']} threw {'+'.join(map(str, throw['dice']))}: " in over
