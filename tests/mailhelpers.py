@@ -3,6 +3,7 @@ and reading back what the intake did."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -100,3 +101,15 @@ host = "{sink.host}"
 port = {sink.port}
 tls = "none"
 """
+
+
+def mail_to(db: Database, who: str, kind: str) -> list[str]:
+    """The messages of one kind to one address, oldest first, as text (quoted-printable
+    soft line breaks joined, so a phrase can be looked for whole)."""
+    with db.transaction() as s:
+        rows = s.scalars(
+            select(OutboxMessage)
+            .where(OutboxMessage.recipient == who, OutboxMessage.kind == kind)
+            .order_by(OutboxMessage.id)
+        ).all()
+        return [re.sub(r"=\r?\n", "", row.message.decode()) for row in rows]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -99,20 +99,31 @@ def _board(table: str) -> Board:
 def career(session: Session, game: Game, player: Player) -> Mapping[str, Any]:
     """The player's record (by address) across every finished game of this game's ruleset
     on the server, in the ruleset's terms (the classic game's statistics; {} for postal)."""
+    return careers(session, game, [player])[player.email.lower()]
+
+
+def careers(
+    session: Session, game: Game, players: Sequence[Player]
+) -> dict[str, Mapping[str, Any]]:
+    """:func:`career` for several players at once (one query), by lower-cased address."""
+    addresses = {p.email.lower() for p in players}
     rows = session.execute(
-        select(Player.name, Game.result, RoundTally.record)
+        select(func.lower(Player.email), Player.name, Game.result, RoundTally.record)
         .join(Game, Game.id == Player.game_id)
         .join(Round, and_(Round.game_id == Game.id, Round.number == Game.rounds_played))
         .join(RoundTally, RoundTally.round_id == Round.id)
         .where(
             Game.ruleset == game.ruleset,
             Game.state == GamePhase.OVER,
-            func.lower(Player.email) == player.email.lower(),
+            func.lower(Player.email).in_(addresses),
         )
         .order_by(Game.id)
     ).all()
-    finished = [FinishedGame(name, result or {}, record or {}) for name, result, record in rows]
-    return ruleset_of(game).career(finished)
+    finished: dict[str, list[FinishedGame]] = {address: [] for address in addresses}
+    for address, name, result, record in rows:
+        finished[address].append(FinishedGame(name, result or {}, record or {}))
+    ruleset = ruleset_of(game)
+    return {address: ruleset.career(games) for address, games in finished.items()}
 
 
 def turns_in_round(game: Game, round_number: int) -> int:

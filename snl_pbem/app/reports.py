@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import career, game_time, ruleset_of, settings_of
+from snl_pbem.app.games import careers, game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.rules import Board, Position
@@ -145,6 +145,7 @@ def enqueue_round_mail(
         }
         svg = render_svg(board, title=f"{game.title or game.name}: the board")
         attachments = (("board.svg", "image/svg+xml", svg.encode()),)
+    records = careers(session, game, [p for p in players if p.active]) if over else {}
     for player in players:
         if not player.active:
             continue
@@ -165,7 +166,7 @@ def enqueue_round_mail(
                 width=width,
                 attachments=attachments,
                 rules=ruleset.player_view(settings, decided.after, player.name),
-                career=career(session, game, player),
+                career=records[player.email.lower()],
                 **reveal,
             )
             continue

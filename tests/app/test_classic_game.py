@@ -5,11 +5,10 @@ mail the finishing order (C9), and a rollback closed again throws the same (C11)
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 import pytest
-from mailhelpers import OPENED, T0
+from mailhelpers import OPENED, T0, mail_to
 from sqlalchemy import select
 
 from snl_pbem.app.games import start_game, sync_games
@@ -18,7 +17,7 @@ from snl_pbem.app.rounds import close_round, rollback_round
 from snl_pbem.app.schedule import all_in_close_at
 from snl_pbem.config import load_config
 from snl_pbem.errors import ConfigError
-from snl_pbem.store import Database, Game, OutboxMessage, Round, RoundTally
+from snl_pbem.store import Database, Game, Round, RoundTally
 from snl_pbem.store.migrate import upgrade
 
 CONFIG = """
@@ -65,16 +64,6 @@ def mail(tag: str, body: str, sender: str = "ann@example.org") -> bytes:
         f"From: {sender}\r\nTo: snl@example.org\r\nSubject: [c1] orders\r\n"
         f"Message-ID: <{tag}@example.org>\r\n\r\nGAME c1\r\n{body}\r\n"
     ).encode()
-
-
-def mail_to(db, who: str, kind: str) -> list[str]:
-    with db.transaction() as s:
-        rows = s.scalars(
-            select(OutboxMessage)
-            .where(OutboxMessage.recipient == who, OutboxMessage.kind == kind)
-            .order_by(OutboxMessage.id)
-        ).all()
-        return [re.sub(r"=\r?\n", "", row.message.decode()) for row in rows]
 
 
 def records(db) -> list[dict]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from mailhelpers import OPENED, T0
+from mailhelpers import OPENED, T0, mail_to
 from sqlalchemy import select
 from toyruleset import install
 
@@ -18,7 +18,7 @@ from snl_pbem.cli.main import main
 from snl_pbem.config import load_config
 from snl_pbem.errors import ConfigError
 from snl_pbem.rules.errors import RulesetError
-from snl_pbem.store import Game, OutboxMessage, RoundTally
+from snl_pbem.store import Game, RoundTally
 
 CONFIG = """
 timezone = "UTC"
@@ -45,16 +45,6 @@ def orders(tag: str, body: str = "KEY ann-key-123\nDICE 6") -> bytes:
         "From: ann@example.org\r\nTo: snl@example.org\r\nSubject: [t1] orders\r\n"
         f"Message-ID: <{tag}@example.org>\r\n\r\n{body}\r\n"
     ).encode()
-
-
-def mail_to(db, who: str, kind: str) -> list[str]:
-    with db.transaction() as s:
-        rows = s.scalars(
-            select(OutboxMessage)
-            .where(OutboxMessage.recipient == who, OutboxMessage.kind == kind)
-            .order_by(OutboxMessage.id)
-        ).all()
-        return [row.message.decode() for row in rows]
 
 
 def test_a_toy_ruleset_plays_a_whole_game_through_ingest_and_close(db, tmp_path) -> None:
