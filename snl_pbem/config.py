@@ -276,6 +276,9 @@ class MailSettings(_Section):
     """The game address players write to."""
     referee: Email
     """Gets the full private round summary and every alert."""
+    referee_key: Annotated[str, Field(min_length=12, max_length=128)] | None = None
+    """The referee's key: with it, mail from ``referee`` runs the referee's commands
+    (EXTEND, PAUSE, START...). Stored hashed; without it, no command by mail is obeyed."""
     max_message_size: Annotated[int, Field(ge=1024)] = 1024 * 1024
     replies_per_hour: Annotated[int, Field(ge=1)] = 20
     authserv_id: str | None = None
@@ -372,7 +375,27 @@ class GameSettings(_Section):
     settle_time: Duration = timedelta(minutes=10)
     """With close_when_all_in: how long after the last orders arrive the round closes."""
     reveal_after_game: bool = False
-    players: list[PlayerSettings] = Field(min_length=1)
+    signup: Literal["closed", "open", "approval"] = "closed"
+    """Who may JOIN by mail: nobody ("closed": the players table only), anyone ("open"),
+    or anyone the referee approves ("approval")."""
+    min_players: Annotated[int, Field(ge=1, le=10000)] = 2
+    """A game that takes sign-ups starts at ``starts`` only with at least this many."""
+    max_players: Annotated[int, Field(ge=1, le=10000)] | None = None
+    """Seats; later joiners go on the standby list (default: no limit)."""
+    starts: str | datetime | None = None
+    """When a game that takes sign-ups starts by itself: a time, or "when_full" (as soon as
+    max_players have joined). Default: when the referee starts it."""
+    auto_replace: bool = False
+    """A resigned seat goes to the first standby at the next round close."""
+    max_absence: PositiveDuration = timedelta(days=14)
+    """ABSENT UNTIL may be at most this far ahead."""
+    max_absent: Annotated[int, Field(ge=1)] = 3
+    """Players of one game absent at the same time, at most (ABSENT is refused past it)."""
+    max_extend: PositiveDuration = timedelta(days=7)
+    """One EXTEND (by mail or command line) moves a deadline at most this much."""
+    max_total_extend: PositiveDuration = timedelta(days=21)
+    """All of a game's extensions together, at most (a pause does not count)."""
+    players: list[PlayerSettings] = []
 
     @model_validator(mode="before")
     @classmethod
@@ -424,6 +447,33 @@ class GameSettings(_Section):
         if value is not None:
             zone(value)
         return value
+
+    @model_validator(mode="after")
+    def _seats(self) -> GameSettings:
+        if self.signup == "closed" and not self.players:
+            raise ValueError(
+                'players: a game with signup = "closed" needs at least one player (add a '
+                '[[games.players]] table, or set signup = "open" to let players JOIN by mail)'
+            )
+        if self.max_players is not None:
+            if self.max_players < len(self.players):
+                raise ValueError(
+                    f"max_players: {self.max_players} is fewer than the {len(self.players)} "
+                    "players the config lists; raise it"
+                )
+            if self.max_players < self.min_players:
+                raise ValueError(
+                    f"max_players: {self.max_players} is fewer than min_players "
+                    f"({self.min_players}); raise max_players or lower min_players"
+                )
+        if self.starts == "when_full" and self.max_players is None:
+            raise ValueError('starts: "when_full" needs max_players (how many make it full)')
+        if self.starts is not None and self.signup == "closed":
+            raise ValueError(
+                'starts: only a game that takes sign-ups starts by itself; set signup = "open" '
+                'or "approval", or remove starts (the referee starts a closed game)'
+            )
+        return self
 
     @model_validator(mode="after")
     def _unique_players(self) -> GameSettings:
@@ -493,6 +543,8 @@ class GameConfig:
     board: Board
     board_table: Mapping[str, Any]
     schedule: Schedule
+    starts_at: datetime | None = None
+    """``starts`` as a time (None for "when_full" or no ``starts``)."""
 
     @property
     def id(self) -> str:
@@ -617,7 +669,7 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
             )
     raw_games: list[Any] = raw["games"] if isinstance(raw.get("games"), list) else []
     default_tz = raw.get("timezone", "UTC")
-    built: list[tuple[Board, Mapping[str, Any], Schedule] | None] = []
+    built: list[tuple[Board, Mapping[str, Any], Schedule, datetime | None] | None] = []
     for index, game in enumerate(raw_games):
         where = f"games[{index}]"
         built.append(None)
@@ -630,12 +682,18 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
             board = Board.from_mapping(table, f"{where}.board")
         except (BoardError, ConfigError) as exc:
             problems.extend(f"{name}: {p}" for p in exc.problems)
+        starts_at = None
         try:
             schedule = _schedule(game, default_tz)
+            if game.get("starts") not in (None, "when_full"):
+                try:
+                    starts_at = parse_time(game["starts"], schedule.tz)
+                except ValueError as exc:
+                    raise ValueError(f'starts: {exc} (or write "when_full")') from None
         except ValueError as exc:
             problems.append(f"{name}: {where}.{exc}")
         if board is not None and schedule is not None:
-            built[-1] = (board, table, schedule)
+            built[-1] = (board, table, schedule, starts_at)
     for index, (game_settings, parts) in enumerate(
         zip(settings.games if settings else [], built, strict=False)
     ):
@@ -644,7 +702,7 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
         try:  # what the game's ruleset asks of its board and options (classic: C4)
             get_ruleset(game_settings.ruleset).check_settings(
                 RulesetSettings(
-                    board=parts[0],
+                    board=parts[0],  # the board of (board, table, schedule, starts_at)
                     double_from_round=game_settings.double_from_round,
                     trapdoor_rule=game_settings.trapdoor_rule,
                     options=game_settings.options,
@@ -690,6 +748,9 @@ def _describe(name: str, exc: ValidationError) -> list[str]:
             message = "unknown key (check the spelling; see deploy/config.example.toml)"
         elif error["type"] not in ("value_error", "assertion_error"):
             message = f"{message} (got {error['input']!r})"
+        named = re.match(r"^([a-z_]+): ", message)
+        if named and key and error["type"] == "value_error":  # a table's check naming its key
+            key, message = f"{key}.{named.group(1)}", message[named.end() :]
         lines.append(f"{name}: {key}: {message}" if key else f"{name}: {message}")
     return lines
 

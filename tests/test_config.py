@@ -76,7 +76,7 @@ def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:
         "config.toml: games[0].players[1].email: 'bob@' is not an email address",
         "config.toml: games[0].round_length: '3 days' is not a duration",
         "config.toml: games[0].colour: unknown key",
-        "config.toml: games[1].players: List should have at least 1 item",
+        'config.toml: games[1].players: a game with signup = "closed" needs at least one',
         "config.toml: mail.smtp.password_file: cannot read",
         "config.toml: games[1].board.ladders.10: a ladder must lead up",
         "config.toml: games[1].first_deadline: 'soon' is not a time",

@@ -44,11 +44,25 @@ log = logging.getLogger("snl_pbem.games")
 
 
 def audit(
-    session: Session, now: datetime, actor: str, action: str, game: Game | None, **detail: Any
+    session: Session,
+    now: datetime,
+    actor: str,
+    action: str,
+    game: Game | None,
+    *,
+    via: str | None = None,
+    **detail: Any,
 ) -> None:
+    """Record an action: who (``actor``), how (``via``: "cli" or "mail" for a person's
+    action; None for the server's own), what, on which game, and its details."""
     session.add(
         AuditEntry(
-            at=now, actor=actor, action=action, game_id=game.id if game else None, detail=detail
+            at=now,
+            actor=actor,
+            action=action,
+            game_id=game.id if game else None,
+            detail=detail,
+            via=via,
         )
     )
 
@@ -436,4 +450,3 @@ def start_game(
         )
     log.info("%s: started, round 1 deadline %s", game_id, deadline.isoformat())
     return StartReport(game_id, deadline, generated, len(players))
-

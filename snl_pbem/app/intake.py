@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -33,6 +32,19 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.bounces import record_bounce
 from snl_pbem.app.games import audit, career, game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.replies import (  # noqa: F401 (the limits, for tests and callers)
+    ACKS_PER_HOUR,
+    GUEST_REPLIES_PER_ADDRESS_PER_HOUR,
+    Context,
+    guest_help,
+    guest_notice,
+    help_template,
+    redact,
+    redacted,
+    reply,
+    send,
+    subject,
+)
 from snl_pbem.app.rounds import player_state, submit_orders
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
@@ -48,7 +60,7 @@ from snl_pbem.mail.parse import (
     headers_only,
     redact_in_bytes,
 )
-from snl_pbem.rules.ruleset import DEFAULT_RULESET, Ruleset
+from snl_pbem.rules.ruleset import Ruleset
 from snl_pbem.store import (
     Database,
     Game,
@@ -71,19 +83,6 @@ MAX_ATTEMPTS = 5
 """Restarts that may find a message still unprocessed before it is set aside (a message
 that kills the server every time must not keep it in a crash loop; a server killed by
 something else now and then must not lose an order)."""
-REPLY_KINDS = (MailKind.ACK, MailKind.NOTICE, MailKind.HELP, MailKind.STATUS)
-"""Replies to authenticated players: ``replies_per_hour`` each, but an order is always
-acknowledged (up to ACKS_PER_HOUR, a bound only a flood with the player's key meets)."""
-ACKS_PER_HOUR = 100
-GUEST_KINDS = (MailKind.GUEST_NOTICE, MailKind.GUEST_HELP)
-"""Replies to mail without a valid key: their own, smaller budget (a forged flood from a
-player's address must not use up that player's replies)."""
-GUEST_REPLIES_PER_ADDRESS_PER_HOUR = 3
-GUEST_HELP_PER_ADDRESS_PER_DAY = 2
-GUEST_HELP_PER_HOUR = 30
-"""HELP answered to any address, all of them together (a bound on backscatter). Notices
-go only to registered players' addresses: they have a per-address budget only, so a
-flood of HELP from strangers cannot silence the notices a player needs."""
 WRONG_KEYS_PER_SENDER_PER_HOUR = 5
 WRONG_KEYS_PER_GAME_PER_HOUR = 20
 """Past these, wrong keys get no more notices and the referee is told (once an hour)."""
@@ -400,16 +399,6 @@ def _kept_after_reading(
         row.raw = kept
 
 
-@dataclass
-class _Context:
-    session: Session
-    config: Config
-    row: InboundMessage
-    mail: ParsedMail
-    commands: Commands
-    now: datetime
-
-
 def _process(
     session: Session,
     config: Config,
@@ -447,9 +436,9 @@ def _process(
         robot = f"automated mail, not answered: {mail.automated}"
         return InboundStatus.IGNORED, robot, mail.quoted_keys
     commands = mail.commands or parse_commands("", "")
-    ctx = _Context(session, config, row, mail, commands, row.received_at)
+    ctx = Context(session, config, row, mail, commands, row.received_at)
     if too_large is not None:
-        _guest_notice(
+        guest_notice(
             ctx,
             "Your message was too large to read "
             f"({config.settings.mail.max_message_size // 1024} KiB at most), so nothing in "
@@ -460,21 +449,21 @@ def _process(
     return status, detail, tuple(sorted({*commands.order_keys, *mail.quoted_keys}))
 
 
-def _dispatch(ctx: _Context) -> tuple[str, str]:
+def _dispatch(ctx: Context) -> tuple[str, str]:
     session, mail, commands = ctx.session, ctx.mail, ctx.commands
     game = _find_game(session, commands, mail.sender)
     if game is None:
         if commands.help and commands.order_key is None:
-            _guest_help(ctx, None)
+            guest_help(ctx, None)
             return InboundStatus.PROCESSED, "help sent"
         if commands.game is not None and not commands.game_from_subject:
-            _guest_notice(
+            guest_notice(
                 ctx,
                 "Your message's GAME line names a game that is not on this server: check "
                 "the game id in your welcome message.",
             )
             return InboundStatus.REJECTED, f"unknown game {commands.game!r}"
-        _guest_notice(
+        guest_notice(
             ctx,
             "Your message did not say which game it is for: add a "
             "line GAME <id> (or put [id] in the subject)." + _cut_note(commands),
@@ -487,7 +476,7 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
     session.refresh(game, with_for_update=True)
     ctx.row.game_id = game.id
     if commands.conflict is not None:
-        _guest_notice(
+        guest_notice(
             ctx,
             f"Your message was not applied: {commands.conflict}. Send one order set "
             "per message, with one GAME and one KEY line.",
@@ -495,7 +484,7 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         )
         return InboundStatus.REJECTED, f"not one order set: {commands.conflict}"
     if commands.help and commands.order_key is None:
-        _guest_help(ctx, game)
+        guest_help(ctx, game)
         return InboundStatus.PROCESSED, "help sent"
     player = None
     if commands.order_key is not None:
@@ -524,7 +513,7 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         )
     commands = ctx.commands = _in_this_game(commands, ruleset_of(game))
     if commands.help:
-        _reply(ctx, game, player, MailKind.HELP, _help_template(game), other_sender=other)
+        reply(ctx, game, player, MailKind.HELP, help_template(game), other_sender=other)
     if commands.has_orders or commands.clear:
         return _orders(ctx, game, player, other)
     if commands.status:
@@ -532,14 +521,14 @@ def _dispatch(ctx: _Context) -> tuple[str, str]:
         return InboundStatus.PROCESSED, "status sent"
     if commands.help:
         return InboundStatus.PROCESSED, "help sent"
-    _reply(
+    reply(
         ctx,
         game,
         player,
         MailKind.NOTICE,
         "player/notice.txt.j2",
         message=f"Your message had no orders {ruleset_of(game).no_orders}" + _cut_note(commands),
-        line_problems=_redacted(commands.problems, commands.order_keys),
+        line_problems=redacted(commands.problems, commands.order_keys),
         other_sender=other,
     )
     return InboundStatus.PROCESSED, "no orders in it"
@@ -568,7 +557,7 @@ def _other_address(mail: ParsedMail, player: Player) -> str | None:
     return None
 
 
-def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
+def _not_authenticated(ctx: Context, game: Game) -> tuple[str, str]:
     """No active player has this key: refused; the registered sender is told (within the
     guests' budget), and key guessing is counted and reported."""
     session, commands, mail = ctx.session, ctx.commands, ctx.mail
@@ -587,7 +576,7 @@ def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
         )
         quiet = _key_guessing(ctx, game)
     if not quiet:
-        _guest_notice(
+        guest_notice(
             ctx,
             f"Your message had {'no' if commands.order_key is None else 'a wrong'} order key, so "
             "nothing in it was applied. Every order needs the line KEY followed by your "
@@ -597,7 +586,7 @@ def _not_authenticated(ctx: _Context, game: Game) -> tuple[str, str]:
     return InboundStatus.REJECTED, f"authentication failed ({reason})"
 
 
-def _key_guessing(ctx: _Context, game: Game) -> bool:
+def _key_guessing(ctx: Context, game: Game) -> bool:
     """Count wrong keys; past the limits the sender gets no more notices and the referee
     is told (once an hour per game). True when this message should go unanswered.
 
@@ -668,7 +657,7 @@ def _key_guessing(ctx: _Context, game: Game) -> bool:
     return over_sender
 
 
-def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tuple[str, str]:
+def _orders(ctx: Context, game: Game, player: Player, other: str | None) -> tuple[str, str]:
     session, commands = ctx.session, ctx.commands
     round_ = open_round(session, game)
     refusal = None
@@ -697,7 +686,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
             f"({game_time(game, round_.deadline)}), so they do not count."
         )
     if refusal is not None:
-        _reply(
+        reply(
             ctx,
             game,
             player,
@@ -724,8 +713,8 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     )
     reading = receipt.reading
     line_problems = [LineProblem(line, why) for line, why in reading.line_problems]
-    line_problems += _redacted(commands.problems, commands.order_keys)
-    _reply(
+    line_problems += redacted(commands.problems, commands.order_keys)
+    reply(
         ctx,
         game,
         player,
@@ -737,15 +726,15 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
         rules=reading.ack,
         line_problems=line_problems,
         replaced=[
-            (_redact(a, commands.order_keys), _redact(b, commands.order_keys))
+            (redact(a, commands.order_keys), redact(b, commands.order_keys))
             for a, b in commands.replaced
         ],
-        ignored=[_redact(x, commands.order_keys) for x in commands.ignored][:20],
+        ignored=[redact(x, commands.order_keys) for x in commands.ignored][:20],
         dropped=commands.dropped_lines,
         deadline=game_time(game, round_.deadline),
         other_sender=other,
         note=ctx.mail.note if ctx.mail.note and "attachment" in ctx.mail.note else None,
-        cut=_redact(commands.cut, commands.order_keys) if commands.cut else None,
+        cut=redact(commands.cut, commands.order_keys) if commands.cut else None,
     )
     return InboundStatus.PROCESSED, (
         "orders withdrawn"
@@ -754,7 +743,7 @@ def _orders(ctx: _Context, game: Game, player: Player, other: str | None) -> tup
     )
 
 
-def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) -> None:
+def _status_reply(ctx: Context, game: Game, player: Player, other: str | None) -> None:
     session = ctx.session
     state = player_state(session, game, player)
     round_ = open_round(session, game)
@@ -773,7 +762,7 @@ def _status_reply(ctx: _Context, game: Game, player: Player, other: str | None) 
         GamePhase.NEW: "not started yet",
     }
     state_text = states[game.state]
-    _reply(
+    reply(
         ctx,
         game,
         player,
@@ -806,11 +795,18 @@ def _in_this_game(commands: Commands, ruleset: Ruleset) -> Commands:
             refused.add(word)
     changes: dict[str, Any] = {}
     said = (
-        ("DICE", commands.dice is not None, {"dice": None},
-         " ".join(["DICE", *map(str, commands.dice or ())])),
-        ("TRAPDOOR", commands.nomination is not None or commands.no_nomination,
-         {"nomination": None, "no_nomination": False},
-         f"TRAPDOOR {'NONE' if commands.nomination is None else commands.nomination}"),
+        (
+            "DICE",
+            commands.dice is not None,
+            {"dice": None},
+            " ".join(["DICE", *map(str, commands.dice or ())]),
+        ),
+        (
+            "TRAPDOOR",
+            commands.nomination is not None or commands.no_nomination,
+            {"nomination": None, "no_nomination": False},
+            f"TRAPDOOR {'NONE' if commands.nomination is None else commands.nomination}",
+        ),
         ("ROLL", commands.roll, {"roll": False}, "ROLL"),
     )
     for word, present, dropped, line in said:
@@ -853,230 +849,3 @@ def _find_game(session: Session, commands: Commands, sender: str | None) -> Game
         )
     ).all()
     return games[0] if len(set(g.id for g in games)) == 1 else None
-
-
-def _registered(session: Session, game: Game | None, sender: str | None) -> Player | None:
-    if sender is None:
-        return None
-    query = select(Player).where(func.lower(Player.email) == sender, Player.active)
-    if game is not None:
-        query = query.where(Player.game_id == game.id)
-    return session.scalars(query.limit(1)).first()
-
-
-def _guest_budget(ctx: _Context, address: str, kind: str) -> bool:
-    """True if a reply to unauthenticated mail may go to ``address`` now."""
-    session, now = ctx.session, ctx.now
-    per_address = (
-        (GUEST_HELP_PER_ADDRESS_PER_DAY, now - timedelta(days=1))
-        if kind == MailKind.GUEST_HELP
-        else (GUEST_REPLIES_PER_ADDRESS_PER_HOUR, now - timedelta(hours=1))
-    )
-    sent_to = session.scalar(
-        select(func.count())
-        .select_from(OutboxMessage)
-        .where(
-            OutboxMessage.recipient == address,
-            OutboxMessage.kind == kind,
-            OutboxMessage.created_at > per_address[1],
-        )
-    )
-    sent_all = 0
-    if kind == MailKind.GUEST_HELP:  # help goes to any address: bounded for all of them together
-        sent_all = (
-            session.scalar(
-                select(func.count())
-                .select_from(OutboxMessage)
-                .where(
-                    OutboxMessage.kind == MailKind.GUEST_HELP,
-                    OutboxMessage.created_at > now - timedelta(hours=1),
-                )
-            )
-            or 0
-        )
-    if (sent_to or 0) >= per_address[0] or sent_all >= GUEST_HELP_PER_HOUR:
-        log.warning(
-            "inbound %d: no reply to %s (unauthenticated replies' budget)", ctx.row.id, address
-        )
-        return False
-    return True
-
-
-def _guest_notice(
-    ctx: _Context,
-    message: str,
-    game: Game | None = None,
-    line_problems: tuple[LineProblem, ...] = (),
-) -> None:
-    """A notice about unauthenticated mail: only ever to a registered player's address
-    (no backscatter to forgeries), within the guests' own budget."""
-    player = _registered(ctx.session, game, ctx.mail.sender)
-    if player is None:
-        log.info("inbound %d: no reply to unregistered sender %s", ctx.row.id, ctx.mail.sender)
-        return
-    if _verified_sender(ctx):  # not forged: the player's own budget, as for their orders
-        owner = ctx.session.get(Game, player.game_id)
-        _reply(
-            ctx,
-            owner,
-            player,
-            MailKind.NOTICE,
-            "player/notice.txt.j2",
-            message=message,
-            line_problems=_redacted(line_problems, ctx.commands.order_keys),
-        )
-        return
-    if not _guest_budget(ctx, player.email, MailKind.GUEST_NOTICE):
-        return
-    owner = ctx.session.get(Game, player.game_id)
-    _send(
-        ctx,
-        owner,
-        player.email,
-        MailKind.GUEST_NOTICE,
-        "player/notice.txt.j2",
-        subject=_subject(owner, "About your message"),
-        player=player,
-        message=message,
-        line_problems=_redacted(line_problems, ctx.commands.order_keys),
-    )
-
-
-def _verified_sender(ctx: _Context) -> bool:
-    """True when our own MTA's Authentication-Results (``authserv_id``) say the From
-    domain authenticated this message (DMARC pass, or DKIM pass for that domain)."""
-    results, sender = (ctx.row.auth_results or "").lower(), ctx.mail.sender
-    if not results or sender is None or ctx.mail.sender_doubt:
-        return False
-    domain = sender.rpartition("@")[2]
-    return (
-        "dmarc=pass" in results
-        or re.search(rf"dkim=pass[^;]*header\.(?:d|i)=@?{re.escape(domain)}\b", results) is not None
-    )
-
-
-def _guest_help(ctx: _Context, game: Game | None) -> None:
-    """HELP from anyone, key or not: the help text to the sender (a few a day each)."""
-    address = ctx.mail.sender
-    if address is None or ctx.mail.sender_doubt:
-        log.info("inbound %d: HELP from an unusable address: not answered", ctx.row.id)
-        return
-    if not _guest_budget(ctx, address, MailKind.GUEST_HELP):
-        return
-    player = _registered(ctx.session, game, address)
-    _send(
-        ctx,
-        game,
-        address,
-        MailKind.GUEST_HELP,
-        _help_template(game),
-        subject=_subject(game, "How to send orders"),
-        player=player,
-        other_sender=None,
-    )
-
-
-def _help_template(game: Game | None) -> str:
-    """The HELP text of the game's ruleset (the default ruleset's for mail naming none)."""
-    return f"{ruleset_of(game).name if game else DEFAULT_RULESET}/help.txt.j2"
-
-
-SUBJECTS: dict[str, str] = {
-    MailKind.ACK: "Orders received",
-    MailKind.NOTICE: "About your message",
-    MailKind.HELP: "How to send orders",
-    MailKind.STATUS: "Your status",
-}
-
-
-def _subject(game: Game | None, text: str) -> str:
-    """Our own subject line: never an echo of what the sender wrote."""
-    return f"[{game.name}] {text}" if game is not None else f"Snakes and Ladders: {text}"
-
-
-def _reply(
-    ctx: _Context,
-    game: Game | None,
-    player: Player,
-    kind: str,
-    template: str,
-    always: bool = False,
-    **context: Any,
-) -> None:
-    """A reply to an authenticated player's registered address, threaded, unless the
-    rate limit holds; ``always`` (an order's acknowledgement) has its own, larger bound."""
-    limit = ctx.config.settings.mail.replies_per_hour
-    recent = (
-        ctx.session.scalar(
-            select(func.count())
-            .select_from(OutboxMessage)
-            .where(
-                OutboxMessage.recipient == player.email,
-                OutboxMessage.kind.in_(REPLY_KINDS),
-                OutboxMessage.created_at > ctx.now - timedelta(hours=1),
-            )
-        )
-        or 0
-    )
-    if always:  # an acknowledgement: counted apart, so other replies never use it up
-        limit = ACKS_PER_HOUR
-        recent = (
-            ctx.session.scalar(
-                select(func.count())
-                .select_from(OutboxMessage)
-                .where(
-                    OutboxMessage.recipient == player.email,
-                    OutboxMessage.kind == kind,
-                    OutboxMessage.created_at > ctx.now - timedelta(hours=1),
-                )
-            )
-            or 0
-        )
-    if recent >= limit:
-        log.warning(
-            "reply to %s held: %d replies in the last hour (limit %d)", player.name, recent, limit
-        )
-        return
-    subject = SUBJECTS[kind]
-    if kind == MailKind.ACK and "round" in context and context["round"] is not None:
-        subject = f"Orders received for round {context['round'].number}"
-    _send(
-        ctx,
-        game,
-        player.email,
-        kind,
-        template,
-        subject=_subject(game, subject),
-        player=player,
-        **context,
-    )
-
-
-def _send(
-    ctx: _Context, game: Game | None, to: str, kind: str, template: str, **context: Any
-) -> None:
-    enqueue_mail(
-        ctx.session,
-        ctx.config,
-        game=game,
-        kind=kind,
-        to=to,
-        now=ctx.now,
-        template=template,
-        auto_submitted="auto-replied",
-        in_reply_to=ctx.mail.message_id,
-        references=ctx.mail.references,
-        **context,
-    )
-
-
-def _redact(line: str, keys: tuple[str, ...]) -> str:
-    """Never echo a key: any occurrence of one in an echoed line becomes ****."""
-    for key in keys:
-        if key and len(key) >= 3:
-            line = re.sub(re.escape(key), "****", line, flags=re.IGNORECASE)
-    return line
-
-
-def _redacted(problems: tuple[LineProblem, ...], keys: tuple[str, ...]) -> list[LineProblem]:
-    return [LineProblem(_redact(p.line, keys), p.reason) for p in problems]

@@ -37,6 +37,54 @@ COMMAND_WORDS = (
     "HELP",
     "CLEAR",
     "ROLL",
+    # joining, leaving and the rest of a player's life cycle (snl_pbem.app.membership)
+    "LIST",
+    "JOIN",
+    "CONFIRM",
+    "RESIGN",
+    "ABSENT",
+    "NEW",
+    "ADDRESS",
+    "HISTORY",
+    "OBSERVE",
+    "UNOBSERVE",
+    # the referee's commands (snl_pbem.app.referee_mail)
+    "EXTEND",
+    "PAUSE",
+    "RESUME",
+    "CLOSE",
+    "ROLLBACK",
+    "REPLACE",
+    "APPROVE",
+    "REFUSE",
+    "START",
+)
+PLAYER_ACTIONS = frozenset(
+    (
+        "LIST",
+        "JOIN",
+        "CONFIRM",
+        "RESIGN",
+        "ABSENT",
+        "NEW KEY",
+        "ADDRESS",
+        "HISTORY",
+        "OBSERVE",
+        "UNOBSERVE",
+    )
+)
+REFEREE_ACTIONS = frozenset(
+    (
+        "EXTEND",
+        "PAUSE",
+        "RESUME",
+        "CLOSE ROUND",
+        "ROLLBACK",
+        "REPLACE",
+        "APPROVE",
+        "REFUSE",
+        "START",
+    )
 )
 
 _INVISIBLE = re.compile(
@@ -54,7 +102,7 @@ _WROTE_WORD = re.compile(rf"\b(?:{_WROTE})(?=\W|$)", re.IGNORECASE)
 
 
 def _is_reply_header(text: str) -> bool:
-    """"On Mon, 30 Nov 2026 at 09:00, Ann <ann@x> wrote:", "Am 30.11.2026 um 09:00 schrieb
+    """ "On Mon, 30 Nov 2026 at 09:00, Ann <ann@x> wrote:", "Am 30.11.2026 um 09:00 schrieb
     Ann <ann@x>:", "Le lun. 30 nov. 2026 à 09:00, Ann <ann@x> a écrit :", ... Linear in the
     line (no backtracking pattern): a "wrote" word near the end of a line that ends there
     or with a colon, which begins like a client's reply header or names an address."""
@@ -66,9 +114,7 @@ def _is_reply_header(text: str) -> bool:
     return "@" in text or (_INTRO.match(text) is not None and any(c.isdigit() for c in text))
 
 
-_INTRO = re.compile(
-    r"^(on|le|am|el|il|op|em|den|dne|w dniu|в|el día|op \w+ \d)\b", re.IGNORECASE
-)
+_INTRO = re.compile(r"^(on|le|am|el|il|op|em|den|dne|w dniu|в|el día|op \w+ \d)\b", re.IGNORECASE)
 """How a wrapped reply header's first line begins ("On Mon, ...", "Am 30.11.2026 ...")."""
 _SEPARATORS = re.compile(
     r"^(?:[-=_*]{2,}\s*(?:original message|ursprüngliche nachricht|message d'origine|"
@@ -108,6 +154,17 @@ class LineProblem:
 
 
 @dataclass(frozen=True)
+class Action:
+    """A life-cycle or referee command line, read for its shape only (what it may do is
+    the app's to say): ``JOIN spring26 Ann`` is Action("JOIN", ("spring26", "Ann"), ...)."""
+
+    word: str
+    """One of PLAYER_ACTIONS or REFEREE_ACTIONS (two-word ones as "NEW KEY", "CLOSE ROUND")."""
+    args: tuple[str, ...]
+    line: str
+
+
+@dataclass(frozen=True)
 class Commands:
     """What one message asked for."""
 
@@ -139,14 +196,13 @@ class Commands:
     """Every KEY value given (all are redacted from what is kept and echoed)."""
     conflict: str | None = None
     """Why the message cannot be read as one order set (two games, two keys)."""
+    actions: tuple[Action, ...] = ()
+    """Life-cycle and referee commands, in the order written."""
 
     @property
     def has_orders(self) -> bool:
         return (
-            self.dice is not None
-            or self.nomination is not None
-            or self.no_nomination
-            or self.roll
+            self.dice is not None or self.nomination is not None or self.no_nomination or self.roll
         )
 
 
@@ -266,6 +322,7 @@ class _Builder:
     last_line: dict[str, str] = field(default_factory=dict)
     replaced: list[tuple[str, str]] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
 
     def once(self, word: str, line: str) -> None:
         """Note a line of ``word``; a repeated one replaces the earlier (the last block
@@ -325,6 +382,7 @@ def parse_commands(text: str, subject: str = "") -> Commands:
             if b.conflicts
             else None
         ),
+        actions=tuple(b.actions[:MAX_ACTIONS]),
     )
 
 
@@ -439,8 +497,10 @@ def _dice(b: _Builder, line: str, rest: str) -> None:
 def _trapdoor(b: _Builder, line: str, rest: str) -> None:
     words = _words(rest)
     token = words[0].rstrip(".") if words else ""
-    if len(words) > 2 and not any(ch.isdigit() for ch in token) and token.lower() not in (
-        _NONE_WORDS
+    if (
+        len(words) > 2
+        and not any(ch.isdigit() for ch in token)
+        and token.lower() not in (_NONE_WORDS)
     ):
         return _chat(b, line)
     if token.lower() in _NONE_WORDS:
@@ -494,7 +554,196 @@ def _roll(b: _Builder, line: str, rest: str) -> None:
         b.ignored.append(line)
 
 
+MAX_ACTIONS = 5
+"""Life-cycle commands read from one message, at most (the rest are not obeyed)."""
+_ID = re.compile(r"^\[?([a-z0-9][a-z0-9_-]{0,31})\]?$", re.IGNORECASE)
+_CODE = re.compile(r"^[a-z0-9]{4}-?[a-z0-9]{4}$", re.IGNORECASE)
+_DURATION = re.compile(r"^\d{1,4}\s*[smhdw]$|^\d{1,4}\s*(?:days?|hours?|weeks?)$", re.IGNORECASE)
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[ t]\d{1,2}:\d{2})?$", re.IGNORECASE)
+_POLITE = ("", "please", "pls", "thanks", "thank you")
+
+
+def _polite(extra: str) -> bool:
+    return extra.strip(" .!,;:-").lower() in _POLITE
+
+
+def _is_id(token: str) -> str | None:
+    match = _ID.match(token)
+    return match.group(1).lower() if match else None
+
+
+def _action(word: str, args: tuple[str, ...], b: _Builder, line: str) -> None:
+    b.actions.append(Action(word, args, line))
+
+
+def _bare_or_game(word: str) -> Handler:
+    """PAUSE, RESUME, ROLLBACK, START, RESIGN, LIST, HISTORY: alone, or with a game id (or
+    a word of politeness); anything longer is a sentence ("Pause for thought")."""
+
+    def handler(b: _Builder, line: str, rest: str) -> None:
+        words = rest.strip(" .!:").split()
+        if not words or _polite(rest):
+            return _action(word, (), b, line)
+        game = _is_id(words[0]) if len(words) <= 2 and _polite(" ".join(words[1:])) else None
+        if game is None or word in ("LIST", "HISTORY"):
+            return _chat(b, line)
+        return _action(word, (game,), b, line)
+
+    return handler
+
+
+def _join(b: _Builder, line: str, rest: str) -> None:
+    """JOIN game name (the name is one to three words; a sentence is not a JOIN)."""
+    words = rest.split()
+    game = _is_id(words[0]) if words else None
+    if game is None or len(words) > 4:
+        if not words:
+            b.problems.append(
+                LineProblem(line, "JOIN needs the game and your name: JOIN spring26 Ann")
+            )
+            return None
+        return _chat(b, line)
+    return _action("JOIN", (game, " ".join(words[1:])), b, line)
+
+
+def _confirm(b: _Builder, line: str, rest: str) -> None:
+    words = rest.strip(" .!").split()
+    if len(words) == 1 and _CODE.match(words[0]):
+        return _action("CONFIRM", (words[0].replace("-", "").lower(),), b, line)
+    if len(words) <= 1:
+        b.problems.append(
+            LineProblem("CONFIRM", "CONFIRM needs the code we mailed you, e.g. CONFIRM abcd-efgh")
+        )
+        return None
+    return _chat(b, "CONFIRM ...")  # never echoed whole: it may hold a code
+
+
+def _absent(b: _Builder, line: str, rest: str) -> None:
+    words = rest.strip(" .!").split()
+    if len(words) == 1 and words[0].lower() in ("off", "over", "back", "none"):
+        return _action("ABSENT", ("off",), b, line)
+    if (
+        len(words) >= 2
+        and words[0].lower() in ("until", "till", "to")
+        and _DATE.match(" ".join(words[1:]))
+    ):
+        return _action("ABSENT", ("until", " ".join(words[1:])), b, line)
+    if len(words) <= 3:
+        b.problems.append(
+            LineProblem(line, "write ABSENT UNTIL 2026-12-24 (a date, year first) or ABSENT OFF")
+        )
+        return None
+    return _chat(b, line)
+
+
+def _new(b: _Builder, line: str, rest: str) -> None:
+    words = rest.strip(" .!").split()
+    if words and words[0].lower() == "key" and _polite(" ".join(words[1:])):
+        return _action("NEW KEY", (), b, line)
+    return _chat(b, line)
+
+
+def _address(b: _Builder, line: str, rest: str) -> None:
+    words = rest.strip(" .").split()
+    if len(words) == 1 and "@" in words[0]:
+        return _action("ADDRESS", (words[0].strip("<>").lower(),), b, line)
+    if len(words) <= 1:
+        b.problems.append(
+            LineProblem(line, "ADDRESS needs your new address: ADDRESS ann@example.org")
+        )
+        return None
+    return _chat(b, line)
+
+
+def _one_game(word: str) -> Handler:
+    """OBSERVE game, UNOBSERVE game."""
+
+    def handler(b: _Builder, line: str, rest: str) -> None:
+        words = rest.strip(" .!").split()
+        game = _is_id(words[0]) if len(words) == 1 else None
+        if game is not None:
+            return _action(word, (game,), b, line)
+        if not words:
+            return _action(word, (), b, line)  # the GAME line or the subject names it
+        return _chat(b, line)
+
+    return handler
+
+
+def _extend(b: _Builder, line: str, rest: str) -> None:
+    """EXTEND [game] BY 2d ("Extend my thanks to all" is a sentence)."""
+    words = rest.strip(" .!").split()
+    game = ""
+    if words and words[0].lower() != "by":
+        found = _is_id(words[0])
+        if found is None or len(words) > 4:
+            return _chat(b, line)
+        game, words = found, words[1:]
+    if words and words[0].lower() != "by":
+        return _chat(b, line)
+    if len(words) >= 2 and _DURATION.match(" ".join(words[1:])):
+        return _action("EXTEND", (game, " ".join(words[1:])), b, line)
+    b.problems.append(LineProblem(line, "write EXTEND spring26 BY 2d (a duration: 12h, 2d, 1w)"))
+    return None
+
+
+def _close(b: _Builder, line: str, rest: str) -> None:
+    words = rest.strip(" .!").split()
+    if words and words[0].lower() == "round" and len(words) <= 2:
+        game = _is_id(words[1]) if len(words) == 2 else ""
+        if game is not None:
+            return _action("CLOSE ROUND", (game,) if game else (), b, line)
+    return _chat(b, line)
+
+
+def _replace(b: _Builder, line: str, rest: str) -> None:
+    """REPLACE game player new@address (the player's name may have spaces)."""
+    words = rest.split()
+    game = _is_id(words[0]) if words else None
+    if game is not None and len(words) >= 3 and "@" in words[-1] and len(words) <= 6:
+        return _action("REPLACE", (game, " ".join(words[1:-1]), words[-1].strip("<>")), b, line)
+    if len(words) <= 6:
+        b.problems.append(LineProblem(line, "write REPLACE spring26 Ann new@example.org"))
+        return None
+    return _chat(b, line)
+
+
+def _decide(word: str) -> Handler:
+    """APPROVE game name, REFUSE game name."""
+
+    def handler(b: _Builder, line: str, rest: str) -> None:
+        words = rest.split()
+        game = _is_id(words[0]) if words else None
+        if game is not None and 2 <= len(words) <= 4:
+            return _action(word, (game, " ".join(words[1:])), b, line)
+        if len(words) <= 4:
+            b.problems.append(LineProblem(line, f"write {word} spring26 Ann"))
+            return None
+        return _chat(b, line)
+
+    return handler
+
+
 _HANDLERS: dict[str, Handler] = {
+    "LIST": _bare_or_game("LIST"),
+    "JOIN": _join,
+    "CONFIRM": _confirm,
+    "RESIGN": _bare_or_game("RESIGN"),
+    "ABSENT": _absent,
+    "NEW": _new,
+    "ADDRESS": _address,
+    "HISTORY": _bare_or_game("HISTORY"),
+    "OBSERVE": _one_game("OBSERVE"),
+    "UNOBSERVE": _one_game("UNOBSERVE"),
+    "EXTEND": _extend,
+    "PAUSE": _bare_or_game("PAUSE"),
+    "RESUME": _bare_or_game("RESUME"),
+    "CLOSE": _close,
+    "ROLLBACK": _bare_or_game("ROLLBACK"),
+    "REPLACE": _replace,
+    "APPROVE": _decide("APPROVE"),
+    "REFUSE": _decide("REFUSE"),
+    "START": _bare_or_game("START"),
     "GAME": _game,
     "KEY": _key,
     "PASSWORD": _key,

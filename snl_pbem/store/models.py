@@ -97,6 +97,12 @@ class Game(Base):
     close_when_all_in: Mapped[bool] = mapped_column(Boolean, default=False)
     settle_s: Mapped[int] = mapped_column(Integer, default=600)
     reveal_after_game: Mapped[bool] = mapped_column(Boolean, default=False)
+    extended_s: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Seconds the referee has extended this game's deadlines by in all (``max_total_extend``
+    caps it)."""
+    start_noted_at: Mapped[datetime | None]
+    """When the referee was told the game could not start at its ``starts`` time (too few
+    players): told once."""
     order_key_salt: Mapped[str] = mapped_column("key_salt", String(64))
     """Salt of the players' key hashes (hex)."""
     rounds_played: Mapped[int] = mapped_column(Integer, default=0)
@@ -128,8 +134,19 @@ class Player(Base):
     order_key_source: Mapped[str] = mapped_column("key_source", String(16), default="generated")
     """"config" (the referee chose it) or "generated" (mailed in the welcome)."""
     active: Mapped[bool] = mapped_column(Boolean, default=True)
-    """False once removed from the config: kept with its history, never deleted."""
+    """False once removed from the config or resigned: kept with its history, never
+    deleted; the seat plays on by the no-orders default and is sent no mail."""
     joined_at: Mapped[datetime]
+    managed_by: Mapped[str] = mapped_column(String(16), default="config", server_default="config")
+    """"config" (the config's players table governs its address and key) or "mail" (joined
+    by JOIN, or changed by mail or by the referee since: the config no longer overrides it)."""
+    resigned_at: Mapped[datetime | None]
+    """Set by a confirmed RESIGN: the seat plays on by the no-orders default until the
+    referee or the standby list fills it (``replace``)."""
+    absent_until: Mapped[datetime | None]
+    """ABSENT UNTIL: no reminders, and the no-orders default does not count against them."""
+    absences: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """How many absences the player has declared in this game."""
 
     game: Mapped[Game] = relationship(back_populates="players")
 
@@ -323,6 +340,73 @@ class OutboxMessage(Base):
     """A sender working on this message; another may take it over once this passes."""
 
 
+class Signup(Base):
+    """A confirmed sign-up for a game: waiting for the referee (approval), on the standby
+    list, seated, refused or withdrawn. (Unconfirmed ones are only a Confirmation.)"""
+
+    __tablename__ = "signups"
+    __table_args__ = (Index("ix_signups_game_state", "game_id", "state", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(40))
+    email: Mapped[str] = mapped_column(String(254))
+    state: Mapped[str] = mapped_column(String(16))
+    """waiting (for approval), standby, seated, refused, withdrawn (see SignupState)."""
+    created_at: Mapped[datetime]
+    decided_at: Mapped[datetime | None]
+    decided_by: Mapped[str | None] = mapped_column(String(254))
+    player_id: Mapped[int | None] = mapped_column(ForeignKey("players.id", ondelete="SET NULL"))
+
+
+class Confirmation(Base):
+    """Something asked by mail that waits for a second message: a code mailed to an address
+    (a sign-up, an observer, a new address), or a resignation to confirm. Only a message
+    from ``email`` can complete it; the code is stored hashed, like keys."""
+
+    __tablename__ = "confirmations"
+    __table_args__ = (Index("ix_confirmations_email_purpose", "email", "purpose"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
+    purpose: Mapped[str] = mapped_column(String(16))
+    """join, observe, address, resign."""
+    email: Mapped[str] = mapped_column(String(254))
+    """The address the code went to; the confirmation must come from it (lower case)."""
+    code_hash: Mapped[str | None] = mapped_column(String(80))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
+    wrong: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Wrong codes tried from its address: past a few, the code is void."""
+
+
+class Observer(Base):
+    """Someone not playing who gets each round's public report (OBSERVE, confirmed)."""
+
+    __tablename__ = "observers"
+    __table_args__ = (UniqueConstraint("game_id", "email"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int] = mapped_column(ForeignKey("games.id", ondelete="CASCADE"))
+    email: Mapped[str] = mapped_column(String(254))
+    since: Mapped[datetime]
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class ServerKey(Base):
+    """A server-wide secret, hashed like order keys: the referee's key (``mail.referee_key``
+    in the config), which referee commands by mail must carry."""
+
+    __tablename__ = "server_keys"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(80))
+    salt: Mapped[str] = mapped_column(String(64))
+    updated_at: Mapped[datetime]
+
+
 class AuditEntry(Base):
     """Every referee/GM action and every automatic state change of a game."""
 
@@ -334,3 +418,6 @@ class AuditEntry(Base):
     action: Mapped[str] = mapped_column(String(32))
     game_id: Mapped[int | None] = mapped_column(ForeignKey("games.id", ondelete="SET NULL"))
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    via: Mapped[str | None] = mapped_column(String(16))
+    """How a person's action came: "cli" (the command line) or "mail"; None for the
+    server's own (scheduler, intake, config sync)."""

@@ -42,6 +42,30 @@ class OutboxStatus(StrEnum):
     BOUNCED = "bounced"
 
 
+class SignupState(StrEnum):
+    WAITING = "waiting"
+    """Confirmed; the referee has not yet approved or refused it (signup = "approval")."""
+    STANDBY = "standby"
+    """The game was full: first in line for a seat that frees."""
+    SEATED = "seated"
+    REFUSED = "refused"
+    WITHDRAWN = "withdrawn"
+
+
+class Purpose(StrEnum):
+    """What a Confirmation completes."""
+
+    JOIN = "join"
+    OBSERVE = "observe"
+    ADDRESS = "address"
+    RESIGN = "resign"
+
+
+class ManagedBy(StrEnum):
+    CONFIG = "config"
+    MAIL = "mail"
+
+
 class MailKind(StrEnum):
     """What a message we send is, for the outbox, the rate limits and the referee."""
 
@@ -61,3 +85,14 @@ class MailKind(StrEnum):
     KEY_GUESSING = "key-guessing"
     BOUNCE_ALERT = "bounce-alert"
     DELIVERY_FAILURE = "delivery-failure"
+    LIST = "list"
+    """The LIST reply (to anyone, on the guests' budget)."""
+    CODE = "code"
+    """A confirmation code to an address that has not shown it is theirs yet."""
+    MEMBERSHIP = "membership"
+    """What became of a sign-up, a resignation, an absence, a key or address change."""
+    OBSERVER_REPORT = "observer-report"
+    REFEREE_REPLY = "referee-reply"
+    """The answer to a referee command by mail."""
+    REFEREE_NOTICE = "referee-notice"
+    """Sign-ups, resignations and starts the referee should know of."""
