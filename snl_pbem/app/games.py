@@ -316,6 +316,8 @@ def _sync_players(
             report.add(f"{game.name}: player {name} added")
             audit(session, now, actor, "player-added", game, player=name)
             continue
+        if player.managed_by != "config":
+            continue  # joined, resigned, replaced or moved by mail: the config no longer rules it
         if not player.active:
             player.active = True
             report.add(f"{game.name}: player {name} is back in the config")
@@ -329,8 +331,8 @@ def _sync_players(
             report.add(f"{game.name}: player {name}'s key changed in the config")
             audit(session, now, actor, "player-key", game, player=name)
     for name, player in existing.items():
-        if name in wanted or not player.active:
-            continue
+        if name in wanted or not player.active or player.managed_by != "config":
+            continue  # a player who joined by mail is not in the config's table
         history = session.scalar(
             select(
                 exists().where(OrderRecord.player_id == player.id)
@@ -376,10 +378,16 @@ class StartReport:
 
 
 def start_game(
-    db: Database, config: Config, game_id: str, now: datetime, actor: str = "referee"
+    db: Database,
+    config: Config,
+    game_id: str,
+    now: datetime,
+    actor: str = "referee",
+    *,
+    via: str | None = None,
 ) -> StartReport:
     """Give each player a key (unless the config sets one), open round 1, enqueue welcomes."""
-    game_config = config.game(game_id)
+    config.game(game_id)  # NotFound, naming the games there are, for an id not in the config
     with db.transaction() as session:
         game = session.scalar(select(Game).where(Game.name == game_id).with_for_update())
         if game is None:
@@ -387,66 +395,111 @@ def start_game(
                 f"{game_id}: not in the database yet (run check-config, "
                 "then start again: start syncs the config first)"
             )
-        if game.state != GamePhase.NEW:
-            raise LifecycleError(f"{game_id}: already started (it is {game.state})")
-        try:  # the ruleset's own check of the settings it will play by
-            ruleset_of(game).check_settings(settings_of(game))
-        except RulesError as exc:
-            raise LifecycleError(f"{game_id}: {exc}") from None
-        deadline = scheduled_deadline(game, 1, now)
-        if deadline <= now:
-            raise LifecycleError(
-                f"{game_id}: first_deadline {game_time(game, deadline)} is in the "
-                "past; set a later one in the config"
-            )
-        players = list(
-            session.scalars(
-                select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)
-            )
+        report = start_in(session, config, game, now, actor=actor, via=via)
+    log.info("%s: started, round 1 deadline %s", game_id, report.round_deadline.isoformat())
+    return report
+
+
+def start_in(
+    session: Session,
+    config: Config,
+    game: Game,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None = None,
+    shift_late_start: bool = False,
+) -> StartReport:
+    """:func:`start_game` in the caller's session, the game row locked. ``shift_late_start``
+    (a game that takes sign-ups, started when its players are there): if round 1's
+    scheduled deadline is less than half a round away, it is one round from now, and
+    every later deadline moves with it."""
+    game_id = game.name
+    if game.state != GamePhase.NEW:
+        raise LifecycleError(f"{game_id}: already started (it is {game.state})")
+    try:  # the ruleset's own check of the settings it will play by
+        ruleset_of(game).check_settings(settings_of(game))
+    except RulesError as exc:
+        raise LifecycleError(f"{game_id}: {exc}") from None
+    if shift_late_start:
+        later = _late_first_deadline(game, now)
+        if later is not None:
+            schedule = schedule_from_game(game)
+            shift = later - schedule.deadline(1)
+            game.schedule_shift_s = int(shift.total_seconds())
+    deadline = scheduled_deadline(game, 1, now)
+    if deadline <= now:
+        raise LifecycleError(
+            f"{game_id}: first_deadline {game_time(game, deadline)} is in the "
+            "past; set a later one in the config"
         )
-        specs = {p.name: p for p in game_config.settings.players}
-        generated = 0
-        for player in players:
-            order_key = specs[player.name].key if player.name in specs else None
-            if order_key is None:
-                order_key = generate_key()
-                player.order_key_hash = hash_key(order_key, game.order_key_salt)
-                player.order_key_source = "generated"
-                generated += 1
-            enqueue_mail(
-                session,
-                config,
-                game=game,
-                kind=MailKind.WELCOME,
-                to=player.email,
-                now=now,
-                template=f"{ruleset_of(game).name}/welcome.txt.j2",
-                secret=True,
-                player=player,
-                order_key=order_key,
-                players=len(players),
-                last=game_config.board.last,
-                double_from=game.double_from_round,
-                deadline=game_time(game, deadline),
-            )
-        session.add(
-            Round(
-                game_id=game.id,
-                number=1,
-                turns=turns_in_round(game, 1),
-                deadline=deadline,
-                opened_at=now,
-            )
+    players = list(
+        session.scalars(
+            select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)
         )
-        game.state, game.started_at = GamePhase.RUNNING, now
-        audit(
+    )
+    if not players:
+        raise LifecycleError(f"{game_id}: nobody has a seat")
+    specs = {}
+    for candidate in config.games:
+        if candidate.id == game_id:
+            specs = {p.name: p for p in candidate.settings.players}
+    last = Board.from_mapping(game.board).last
+    generated = 0
+    for player in players:
+        spec = specs.get(player.name)
+        order_key = spec.key if spec is not None and player.managed_by == "config" else None
+        if order_key is None:
+            order_key = generate_key()
+            player.order_key_hash = hash_key(order_key, game.order_key_salt)
+            player.order_key_source = "generated"
+            generated += 1
+        enqueue_mail(
             session,
-            now,
-            actor,
-            "start",
-            game,
-            round_deadline=deadline.isoformat(),
-            generated_keys=generated,
+            config,
+            game=game,
+            kind=MailKind.WELCOME,
+            to=player.email,
+            now=now,
+            template=f"{ruleset_of(game).name}/welcome.txt.j2",
+            secret=True,
+            player=player,
+            order_key=order_key,
+            players=len(players),
+            last=last,
+            double_from=game.double_from_round,
+            deadline=game_time(game, deadline),
         )
-    log.info("%s: started, round 1 deadline %s", game_id, deadline.isoformat())
+    session.add(
+        Round(
+            game_id=game.id,
+            number=1,
+            turns=turns_in_round(game, 1),
+            deadline=deadline,
+            opened_at=now,
+        )
+    )
+    game.state, game.started_at = GamePhase.RUNNING, now
+    audit(
+        session,
+        now,
+        actor,
+        "start",
+        game,
+        via=via,
+        round_deadline=deadline.isoformat(),
+        generated_keys=generated,
+        players=len(players),
+    )
     return StartReport(game_id, deadline, generated, len(players))
+
+
+def _late_first_deadline(game: Game, now: datetime) -> datetime | None:
+    """Round 1's deadline for a game starting late: one round from now when the scheduled
+    one is less than half a round away; None to keep the schedule."""
+    schedule = schedule_from_game(game)
+    first = schedule.deadline(1) + timedelta(seconds=game.schedule_shift_s)
+    step = schedule.deadline(2) - schedule.deadline(1)
+    if first >= now + step / 2:
+        return None
+    return wall_clock_add(now, step, schedule.tz)

@@ -29,6 +29,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.orm import Session
 
+from snl_pbem.app import membership_mail
 from snl_pbem.app.bounces import record_bounce
 from snl_pbem.app.games import audit, career, game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
@@ -451,6 +452,10 @@ def _process(
 
 def _dispatch(ctx: Context) -> tuple[str, str]:
     session, mail, commands = ctx.session, ctx.mail, ctx.commands
+    if commands.order_key is None:  # LIST, JOIN, CONFIRM, OBSERVE, UNOBSERVE: no key needed
+        handled = membership_mail.handle_open(ctx)
+        if handled is not None:
+            return handled
     game = _find_game(session, commands, mail.sender)
     if game is None:
         if commands.help and commands.order_key is None:
@@ -498,6 +503,7 @@ def _dispatch(ctx: Context) -> tuple[str, str]:
     if player is None:
         return _not_authenticated(ctx, game)
     ctx.row.player_id = player.id
+    moved = membership_mail.confirm_address(ctx, game, player)  # from the new address
     other = _other_address(mail, player)
     if other:
         log.warning("inbound %d: %s's key used from %s", ctx.row.id, player.name, other)
@@ -511,16 +517,22 @@ def _dispatch(ctx: Context) -> tuple[str, str]:
             address=other,
             inbound=ctx.row.id,
         )
+    done = [moved] if moved else []
+    if commands.actions:  # RESIGN, ABSENT, NEW KEY, ADDRESS, HISTORY (and LIST, OBSERVE...)
+        done += membership_mail.handle_keyed(ctx, game, player)
     commands = ctx.commands = _in_this_game(commands, ruleset_of(game))
     if commands.help:
         reply(ctx, game, player, MailKind.HELP, help_template(game), other_sender=other)
-    if commands.has_orders or commands.clear:
-        return _orders(ctx, game, player, other)
+    if (commands.has_orders or commands.clear) and player.active:  # not just resigned
+        status, detail = _orders(ctx, game, player, other)
+        return status, "; ".join([*done, detail])
     if commands.status:
         _status_reply(ctx, game, player, other)
-        return InboundStatus.PROCESSED, "status sent"
+        return InboundStatus.PROCESSED, "; ".join([*done, "status sent"])
     if commands.help:
-        return InboundStatus.PROCESSED, "help sent"
+        return InboundStatus.PROCESSED, "; ".join([*done, "help sent"])
+    if done:
+        return InboundStatus.PROCESSED, "; ".join(done)
     reply(
         ctx,
         game,

@@ -29,11 +29,23 @@ from snl_pbem.store.states import MailKind
 
 log = logging.getLogger("snl_pbem.intake")
 
-REPLY_KINDS = (MailKind.ACK, MailKind.NOTICE, MailKind.HELP, MailKind.STATUS)
+REPLY_KINDS = (
+    MailKind.ACK,
+    MailKind.NOTICE,
+    MailKind.HELP,
+    MailKind.STATUS,
+    MailKind.MEMBERSHIP,
+)
 """Replies to authenticated players: ``replies_per_hour`` each, but an order is always
 acknowledged (up to ACKS_PER_HOUR, a bound only a flood with the player's key meets)."""
 ACKS_PER_HOUR = 100
-GUEST_KINDS = (MailKind.GUEST_NOTICE, MailKind.GUEST_HELP)
+GUEST_KINDS = (
+    MailKind.GUEST_NOTICE,
+    MailKind.GUEST_HELP,
+    MailKind.LIST,
+    MailKind.CODE,
+    MailKind.GUEST_REPLY,
+)
 """Replies to mail without a valid key: their own, smaller budget (a forged flood from a
 player's address must not use up that player's replies)."""
 GUEST_REPLIES_PER_ADDRESS_PER_HOUR = 3
@@ -63,37 +75,47 @@ def registered(session: Session, game: Game | None, sender: str | None) -> Playe
     return session.scalars(query.limit(1)).first()
 
 
+GUEST_LIMITS: dict[str, tuple[int, timedelta, int | None]] = {
+    MailKind.GUEST_HELP: (GUEST_HELP_PER_ADDRESS_PER_DAY, timedelta(days=1), GUEST_HELP_PER_HOUR),
+    MailKind.GUEST_NOTICE: (GUEST_REPLIES_PER_ADDRESS_PER_HOUR, timedelta(hours=1), None),
+    MailKind.LIST: (3, timedelta(days=1), 30),
+    MailKind.CODE: (3, timedelta(days=1), 30),
+    MailKind.GUEST_REPLY: (5, timedelta(days=1), 60),
+}
+"""Per kind of reply to unauthenticated mail: (per address, in this window, and for all
+addresses together per hour or None). HELP, LIST, codes and answers to JOIN or OBSERVE
+go to any address that asks, so a forged flood from many addresses meets the bound
+for all of them, and one address never gets more than a few a day. Notices go only to
+registered players' addresses: a per-address budget is enough."""
+
+
 def guest_budget(ctx: Context, address: str, kind: str) -> bool:
-    """True if a reply to unauthenticated mail may go to ``address`` now."""
+    """True if a reply to unauthenticated mail of ``kind`` may go to ``address`` now."""
     session, now = ctx.session, ctx.now
-    per_address = (
-        (GUEST_HELP_PER_ADDRESS_PER_DAY, now - timedelta(days=1))
-        if kind == MailKind.GUEST_HELP
-        else (GUEST_REPLIES_PER_ADDRESS_PER_HOUR, now - timedelta(hours=1))
-    )
+    per_address, window, overall = GUEST_LIMITS[kind]
     sent_to = session.scalar(
         select(func.count())
         .select_from(OutboxMessage)
         .where(
             OutboxMessage.recipient == address,
             OutboxMessage.kind == kind,
-            OutboxMessage.created_at > per_address[1],
+            OutboxMessage.created_at > now - window,
         )
     )
     sent_all = 0
-    if kind == MailKind.GUEST_HELP:  # help goes to any address: bounded for all of them together
+    if overall is not None:  # to any address: bounded for all of them together
         sent_all = (
             session.scalar(
                 select(func.count())
                 .select_from(OutboxMessage)
                 .where(
-                    OutboxMessage.kind == MailKind.GUEST_HELP,
+                    OutboxMessage.kind == kind,
                     OutboxMessage.created_at > now - timedelta(hours=1),
                 )
             )
             or 0
         )
-    if (sent_to or 0) >= per_address[0] or sent_all >= GUEST_HELP_PER_HOUR:
+    if (sent_to or 0) >= per_address or (overall is not None and sent_all >= overall):
         log.warning(
             "inbound %d: no reply to %s (unauthenticated replies' budget)", ctx.row.id, address
         )
@@ -185,6 +207,7 @@ SUBJECTS: dict[str, str] = {
     MailKind.NOTICE: "About your message",
     MailKind.HELP: "How to send orders",
     MailKind.STATUS: "Your status",
+    MailKind.MEMBERSHIP: "About your request",
 }
 
 

@@ -18,6 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import careers, game_time, ruleset_of, settings_of
+from snl_pbem.app.membership import observers, seat_lines
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.rules import Board, Position
@@ -189,6 +190,25 @@ def enqueue_round_mail(
             deadline=game_time(game, next_deadline) if next_deadline else "",
             rules=ruleset.player_view(settings, decided.after, player.name),  # R19: own only
         )
+    for address in observers(session, game):  # the public report only (R19)
+        enqueue_mail(
+            session,
+            config,
+            game=game,
+            kind=MailKind.OBSERVER_REPORT,
+            to=address,
+            now=now,
+            template="player/observer_report.txt.j2",
+            broadcast=True,
+            round=round_.number,
+            over=over,
+            headline=headline,
+            standings=rows,
+            width=width,
+            next_round=next_round,
+            next_turns=next_turns,
+            deadline=game_time(game, next_deadline) if next_deadline else "",
+        )
     enqueue_referee_summary(
         session,
         config,
@@ -276,6 +296,7 @@ def enqueue_referee_summary(
         elsewhere=elsewhere,
         wrong_keys=wrong_keys,
         failed_mail=failed_mail,
+        seats=seat_lines(session, game, now),
         positions=", ".join(f"{r.name} {r.position}" for r in standings(dict(decided.positions))),
         result=headline,
         next_round=next_round,

@@ -14,7 +14,7 @@ import gc
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from snl_pbem.app.games import (
     settings_of,
     turns_in_round,
 )
+from snl_pbem.app.membership import fill_resigned_seats
 from snl_pbem.app.reports import enqueue_deadline_notice, enqueue_round_mail
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
@@ -324,6 +325,15 @@ def _adjudicate_and_store(
         )
     orders = counting_orders(session, round_, players)
     decided = ruleset_of(game).adjudicate(settings_of(game), state, orders)
+    excused = _excused(session, game, round_)
+    if excused and decided.nmr:  # absent or resigned: the default does not count against them
+        decided = replace(
+            decided,
+            nmr={
+                name: f"{why} ({excused[name]})" if name in excused else why
+                for name, why in decided.nmr.items()
+            },
+        )
     after = decided.after
 
     ids = {p.name: p.id for p in players}
@@ -385,6 +395,8 @@ def _adjudicate_and_store(
                 opened_at=now,
             )
         )
+    if config is not None and next_round is not None:
+        fill_resigned_seats(session, config, game, now)  # auto_replace: standby takes a seat
     if config is not None and actor == "referee" and now < round_.deadline:
         enqueue_deadline_notice(
             session, config, game, round_, old=round_.deadline, new=now, reason="closed", now=now
@@ -414,6 +426,21 @@ def _adjudicate_and_store(
         result=result_json,
     )
     return CloseOutcome(game.name, round_.number, decided, next_round, next_deadline)
+
+
+def _excused(session: Session, game: Game, round_: Round) -> dict[str, str]:
+    """Players the no-orders default does not count against this round: absent over its
+    deadline (ABSENT UNTIL), or resigned (the seat plays on until it is filled)."""
+    rows = session.execute(
+        select(Player.name, Player.absent_until, Player.resigned_at).where(
+            Player.game_id == game.id,
+            or_(Player.absent_until > round_.deadline, Player.resigned_at.is_not(None)),
+        )
+    ).all()
+    return {
+        name: "resigned" if resigned is not None else "absent, excused"
+        for name, absent_until, resigned in rows
+    }
 
 
 def close_with_backup(

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import game_time, ruleset_of, settings_of
+from snl_pbem.app.membership import is_absent
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.rounds import awaiting, latest_orders, load_state
 from snl_pbem.config import Config
@@ -159,7 +160,9 @@ def send_reminders(db: Database, config: Config, game_id: str, number: int, now:
         waiting = [
             player
             for player in active
-            if player.name in expected and not _valid(latest.get(player.id))
+            if player.name in expected
+            and not _valid(latest.get(player.id))
+            and not is_absent(player, round_.deadline)  # ABSENT UNTIL: no reminders
         ]
         if not waiting:
             return 0

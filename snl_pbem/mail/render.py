@@ -37,8 +37,9 @@ def environment() -> Environment:
     )
 
 
-def render(name: str, **context: Any) -> tuple[str, str]:
+def render(template_name: str, /, **context: Any) -> tuple[str, str]:
     """``(subject, body)`` of a template whose first line is ``Subject: ...``."""
+    name = template_name
     text = environment().get_template(name).render(**context)
     first, _, body = text.partition("\n")
     if not first.startswith("Subject: "):

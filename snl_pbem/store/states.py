@@ -89,6 +89,8 @@ class MailKind(StrEnum):
     """The LIST reply (to anyone, on the guests' budget)."""
     CODE = "code"
     """A confirmation code to an address that has not shown it is theirs yet."""
+    GUEST_REPLY = "guest-reply"
+    """An answer to JOIN, CONFIRM, OBSERVE from an address not yet shown to be a player's."""
     MEMBERSHIP = "membership"
     """What became of a sign-up, a resignation, an absence, a key or address change."""
     OBSERVER_REPORT = "observer-report"

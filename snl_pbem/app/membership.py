@@ -1,0 +1,1006 @@
+"""Who plays: sign-ups, standby, resignations, replacements, absences, keys, addresses
+and observers; and starting a game that takes sign-ups.
+
+Everything here works in the caller's session (the intake's transaction for mail, one
+of its own for the command line and the scheduler), after the caller has locked the
+game row: a sign-up and a round close of the same game are never interleaved.
+
+Addresses are always confirmed before they are used: a JOIN, an OBSERVE or an ADDRESS
+change mails a code to the address, and only a message from that address carrying the
+code completes it (so nobody can sign up or move someone else). Codes are stored as
+salted hashes, used once, expire, and are void after a few wrong tries. A resignation
+is confirmed by a second message naming the game.
+
+A seat is a Player row: its name carries its position and its dice history, so giving
+the seat to someone else (``replace_seat``) changes only the address and the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.games import (
+    audit,
+    game_time,
+    open_round,
+    ruleset_of,
+    start_in,
+)
+from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.config import Config, GameConfig
+from snl_pbem.errors import LifecycleError, NotFound
+from snl_pbem.keys import ALPHABET, generate_key, hash_key
+from snl_pbem.store import Confirmation, Database, Game, Observer, Player, Signup
+from snl_pbem.store.states import GamePhase, MailKind, ManagedBy, Purpose, SignupState
+
+log = logging.getLogger("snl_pbem.membership")
+
+CODE_LIFETIME = timedelta(days=3)
+MAX_WRONG_CODES = 5
+"""Wrong codes from an address before its open confirmations are void."""
+MAX_UNCONFIRMED_PER_GAME = 20
+"""Sign-ups of one game waiting for their code at once, at most (a JOIN flood from many
+addresses fills this, not the outbox)."""
+RESIGN_LIFETIME = timedelta(days=3)
+
+
+def game_config(config: Config, game: Game) -> GameConfig | None:
+    """The game's table in the config (None when it was removed from it)."""
+    for candidate in config.games:
+        if candidate.id == game.name:
+            return candidate
+    return None
+
+
+def signup_mode(config: Config, game: Game) -> str:
+    found = game_config(config, game)
+    return found.settings.signup if found is not None else "closed"
+
+
+def seated(session: Session, game: Game) -> list[Player]:
+    """The players holding a seat (neither resigned nor removed from the config)."""
+    return list(
+        session.scalars(
+            select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)
+        )
+    )
+
+
+def signups(session: Session, game: Game, *states: str) -> list[Signup]:
+    return list(
+        session.scalars(
+            select(Signup)
+            .where(Signup.game_id == game.id, Signup.state.in_(states))
+            .order_by(Signup.id)
+        )
+    )
+
+
+# -- codes ------------------------------------------------------------------------------
+
+
+def new_code() -> str:
+    """A confirmation code: 8 letters and digits without look-alikes (``k7mq-x2pa``)."""
+    raw = "".join(secrets.choice(ALPHABET) for _ in range(8))
+    return f"{raw[:4]}-{raw[4:]}"
+
+
+def _code_hash(code: str, game: Game) -> str:
+    return hash_key(code.replace("-", ""), game.order_key_salt)
+
+
+def _open_confirmations(
+    session: Session, address: str, now: datetime, purpose: str | None = None
+) -> list[Confirmation]:
+    query = select(Confirmation).where(
+        Confirmation.email == address.lower(),
+        Confirmation.used_at.is_(None),
+        Confirmation.expires_at > now,
+    )
+    if purpose is not None:
+        query = query.where(Confirmation.purpose == purpose)
+    return list(session.scalars(query.order_by(Confirmation.id)))
+
+
+def _ask(
+    session: Session,
+    game: Game,
+    purpose: str,
+    address: str,
+    now: datetime,
+    payload: dict[str, Any],
+) -> str:
+    """A new code for ``purpose`` at ``address`` (an earlier open one for the same thing is
+    replaced: only the newest code works)."""
+    for earlier in _open_confirmations(session, address, now, purpose):
+        if earlier.game_id == game.id:
+            earlier.used_at = now
+            earlier.payload = {**earlier.payload, "superseded": True}
+    code = new_code()
+    session.add(
+        Confirmation(
+            game_id=game.id,
+            purpose=purpose,
+            email=address.lower(),
+            code_hash=_code_hash(code, game),
+            payload=payload,
+            created_at=now,
+            expires_at=now + CODE_LIFETIME,
+            wrong=0,
+        )
+    )
+    return code
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """A code that matched: what it was for."""
+
+    confirmation: Confirmation
+    game: Game
+
+
+def check_code(
+    session: Session, address: str, code: str, now: datetime, *, purposes: tuple[str, ...]
+) -> Confirmed | None:
+    """The open confirmation for one of ``purposes`` at ``address`` this code completes
+    (marked used), or None. A wrong code counts against every such open confirmation of
+    the address; past MAX_WRONG_CODES they are void (a guesser gets a few tries, not
+    millions)."""
+    pending = [c for c in _open_confirmations(session, address, now) if c.purpose in purposes]
+    for confirmation in pending:
+        game = session.get(Game, confirmation.game_id)
+        if game is None or confirmation.code_hash is None:
+            continue
+        if secrets.compare_digest(_code_hash(code, game), confirmation.code_hash):
+            confirmation.used_at = now
+            return Confirmed(confirmation, game)
+    for confirmation in pending:
+        if confirmation.code_hash is None:
+            continue
+        confirmation.wrong += 1
+        if confirmation.wrong >= MAX_WRONG_CODES:
+            confirmation.expires_at = now
+            log.warning(
+                "confirmation %d void after %d wrong codes", confirmation.id, MAX_WRONG_CODES
+            )
+    return None
+
+
+def unconfirmed_count(session: Session, game: Game, now: datetime) -> int:
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(Confirmation)
+            .where(
+                Confirmation.game_id == game.id,
+                Confirmation.purpose == Purpose.JOIN,
+                Confirmation.used_at.is_(None),
+                Confirmation.expires_at > now,
+            )
+        )
+        or 0
+    )
+
+
+# -- joining ----------------------------------------------------------------------------
+
+
+def _name_problem(session: Session, game: Game, name: str) -> str | None:
+    if not name or len(name) > 40 or name != name.strip() or not name.isprintable():
+        return "a name is 1 to 40 printable characters, e.g. JOIN spring26 Ann Lee"
+    if "@" in name or name.lower() in ("referee", "standby"):
+        return f"{name!r} cannot be a player's name here: choose another"
+    taken = session.scalar(
+        select(func.count())
+        .select_from(Player)
+        .where(Player.game_id == game.id, func.lower(Player.name) == name.lower())
+    ) or session.scalar(
+        select(func.count())
+        .select_from(Signup)
+        .where(
+            Signup.game_id == game.id,
+            func.lower(Signup.name) == name.lower(),
+            Signup.state.in_((SignupState.WAITING, SignupState.STANDBY)),
+        )
+    )
+    if taken:
+        return f"the name {name!r} is taken in {game.name}: choose another"
+    return None
+
+
+def _address_taken(session: Session, game: Game, address: str) -> str | None:
+    player = session.scalar(
+        select(Player).where(
+            Player.game_id == game.id, func.lower(Player.email) == address.lower(), Player.active
+        )
+    )
+    if player is not None:
+        return f"{address} already plays in {game.name} (as {player.name})"
+    waiting = session.scalar(
+        select(Signup).where(
+            Signup.game_id == game.id,
+            func.lower(Signup.email) == address.lower(),
+            Signup.state.in_((SignupState.WAITING, SignupState.STANDBY)),
+        )
+    )
+    if waiting is not None:
+        where = "the standby list" if waiting.state == SignupState.STANDBY else "the referee's list"
+        return f"{address} has already signed up for {game.name} ({waiting.name}, on {where})"
+    return None
+
+
+def join_refusal(
+    session: Session, config: Config, game: Game, address: str, name: str, now: datetime
+) -> str | None:
+    """Why ``address`` cannot ask to join ``game`` as ``name`` now (None: it may)."""
+    mode = signup_mode(config, game)
+    if mode == "closed":
+        return f"{game.name} does not take sign-ups by mail: ask the referee."
+    if game.state == GamePhase.OVER:
+        return f"{game.name} is over."
+    if address.lower() in (
+        config.settings.mail.address.lower(),
+        config.settings.mail.referee.lower(),
+    ):
+        return "The game's own addresses cannot join."
+    problem = _address_taken(session, game, address) or _name_problem(session, game, name)
+    if problem:
+        return problem[0].upper() + problem[1:] + "."
+    if unconfirmed_count(session, game, now) >= MAX_UNCONFIRMED_PER_GAME:
+        return (
+            f"Too many sign-ups for {game.name} are waiting for their confirmation code just "
+            "now. Try again in a day."
+        )
+    return None
+
+
+def request_join(session: Session, game: Game, address: str, name: str, now: datetime) -> str:
+    """A code for ``address`` to confirm its sign-up (after ``join_refusal`` said None)."""
+    return _ask(session, game, Purpose.JOIN, address, now, {"name": name})
+
+
+@dataclass(frozen=True)
+class JoinOutcome:
+    state: str
+    """seated, standby or waiting (SignupState)."""
+    name: str
+    started: bool = False
+    message: str = ""
+
+
+def complete_join(
+    session: Session, config: Config, game: Game, name: str, address: str, now: datetime
+) -> JoinOutcome:
+    """A confirmed sign-up: seated (a forming game with room), on the standby list (full,
+    or already running), or waiting for the referee (signup = "approval")."""
+    refusal = _address_taken(session, game, address) or _name_problem(session, game, name)
+    if refusal is not None:
+        raise LifecycleError(refusal[0].upper() + refusal[1:] + ".")
+    if game.state == GamePhase.OVER:
+        raise LifecycleError(f"{game.name} is over.")
+    approval = signup_mode(config, game) == "approval"
+    signup = Signup(
+        game_id=game.id,
+        name=name,
+        email=address.lower(),
+        created_at=now,
+        state=SignupState.WAITING if approval else SignupState.STANDBY,  # _place may seat it
+    )
+    session.add(signup)
+    if approval:
+        audit(session, now, address.lower(), "signup-waiting", game, name=name, via="mail")
+        _tell_referee(
+            session,
+            config,
+            game,
+            now,
+            f"{name} asks to join",
+            f"{name} <{address}> asks to join {game.name}. Reply with APPROVE {game.name} "
+            f"{name} or REFUSE {game.name} {name} (with your referee key), or run "
+            f"snl-pbem approve {game.name} '{name}'.",
+        )
+        return JoinOutcome(SignupState.WAITING, name)
+    return _place(session, config, game, signup, now, actor=address.lower(), via="mail")
+
+
+def _place(
+    session: Session,
+    config: Config,
+    game: Game,
+    signup: Signup,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None,
+) -> JoinOutcome:
+    """Seat an accepted sign-up if the game is forming and has room; else standby."""
+    found = game_config(config, game)
+    limit = found.settings.max_players if found is not None else None
+    if game.state == GamePhase.NEW and (limit is None or len(seated(session, game)) < limit):
+        player = Player(
+            game_id=game.id,
+            name=signup.name,
+            email=signup.email,
+            joined_at=now,
+            order_key_source="generated",
+            managed_by=ManagedBy.MAIL,
+        )
+        session.add(player)
+        session.flush()
+        signup.state, signup.player_id, signup.decided_at = SignupState.SEATED, player.id, now
+        audit(session, now, actor, "signup-seated", game, name=signup.name, via=via)
+        started = False
+        if (
+            found is not None
+            and found.settings.starts == "when_full"
+            and limit is not None
+            and len(seated(session, game)) >= limit
+        ):
+            start_in(session, config, game, now, actor="signup", shift_late_start=True)
+            started = True
+        return JoinOutcome(SignupState.SEATED, signup.name, started)
+    signup.state, signup.decided_at = SignupState.STANDBY, now
+    audit(session, now, actor, "signup-standby", game, name=signup.name, via=via)
+    return JoinOutcome(SignupState.STANDBY, signup.name)
+
+
+def _waiting_signup(session: Session, game: Game, name: str) -> Signup:
+    found = session.scalar(
+        select(Signup).where(
+            Signup.game_id == game.id,
+            func.lower(Signup.name) == name.lower(),
+            Signup.state == SignupState.WAITING,
+        )
+    )
+    if found is None:
+        waiting = [s.name for s in signups(session, game, SignupState.WAITING)]
+        also = f" (waiting: {', '.join(waiting)})" if waiting else " (none is waiting)"
+        raise NotFound(f"{game.name}: no sign-up named {name!r} waits for approval{also}")
+    return found
+
+
+def approve_signup(
+    session: Session,
+    config: Config,
+    game: Game,
+    name: str,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None,
+) -> str:
+    """The referee accepts a waiting sign-up: seated, or standby when there is no seat."""
+    signup = _waiting_signup(session, game, name)
+    outcome = _place(session, config, game, signup, now, actor=actor, via=via)
+    signup.decided_by = actor
+    _mail(
+        session,
+        config,
+        game,
+        signup.email,
+        now,
+        "player/signup.txt.j2",
+        name=signup.name,
+        outcome="approved-" + outcome.state,
+        started=outcome.started,
+    )
+    where = "seated" if outcome.state == SignupState.SEATED else "on the standby list"
+    started = "; the game is full and has started" if outcome.started else ""
+    return f"{game.name}: {signup.name} approved, {where}{started}"
+
+
+def refuse_signup(
+    session: Session,
+    config: Config,
+    game: Game,
+    name: str,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None,
+) -> str:
+    signup = _waiting_signup(session, game, name)
+    signup.state, signup.decided_at, signup.decided_by = SignupState.REFUSED, now, actor
+    audit(session, now, actor, "signup-refused", game, name=signup.name, via=via)
+    _mail(
+        session,
+        config,
+        game,
+        signup.email,
+        now,
+        "player/signup.txt.j2",
+        name=signup.name,
+        outcome="refused",
+        started=False,
+    )
+    return f"{game.name}: {signup.name}'s sign-up refused (they are told)"
+
+
+# -- starting a game that takes sign-ups ------------------------------------------------
+
+
+def start_forming_game(
+    session: Session,
+    config: Config,
+    game: Game,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None,
+) -> str:
+    """START by the referee: the game starts with the players it has (at least one)."""
+    if game.state != GamePhase.NEW:
+        raise LifecycleError(f"{game.name}: already started (it is {game.state})")
+    if not seated(session, game):
+        raise LifecycleError(f"{game.name}: nobody has a seat yet")
+    report = start_in(
+        session,
+        config,
+        game,
+        now,
+        actor=actor,
+        via=via,
+        shift_late_start=signup_mode(config, game) != "closed",
+    )
+    return (
+        f"{game.name}: started with {report.welcomes} players; round 1 deadline "
+        f"{game_time(game, report.round_deadline)}"
+    )
+
+
+def start_due_games(db: Database, config: Config, now: datetime) -> list[str]:
+    """Start each forming game whose ``starts`` time has come and that has ``min_players``;
+    one that has too few waits, and the referee is told (once). Returns what happened."""
+    done = []
+    for game_config_ in config.games:
+        settings = game_config_.settings
+        if game_config_.starts_at is None or game_config_.starts_at > now:
+            continue
+        with db.transaction() as session:
+            game = session.scalar(
+                select(Game).where(Game.name == game_config_.id).with_for_update()
+            )
+            if game is None or game.state != GamePhase.NEW:
+                continue
+            count = len(seated(session, game))
+            if count >= settings.min_players:
+                report = start_in(
+                    session, config, game, now, actor="scheduler", shift_late_start=True
+                )
+                done.append(
+                    f"{game.name}: started at its start time with {report.welcomes} players"
+                )
+            elif game.start_noted_at is None:
+                game.start_noted_at = now
+                audit(session, now, "scheduler", "start-waiting", game, players=count)
+                _tell_referee(
+                    session,
+                    config,
+                    game,
+                    now,
+                    "not started: too few players",
+                    f"{game.name} was due to start at {game_time(game, game_config_.starts_at)} "
+                    f"but has {count} of the {settings.min_players} players it needs. It "
+                    "waits: it starts as soon as it has them (or when you send START "
+                    f"{game.name}, or run snl-pbem start {game.name}).",
+                )
+                done.append(f"{game.name}: waiting for players ({count}/{settings.min_players})")
+    return done
+
+
+# -- leaving, and taking over a seat ---------------------------------------------------
+
+
+def resign(
+    session: Session,
+    config: Config,
+    game: Game,
+    player: Player,
+    now: datetime,
+    named: str | None,
+) -> bool:
+    """RESIGN: the first message asks; a second one naming the game (``RESIGN spring26``)
+    within RESIGN_LIFETIME confirms. True when the player has now resigned."""
+    pending = [
+        c
+        for c in _open_confirmations(session, player.email, now, Purpose.RESIGN)
+        if c.game_id == game.id and c.payload.get("player_id") == player.id
+    ]
+    if not pending or named != game.name:
+        for earlier in pending:
+            earlier.used_at = now
+        session.add(
+            Confirmation(
+                game_id=game.id,
+                purpose=Purpose.RESIGN,
+                email=player.email.lower(),
+                code_hash=None,
+                payload={"player_id": player.id},
+                created_at=now,
+                expires_at=now + RESIGN_LIFETIME,
+                wrong=0,
+            )
+        )
+        return False
+    for confirmation in pending:
+        confirmation.used_at = now
+    player.active, player.resigned_at = False, now
+    player.order_key_hash, player.managed_by = None, ManagedBy.MAIL
+    player.absent_until = None
+    audit(session, now, player.email.lower(), "resign", game, player=player.name, via="mail")
+    round_ = open_round(session, game)
+    how = (
+        "Their seat plays on by the no-orders default until you give it to someone: "
+        f"REPLACE {game.name} {player.name} new@address (or snl-pbem replace)"
+    )
+    if game.state == GamePhase.NEW:
+        how = "The game has not started: their seat is free again"
+    elif game_config(config, game) is not None and _auto(config, game):
+        how += "; with auto_replace the first on the standby list takes it at the next round"
+    _tell_referee(
+        session,
+        config,
+        game,
+        now,
+        f"{player.name} resigned",
+        f"{player.name} <{player.email}> resigned from {game.name}"
+        + (f" during round {round_.number}" if round_ is not None else "")
+        + f". {how}.",
+    )
+    return True
+
+
+def _auto(config: Config, game: Game) -> bool:
+    found = game_config(config, game)
+    return bool(found is not None and found.settings.auto_replace)
+
+
+def replace_seat(
+    session: Session,
+    config: Config,
+    game: Game,
+    player_name: str,
+    email: str,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None,
+) -> str:
+    """Give ``player_name``'s seat (its position and dice history) to ``email`` with a new
+    key: the old key stops at once; the old address, if it still held the seat, is told."""
+    email = email.strip().lower()
+    player = session.scalar(
+        select(Player).where(
+            Player.game_id == game.id, func.lower(Player.name) == player_name.lower()
+        )
+    )
+    if player is None:
+        names = [p.name for p in session.scalars(select(Player).where(Player.game_id == game.id))]
+        raise NotFound(f"{game.name}: no player {player_name!r} (players: {', '.join(names)})")
+    if game.state == GamePhase.OVER:
+        raise LifecycleError(f"{game.name}: the game is over")
+    if "@" not in email or email.startswith("@") or email.endswith("@") or " " in email:
+        raise LifecycleError(f"{email!r} is not an email address")
+    if email in (config.settings.mail.address.lower(), config.settings.mail.referee.lower()):
+        raise LifecycleError(f"{email} is one of the game's own addresses")
+    other = session.scalar(
+        select(Player).where(
+            Player.game_id == game.id,
+            func.lower(Player.email) == email,
+            Player.active,
+            Player.id != player.id,
+        )
+    )
+    if other is not None:
+        raise LifecycleError(f"{email} already plays in {game.name} (as {other.name})")
+    old_email, was_playing = player.email, player.active
+    order_key = generate_key()
+    player.email = email
+    player.order_key_hash = hash_key(order_key, game.order_key_salt)
+    player.order_key_source = "generated"
+    player.active, player.resigned_at, player.absent_until = True, None, None
+    player.managed_by = ManagedBy.MAIL
+    for signup in signups(session, game, SignupState.STANDBY, SignupState.WAITING):
+        if signup.email.lower() == email:
+            signup.state, signup.player_id, signup.decided_at = SignupState.SEATED, player.id, now
+    audit(
+        session,
+        now,
+        actor,
+        "replace",
+        game,
+        player=player.name,
+        old=old_email,
+        new=email,
+        via=via,
+    )
+    if game.state != GamePhase.NEW:
+        round_ = open_round(session, game)
+        from snl_pbem.app.rounds import player_state
+
+        state = player_state(session, game, player)
+        enqueue_mail(
+            session,
+            config,
+            game=game,
+            kind=MailKind.WELCOME,
+            to=email,
+            now=now,
+            template="player/seat.txt.j2",
+            secret=True,
+            player=player,
+            order_key=order_key,
+            position=state.positions[player.name],
+            round=round_,
+            deadline=game_time(game, round_.deadline) if round_ else "",
+            ruleset=ruleset_of(game).name,
+        )
+    if was_playing and old_email.lower() != email:
+        _mail(session, config, game, old_email, now, "player/replaced.txt.j2", name=player.name)
+    return f"{game.name}: {player.name}'s seat now belongs to {email} (a new key was mailed)"
+
+
+def fill_resigned_seats(session: Session, config: Config, game: Game, now: datetime) -> list[str]:
+    """auto_replace: each resigned seat goes to the first on the standby list (a round
+    close calls this as it opens the next round)."""
+    if not _auto(config, game) or game.state != GamePhase.RUNNING:
+        return []
+    done = []
+    resigned = session.scalars(
+        select(Player)
+        .where(Player.game_id == game.id, Player.resigned_at.is_not(None), ~Player.active)
+        .order_by(Player.resigned_at, Player.id)
+    ).all()
+    line = signups(session, game, SignupState.STANDBY)
+    for player, signup in zip(resigned, line, strict=False):
+        done.append(
+            replace_seat(
+                session,
+                config,
+                game,
+                player.name,
+                signup.email,
+                now,
+                actor="auto-replace",
+                via=None,
+            )
+        )
+        _tell_referee(
+            session,
+            config,
+            game,
+            now,
+            f"{signup.name} took {player.name}'s seat",
+            f"auto_replace: {signup.name} <{signup.email}> from the standby list took "
+            f"{player.name}'s seat in {game.name}.",
+        )
+    return done
+
+
+# -- absences, keys, addresses ----------------------------------------------------------
+
+
+def absent(
+    session: Session,
+    config: Config,
+    game: Game,
+    player: Player,
+    until: datetime | None,
+    now: datetime,
+) -> str:
+    """ABSENT UNTIL (``until``) or ABSENT OFF (None). Raises LifecycleError past the
+    config's limits (``max_absence`` ahead; ``max_absent`` players of a game at once)."""
+    found = game_config(config, game)
+    if until is None:
+        if player.absent_until is None or player.absent_until <= now:
+            player.absent_until = None
+            return "You were not marked absent; nothing changed."
+        player.absent_until = None
+        audit(
+            session, now, player.email.lower(), "absent-off", game, player=player.name, via="mail"
+        )
+        return "You are back: reminders start again, and your orders are expected."
+    if game.state == GamePhase.OVER:
+        raise LifecycleError(f"{game.name} is over.")
+    limit = found.settings.max_absence if found else timedelta(days=14)
+    most = found.settings.max_absent if found else 3
+    if until <= now:
+        raise LifecycleError("That date has passed: give a date to come.")
+    if until > now + limit:
+        raise LifecycleError(
+            f"An absence may last at most {_days(limit)} in this game (until "
+            f"{game_time(game, now + limit)} at the latest). Ask the referee if you need longer."
+        )
+    others = session.scalar(
+        select(func.count())
+        .select_from(Player)
+        .where(
+            Player.game_id == game.id,
+            Player.active,
+            Player.absent_until > now,
+            Player.id != player.id,
+        )
+    )
+    if (others or 0) >= most:
+        raise LifecycleError(
+            f"{most} players of {game.name} are already absent, the most this game allows at "
+            "once. Send your orders as usual, or ask the referee."
+        )
+    if player.absent_until is None or player.absent_until <= now:
+        player.absences += 1
+    player.absent_until = until
+    audit(
+        session,
+        now,
+        player.email.lower(),
+        "absent",
+        game,
+        player=player.name,
+        until=until.isoformat(),
+        via="mail",
+    )
+    return (
+        f"You are absent until {game_time(game, until)}: no reminders, and each round "
+        "without your orders is played by the no-orders default without counting against "
+        "you. Orders you send still count. Send ABSENT OFF when you are back early."
+    )
+
+
+def _days(delta: timedelta) -> str:
+    days = delta.total_seconds() / 86400
+    return f"{days:g} days" if days >= 1 else f"{delta.total_seconds() / 3600:g} hours"
+
+
+def is_absent(player: Player, when: datetime) -> bool:
+    return player.absent_until is not None and player.absent_until > when
+
+
+def new_key(session: Session, game: Game, player: Player, now: datetime) -> str:
+    """NEW KEY: a fresh key (the old one stops at once); the caller mails it."""
+    order_key = generate_key()
+    player.order_key_hash = hash_key(order_key, game.order_key_salt)
+    player.order_key_source, player.managed_by = "generated", ManagedBy.MAIL
+    audit(session, now, player.email.lower(), "new-key", game, player=player.name, via="mail")
+    return order_key
+
+
+def address_refusal(
+    session: Session, config: Config, game: Game, player: Player, new: str
+) -> str | None:
+    new = new.lower()
+    own = {config.settings.mail.address.lower(), config.settings.mail.referee.lower()}
+    if "@" not in new or new.startswith("@") or new.endswith("@"):
+        return f"{new!r} is not an email address."
+    if new in own:
+        return "That is one of the game's own addresses: give your own."
+    if new == player.email.lower():
+        return "That is already your address."
+    other = session.scalar(
+        select(Player).where(
+            Player.game_id == game.id, func.lower(Player.email) == new, Player.id != player.id
+        )
+    )
+    if other is not None:
+        return "That address belongs to another player of this game."
+    return None
+
+
+def request_address(session: Session, game: Game, player: Player, new: str, now: datetime) -> str:
+    """ADDRESS new: a code to the new address; the move waits for it to come back from
+    there with the player's key."""
+    return _ask(session, game, Purpose.ADDRESS, new, now, {"player_id": player.id})
+
+
+def move_address(
+    session: Session, config: Config, game: Game, player: Player, new: str, now: datetime
+) -> str:
+    old = player.email
+    player.email, player.managed_by = new.lower(), ManagedBy.MAIL
+    audit(session, now, new.lower(), "address", game, player=player.name, old=old, via="mail")
+    _mail(session, config, game, old, now, "player/address_moved.txt.j2", name=player.name, new=new)
+    return old
+
+
+# -- observers --------------------------------------------------------------------------
+
+
+def observing(session: Session, game: Game, address: str) -> Observer | None:
+    return session.scalar(
+        select(Observer).where(
+            Observer.game_id == game.id, func.lower(Observer.email) == address.lower()
+        )
+    )
+
+
+def request_observe(session: Session, game: Game, address: str, now: datetime) -> str:
+    return _ask(session, game, Purpose.OBSERVE, address, now, {})
+
+
+def observe(session: Session, game: Game, address: str, now: datetime) -> None:
+    found = observing(session, game, address)
+    if found is None:
+        session.add(Observer(game_id=game.id, email=address.lower(), since=now, active=True))
+    else:
+        found.active, found.since = True, now
+    audit(session, now, address.lower(), "observe", game, via="mail")
+
+
+def unobserve(session: Session, game: Game, address: str, now: datetime) -> bool:
+    found = observing(session, game, address)
+    if found is None or not found.active:
+        return False
+    found.active = False
+    audit(session, now, address.lower(), "unobserve", game, via="mail")
+    return True
+
+
+def observers(session: Session, game: Game) -> list[str]:
+    return list(
+        session.scalars(
+            select(Observer.email)
+            .where(Observer.game_id == game.id, Observer.active)
+            .order_by(Observer.id)
+        )
+    )
+
+
+# -- what anyone may see -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A game as LIST shows it."""
+
+    id: str
+    title: str
+    ruleset: str
+    state: str
+    """forming, running, paused."""
+    signup: str
+    last: int
+    players: int
+    max_players: int | None
+    min_players: int
+    starts: str
+    standby: int
+    round: int | None
+    deadline: str
+
+
+def listed_games(session: Session, config: Config) -> list[Listed]:
+    """The games forming (open for sign-up) and running, for LIST (nothing secret: no
+    board, no names or addresses)."""
+    rows = []
+    for game in session.scalars(select(Game).order_by(Game.name)):
+        found = game_config(config, game)
+        if game.state == GamePhase.OVER or found is None:
+            continue
+        if game.state == GamePhase.NEW and found.settings.signup == "closed":
+            continue
+        round_ = open_round(session, game)
+        starts = ""
+        if game.state == GamePhase.NEW:
+            if found.starts_at is not None:
+                starts = game_time(game, found.starts_at)
+            elif found.settings.starts == "when_full":
+                starts = "when full"
+            else:
+                starts = "when the referee starts it"
+        rows.append(
+            Listed(
+                id=game.name,
+                title=game.title,
+                ruleset=game.ruleset,
+                state="forming" if game.state == GamePhase.NEW else str(game.state),
+                signup=found.settings.signup,
+                last=found.board.last,
+                players=len(seated(session, game)),
+                max_players=found.settings.max_players,
+                min_players=found.settings.min_players,
+                starts=starts,
+                standby=len(signups(session, game, SignupState.STANDBY)),
+                round=round_.number if round_ else None,
+                deadline=game_time(game, round_.deadline) if round_ else "",
+            )
+        )
+    return rows
+
+
+def standings_by_round(session: Session, game: Game) -> list[tuple[int, list[tuple[str, int]]]]:
+    """HISTORY: every closed round's positions (what each round's report showed, R19)."""
+    from snl_pbem.store import Round, TurnRecord
+
+    names = dict(
+        session.execute(select(Player.id, Player.name).where(Player.game_id == game.id)).all()
+    )
+    last_turns = dict(
+        session.execute(
+            select(TurnRecord.round_id, func.max(TurnRecord.turn))
+            .where(TurnRecord.game_id == game.id)
+            .group_by(TurnRecord.round_id)
+        ).all()
+    )
+    rounds = session.execute(
+        select(Round.id, Round.number).where(Round.game_id == game.id).order_by(Round.number)
+    ).all()
+    out = []
+    for round_id, number in rounds:
+        turn = last_turns.get(round_id)
+        if turn is None:
+            continue
+        positions = session.execute(
+            select(TurnRecord.player_id, TurnRecord.final).where(
+                TurnRecord.round_id == round_id, TurnRecord.turn == turn
+            )
+        ).all()
+        row = sorted(((names[pid], final) for pid, final in positions), key=lambda x: (-x[1], x[0]))
+        out.append((number, row))
+    return out
+
+
+def seat_lines(session: Session, game: Game, now: datetime) -> list[str]:
+    """For the referee: who is absent, who resigned, who waits (the round summary)."""
+    lines = []
+    for player in session.scalars(
+        select(Player).where(Player.game_id == game.id).order_by(Player.id)
+    ):
+        if player.resigned_at is not None:
+            lines.append(f"{player.name}: resigned; plays by the no-orders default")
+        elif is_absent(player, now):
+            assert player.absent_until is not None
+            lines.append(f"{player.name}: absent until {game_time(game, player.absent_until)}")
+    standby = signups(session, game, SignupState.STANDBY)
+    if standby:
+        lines.append("standby: " + ", ".join(f"{s.name} <{s.email}>" for s in standby))
+    waiting = signups(session, game, SignupState.WAITING)
+    if waiting:
+        lines.append("waiting for your approval: " + ", ".join(s.name for s in waiting))
+    return lines
+
+
+# -- mail ------------------------------------------------------------------------------
+
+
+def _mail(
+    session: Session,
+    config: Config,
+    game: Game,
+    to: str,
+    now: datetime,
+    template: str,
+    **context: Any,
+) -> None:
+    enqueue_mail(
+        session,
+        config,
+        game=game,
+        kind=MailKind.MEMBERSHIP,
+        to=to,
+        now=now,
+        template=template,
+        **context,
+    )
+
+
+def _tell_referee(
+    session: Session, config: Config, game: Game, now: datetime, title: str, message: str
+) -> None:
+    enqueue_mail(
+        session,
+        config,
+        game=game,
+        kind=MailKind.REFEREE_NOTICE,
+        to=config.settings.mail.referee,
+        now=now,
+        template="referee/membership.txt.j2",
+        title=title,
+        message=message,
+    )

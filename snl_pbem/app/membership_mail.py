@@ -1,0 +1,383 @@
+"""The player's life cycle by mail: LIST, JOIN, CONFIRM, OBSERVE and UNOBSERVE (no key
+needed: the address proves itself with a code), and RESIGN, ABSENT, NEW KEY, ADDRESS
+and HISTORY (with the player's key, like orders). What each does is
+``snl_pbem.app.membership``'s; here is who may ask, and the answer.
+
+Answers to mail without a key go to the From address (the only one that can have asked)
+on the guests' budgets (``replies.GUEST_LIMITS``): a few a day to one address, a bound
+for all of them together; a code is mailed only to the address it must come back from.
+Answers to a player go to their registered address, never elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, time, timedelta
+
+from sqlalchemy import select
+
+from snl_pbem.app import membership
+from snl_pbem.app.replies import Context, guest_budget, redacted, reply, send, subject
+from snl_pbem.errors import LifecycleError
+from snl_pbem.mail.commands import Action
+from snl_pbem.store import Game, Player
+from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, Purpose
+from snl_pbem.timeutil import zone
+
+log = logging.getLogger("snl_pbem.intake")
+
+OPEN_WORDS = frozenset(("LIST", "JOIN", "CONFIRM", "OBSERVE", "UNOBSERVE"))
+"""Commands anyone may send, without a key."""
+KEYED_WORDS = frozenset(("RESIGN", "ABSENT", "NEW KEY", "ADDRESS", "HISTORY"))
+"""Commands of a player, with GAME and KEY like orders."""
+
+
+def usable_sender(ctx: Context) -> str | None:
+    """The From address to answer and to bind codes to; None when it is not plainly one."""
+    if ctx.mail.sender is None or ctx.mail.sender_doubt:
+        return None
+    return ctx.mail.sender.lower()
+
+
+def handle_open(ctx: Context) -> tuple[str, str] | None:
+    """A message without a KEY line holding LIST, JOIN, CONFIRM, OBSERVE or UNOBSERVE:
+    each is done and answered; None when it holds none of them."""
+    actions = [a for a in ctx.commands.actions if a.word in OPEN_WORDS]
+    if not actions:
+        return None
+    address = usable_sender(ctx)
+    if address is None:
+        log.info("inbound %d: %s from an unclear address: not done", ctx.row.id, actions[0].word)
+        return InboundStatus.REJECTED, "sign-up commands from an unclear From address"
+    done = [_open_action(ctx, action, address, None) for action in actions]
+    return InboundStatus.PROCESSED, "; ".join(done)
+
+
+def handle_keyed(ctx: Context, game: Game, player: Player) -> list[str]:
+    """A player's life-cycle commands (their key is checked): each done and answered."""
+    done = []
+    for action in ctx.commands.actions:
+        if action.word in KEYED_WORDS:
+            done.append(_keyed_action(ctx, game, player, action))
+        elif action.word in OPEN_WORDS and action.word != "CONFIRM":
+            done.append(_open_action(ctx, action, player.email.lower(), player))
+    return done
+
+
+def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
+    """CONFIRM with the player's key, from the new address of an ADDRESS change: the move
+    is made (and the old address told). None when the message has no CONFIRM."""
+    confirms = [a for a in ctx.commands.actions if a.word == "CONFIRM"]
+    address = usable_sender(ctx)
+    if not confirms or address is None:
+        return None
+    found = membership.check_code(
+        ctx.session, address, confirms[0].args[0], ctx.now, purposes=(Purpose.ADDRESS,)
+    )
+    if found is None or found.confirmation.payload.get("player_id") != player.id:
+        _player_reply(
+            ctx,
+            game,
+            player,
+            "That code is not right, has expired, or is not for this address. Send ADDRESS "
+            "again to get a new one.",
+        )
+        return "address code refused"
+    old = membership.move_address(ctx.session, ctx.config, game, player, address, ctx.now)
+    _player_reply(
+        ctx,
+        game,
+        player,
+        f"Your mail for {game.name} now comes to this address, {address}. Your order key is "
+        f"unchanged. Your old address ({old}) has been told.",
+    )
+    return f"address moved to {address}"
+
+
+# -- commands anyone may send ---------------------------------------------------------
+
+
+def _open_action(ctx: Context, action: Action, address: str, player: Player | None) -> str:
+    if action.word == "LIST":
+        if guest_budget(ctx, address, MailKind.LIST):
+            send(
+                ctx,
+                None,
+                address,
+                MailKind.LIST,
+                "player/list.txt.j2",
+                games=membership.listed_games(ctx.session, ctx.config),
+            )
+            return "list sent"
+        return "list not sent (budget)"
+    game_id = action.args[0] if action.args else ctx.commands.game
+    if action.word == "CONFIRM":
+        return _confirm(ctx, address, action.args[0])
+    game = _game(ctx, game_id)
+    if game is None:
+        _guest_reply(
+            ctx,
+            None,
+            address,
+            f"There is no game {game_id!r} on this server."
+            if game_id
+            else f"Which game? Write {action.word} and the game's id, e.g. {action.word} spring26.",
+            "Send LIST for the games you can join or follow.",
+        )
+        return f"{action.word}: unknown game {game_id!r}"
+    if action.word == "JOIN":
+        return _join(ctx, game, address, action.args[1] if len(action.args) > 1 else "")
+    if action.word == "OBSERVE":
+        if game.state == GamePhase.OVER:
+            _guest_reply(ctx, game, address, f"{game.name} is over: there is nothing to follow.")
+            return "observe: game over"
+        current = membership.observing(ctx.session, game, address)
+        if current is not None and current.active:
+            _guest_reply(ctx, game, address, f"You already follow {game.name}.")
+            return "observe: already"
+        return _send_code(ctx, game, address, Purpose.OBSERVE, "")
+    # UNOBSERVE: answered only to an address that was observing (no backscatter)
+    if membership.unobserve(ctx.session, game, address, ctx.now):
+        _guest_reply(
+            ctx,
+            game,
+            address,
+            f"You no longer get {game.name}'s reports. Send OBSERVE {game.name} to follow it "
+            "again.",
+        )
+        return "unobserved"
+    return "unobserve: was not observing"
+
+
+def _join(ctx: Context, game: Game, address: str, name: str) -> str:
+    if not name:
+        _guest_reply(
+            ctx,
+            game,
+            address,
+            f"Write your name after the game: JOIN {game.name} Ann Lee (the name others see "
+            "in the reports).",
+        )
+        return "join: no name"
+    refusal = membership.join_refusal(ctx.session, ctx.config, game, address, name, ctx.now)
+    if refusal is not None:
+        _guest_reply(ctx, game, address, refusal, "Send LIST for the games you can join.")
+        return f"join refused: {refusal}"
+    return _send_code(ctx, game, address, Purpose.JOIN, name)
+
+
+def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) -> str:
+    if not guest_budget(ctx, address, MailKind.CODE):
+        return f"{purpose}: no code sent (budget)"
+    if purpose == Purpose.JOIN:
+        code = membership.request_join(ctx.session, game, address, name, ctx.now)
+    else:
+        code = membership.request_observe(ctx.session, game, address, ctx.now)
+    send(
+        ctx,
+        game,
+        address,
+        MailKind.CODE,
+        "player/code.txt.j2",
+        purpose=purpose,
+        name=name,
+        code=code,
+        days=membership.CODE_LIFETIME.days,
+    )
+    return f"{purpose}: code sent"
+
+
+def _confirm(ctx: Context, address: str, code: str) -> str:
+    found = membership.check_code(
+        ctx.session, address, code, ctx.now, purposes=(Purpose.JOIN, Purpose.OBSERVE)
+    )
+    if found is None:
+        _guest_reply(
+            ctx,
+            None,
+            address,
+            "That code is not right or has expired. A code works once, only from the address "
+            "it was sent to, for a few days.",
+            "Ask again (JOIN or OBSERVE) for a new one.",
+        )
+        return "confirm: wrong or expired code"
+    game, confirmation = found.game, found.confirmation
+    ctx.session.refresh(game, with_for_update=True)  # as a round close locks it
+    if confirmation.purpose == Purpose.OBSERVE:
+        membership.observe(ctx.session, game, address, ctx.now)
+        _guest_reply(
+            ctx,
+            game,
+            address,
+            f"You now follow {game.title or game.name}: each round's report (the positions, "
+            "nothing secret) will come to this address.",
+            f"Send UNOBSERVE {game.name} to stop.",
+        )
+        return "observing"
+    name = str(confirmation.payload.get("name", ""))
+    try:
+        outcome = membership.complete_join(ctx.session, ctx.config, game, name, address, ctx.now)
+    except LifecycleError as exc:
+        _guest_reply(ctx, game, address, str(exc), "Send LIST for the games you can join.")
+        return f"join refused: {exc}"
+    send(
+        ctx,
+        game,
+        address,
+        MailKind.MEMBERSHIP,
+        "player/signup.txt.j2",
+        name=name,
+        outcome=str(outcome.state),
+        started=outcome.started,
+    )
+    return f"joined {game.name} as {name}: {outcome.state}"
+
+
+def _guest_reply(
+    ctx: Context, game: Game | None, address: str, message: str, next: str = ""
+) -> None:
+    if guest_budget(ctx, address, MailKind.GUEST_REPLY):
+        send(
+            ctx,
+            game,
+            address,
+            MailKind.GUEST_REPLY,
+            "player/membership.txt.j2",
+            subject=subject(game, "About your request"),
+            player=None,
+            name=None,
+            message=message,
+            next=next,
+            line_problems=redacted(ctx.commands.problems, ctx.commands.order_keys),
+        )
+
+
+def _game(ctx: Context, game_id: str | None) -> Game | None:
+    if not game_id:
+        return None
+    return ctx.session.scalar(select(Game).where(Game.name == game_id.lower()))
+
+
+# -- a player's commands ----------------------------------------------------------------
+
+
+def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> str:
+    session, config, now = ctx.session, ctx.config, ctx.now
+    if action.word == "HISTORY":
+        reply(
+            ctx,
+            game,
+            player,
+            MailKind.MEMBERSHIP,
+            "player/history.txt.j2",
+            rounds=membership.standings_by_round(session, game),
+        )
+        return "history sent"
+    if action.word == "NEW KEY":
+        order_key = membership.new_key(session, game, player, now)
+        reply(
+            ctx,
+            game,
+            player,
+            MailKind.MEMBERSHIP,
+            "player/new_key.txt.j2",
+            order_key=order_key,
+            secret=True,  # scrubbed once sent, like a welcome
+        )
+        return "new key sent"
+    if action.word == "RESIGN":
+        named = action.args[0] if action.args else None
+        if named is not None and named != game.name:
+            _player_reply(
+                ctx,
+                game,
+                player,
+                f"Your RESIGN line names {named}, but your key is for {game.name}: nothing "
+                "changed.",
+            )
+            return "resign: another game named"
+        if membership.resign(session, config, game, player, now, named):
+            _player_reply(
+                ctx,
+                game,
+                player,
+                f"You have resigned from {game.title or game.name}. Your key no longer works "
+                "and you will get no more mail about this game. Your seat plays on by the "
+                "no-orders default until the referee gives it to someone. Thanks for playing.",
+            )
+            return "resigned"
+        _player_reply(
+            ctx,
+            game,
+            player,
+            f"To resign from {game.name}, send one more message within "
+            f"{membership.RESIGN_LIFETIME.days} days with these lines (nothing changes until "
+            "then):",
+            f"GAME {game.name}\nKEY (your order key)\nRESIGN {game.name}",
+        )
+        return "resign: confirmation asked"
+    if action.word == "ABSENT":
+        try:
+            until = _absent_until(game, action.args) if action.args[0] == "until" else None
+            message = membership.absent(session, config, game, player, until, now)
+        except (LifecycleError, ValueError) as exc:
+            _player_reply(ctx, game, player, f"{exc} Nothing changed.")
+            return f"absent refused: {exc}"
+        _player_reply(ctx, game, player, message)
+        return "absent" if until else "absent off"
+    # ADDRESS
+    new = action.args[0]
+    refusal = membership.address_refusal(session, config, game, player, new)
+    if refusal is not None:
+        _player_reply(ctx, game, player, f"{refusal} Nothing changed.")
+        return f"address refused: {refusal}"
+    if not guest_budget(ctx, new, MailKind.CODE):
+        _player_reply(ctx, game, player, f"Too many codes went to {new} today; try again tomorrow.")
+        return "address: no code sent (budget)"
+    code = membership.request_address(session, game, player, new, now)
+    send(
+        ctx,
+        game,
+        new,
+        MailKind.CODE,
+        "player/code.txt.j2",
+        purpose=Purpose.ADDRESS,
+        name=player.name,
+        code=code,
+        days=membership.CODE_LIFETIME.days,
+    )
+    _player_reply(
+        ctx,
+        game,
+        player,
+        f"We mailed a code to {new}. Your mail moves there once you send the code back from "
+        "that address, with your order key. Until then nothing changes.",
+    )
+    return "address: code sent"
+
+
+def _absent_until(game: Game, args: tuple[str, ...]) -> datetime:
+    """ABSENT UNTIL 2026-12-24 (the end of that day in the game's zone) or a time."""
+    text = args[1].strip()
+    tz = zone(game.timezone)
+    try:
+        if len(text) == 10:
+            day = datetime.fromisoformat(text).date()
+            return datetime.combine(day + timedelta(days=1), time(0), tz).astimezone(zone("UTC"))
+        return datetime.fromisoformat(text.replace(" ", "T")).replace(tzinfo=tz)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a date (write it year first: 2026-12-24).") from None
+
+
+def _player_reply(ctx: Context, game: Game, player: Player, message: str, next: str = "") -> None:
+    reply(
+        ctx,
+        game,
+        player,
+        MailKind.MEMBERSHIP,
+        "player/membership.txt.j2",
+        name=None,
+        message=message,
+        next=next,
+        line_problems=[],
+    )
