@@ -459,11 +459,23 @@ def start_forming_game(
 def start_due_games(db: Database, config: Config, now: datetime) -> list[str]:
     """Start each forming game whose ``starts`` time has come and that has ``min_players``;
     one that has too few waits, and the referee is told (once). Returns what happened."""
-    done = []
-    for game_config_ in config.games:
+    done: list[str] = []
+    due = [g for g in config.games if g.starts_at is not None and g.starts_at <= now]
+    if not due:
+        return done
+    with db.transaction() as session:  # one look for all of them: most have started long ago
+        forming = set(
+            session.scalars(
+                select(Game.name).where(
+                    Game.state == GamePhase.NEW, Game.name.in_([g.id for g in due])
+                )
+            )
+        )
+    for game_config_ in due:
         settings = game_config_.settings
-        if game_config_.starts_at is None or game_config_.starts_at > now:
+        if game_config_.id not in forming:
             continue
+        assert game_config_.starts_at is not None
         with db.transaction() as session:
             game = session.scalar(
                 select(Game).where(Game.name == game_config_.id).with_for_update()

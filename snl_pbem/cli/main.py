@@ -15,6 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from snl_pbem import __version__
 from snl_pbem.boards import UnknownBoard, bundled_names, bundled_table, description, locate
+from snl_pbem.cli import seats
 from snl_pbem.cli.demo import run_demo
 from snl_pbem.cli.referee import add_commands
 from snl_pbem.errors import CommandError, ReplayError, SnlError
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bundled = sub.add_parser(
         "boards",
-        help="list the bundled boards a config can name (board = \"standard\")",
+        help='list the bundled boards a config can name (board = "standard")',
         description="List the bundled boards: name, size, ladders, snakes, what each is.",
     )
     bundled.set_defaults(handler=cmd_boards)
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(handler=cmd_demo)
     add_commands(sub)
+    seats.add_commands(sub)
     return parser
 
 
@@ -162,7 +164,7 @@ def cmd_adjudicate(args: argparse.Namespace) -> int:
         _write(text or dump_json(classic_outcome_json(classic)))
         return 0
     if ruleset not in (None, DEFAULT_RULESET):
-        raise ReplayError(f"{args.file}: ruleset: {ruleset!r} is not \"postal\" or \"classic\"")
+        raise ReplayError(f'{args.file}: ruleset: {ruleset!r} is not "postal" or "classic"')
     if isinstance(data, Mapping):
         data = {key: value for key, value in data.items() if key != "ruleset"}
     replay = parse_replay(data, str(args.file))

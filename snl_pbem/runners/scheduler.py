@@ -39,6 +39,7 @@ from apscheduler.schedulers.base import BaseScheduler
 
 from snl_pbem.app.intake import process_now
 from snl_pbem.app.mailbox_state import intake_health
+from snl_pbem.app.membership import start_due_games
 from snl_pbem.app.retention import purge_batch
 from snl_pbem.app.rounds import (
     CloseOutcome,
@@ -221,8 +222,11 @@ class RoundScheduler:
         return planned
 
     def _rescan(self) -> None:
-        """The periodic rebuild: a database that is down for a while is one log line each time."""
+        """The periodic rebuild: a database that is down for a while is one log line each time.
+        Games that take sign-ups start here when their ``starts`` time has come."""
         try:
+            for line in start_due_games(self.db, self.config, self.clock()):
+                log.info("%s", line)
             self.rebuild()
         except Exception as exc:
             log.warning("rescanning the rounds failed (%s: %s)", type(exc).__name__, exc)
