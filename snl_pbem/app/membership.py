@@ -195,7 +195,7 @@ def unconfirmed_count(session: Session, game: Game, now: datetime) -> int:
 
 def _name_problem(session: Session, game: Game, name: str) -> str | None:
     if not name or len(name) > 40 or name != name.strip() or not name.isprintable():
-        return "a name is 1 to 40 printable characters, e.g. JOIN spring26 Ann Lee"
+        return "A name is 1 to 40 printable characters, e.g. JOIN spring26 Ann Lee"
     if "@" in name or name.lower() in ("referee", "standby"):
         return f"{name!r} cannot be a player's name here: choose another"
     taken = session.scalar(
@@ -212,7 +212,7 @@ def _name_problem(session: Session, game: Game, name: str) -> str | None:
         )
     )
     if taken:
-        return f"the name {name!r} is taken in {game.name}: choose another"
+        return f"The name {name!r} is taken in {game.name}: choose another"
     return None
 
 
@@ -253,7 +253,7 @@ def join_refusal(
         return "The game's own addresses cannot join."
     problem = _address_taken(session, game, address) or _name_problem(session, game, name)
     if problem:
-        return problem[0].upper() + problem[1:] + "."
+        return problem + "."
     if unconfirmed_count(session, game, now) >= MAX_UNCONFIRMED_PER_GAME:
         return (
             f"Too many sign-ups for {game.name} are waiting for their confirmation code just "
@@ -283,7 +283,7 @@ def complete_join(
     or already running), or waiting for the referee (signup = "approval")."""
     refusal = _address_taken(session, game, address) or _name_problem(session, game, name)
     if refusal is not None:
-        raise LifecycleError(refusal[0].upper() + refusal[1:] + ".")
+        raise LifecycleError(refusal + ".")
     if game.state == GamePhase.OVER:
         raise LifecycleError(f"{game.name} is over.")
     approval = signup_mode(config, game) == "approval"

@@ -1,0 +1,608 @@
+"""Joining, leaving, absences, keys, addresses and observers by mail (issue 15), on SQLite
+and PostgreSQL, through ``ingest`` with mail as clients write it."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from mailhelpers import mail_to
+from sqlalchemy import func, select
+
+from snl_pbem.app import membership
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.intake import ingest
+from snl_pbem.app.referee import status
+from snl_pbem.app.rounds import close_round
+from snl_pbem.app.schedule import send_reminders
+from snl_pbem.config import Config, load_config
+from snl_pbem.errors import LifecycleError, NotFound
+from snl_pbem.keys import verify_key
+from snl_pbem.store import (
+    AuditEntry,
+    Confirmation,
+    Database,
+    Game,
+    OrderRecord,
+    OutboxMessage,
+    Player,
+    RoundTally,
+    Signup,
+)
+
+T0 = datetime(2029, 12, 1, 12, 0, tzinfo=UTC)
+
+CONFIG = """
+timezone = "Europe/London"
+[database]
+url = "{url}"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+
+[[games]]
+id = "open4"
+title = "Open four"
+board = "standard"
+first_deadline = "2029-12-04T18:00"
+round_length = "3d"
+signup = "open"
+min_players = 2
+max_players = 3
+starts = "when_full"
+
+[[games]]
+id = "appr"
+board = "standard"
+first_deadline = "2029-12-04T18:00"
+round_length = "3d"
+signup = "approval"
+max_players = 4
+
+[[games]]
+id = "g1"
+title = "Running game"
+board = "standard"
+first_deadline = "2029-12-04T18:00"
+round_length = "3d"
+signup = "open"
+auto_replace = {auto}
+max_absence = "10d"
+max_absent = 1
+players = [
+  {{ name = "ann", email = "ann@example.org", key = "ann-key-123" }},
+  {{ name = "bob", email = "bob@example.org", key = "bob-key-123" }},
+  {{ name = "cy", email = "cy@example.org", key = "cy-key-123" }},
+]
+"""
+
+
+def gmail(sender: str, body: str, subject: str = "hello", tag: str = "") -> bytes:
+    """A Gmail message: multipart/alternative, text and HTML, quoted-printable."""
+    tag = tag or f"{abs(hash((sender, body, subject)))}"
+    html = '<div dir=3D"ltr">' + "<br>".join(body.splitlines()) + "</div>"
+    return (
+        f"MIME-Version: 1.0\r\nDate: Sat, 1 Dec 2029 12:00:00 +0000\r\n"
+        f"Message-ID: <CA{tag}@mail.gmail.com>\r\nSubject: {subject}\r\n"
+        f"From: Someone <{sender}>\r\nTo: snl@example.org\r\n"
+        f'Content-Type: multipart/alternative; boundary="000000000000b1"\r\n\r\n'
+        f'--000000000000b1\r\nContent-Type: text/plain; charset="UTF-8"\r\n\r\n'
+        f'{body}\r\n\r\n--000000000000b1\r\nContent-Type: text/html; charset="UTF-8"\r\n'
+        f"Content-Transfer-Encoding: quoted-printable\r\n\r\n{html}\r\n\r\n"
+        f"--000000000000b1--\r\n"
+    ).encode()
+
+
+def outlook_de(sender: str, body: str, quoted: str, tag: str) -> bytes:
+    """Outlook in German: the reply above an unmarked quote under "Von: ... Gesendet:"."""
+    text = (
+        f"{body}\r\n\r\nMit freundlichen Grüßen\r\n\r\n"
+        "________________________________\r\nVon: Snakes and Ladders <snl@example.org>\r\n"
+        "Gesendet: Samstag, 1. Dezember 2029 12:00\r\nAn: Spieler\r\n"
+        f"Betreff: Your confirmation code\r\n\r\n{quoted}\r\n"
+    )
+    return (
+        f"From: Spieler <{sender}>\r\nTo: snl@example.org\r\n"
+        f"Subject: AW: [open4] Your confirmation code\r\nMessage-ID: <{tag}@outlook.com>\r\n"
+        "Content-Language: de-DE\r\nMIME-Version: 1.0\r\n"
+        'Content-Type: text/plain; charset="utf-8"\r\nContent-Transfer-Encoding: 8bit\r\n'
+        f"\r\n{text}"
+    ).encode()
+
+
+@pytest.fixture
+def life(db: Database, tmp_path: Path) -> Callable[..., Config]:
+    def build(auto: bool = False) -> Config:
+        path = tmp_path / "config.toml"
+        path.write_text(CONFIG.format(url=db.url, auto=str(auto).lower()))
+        config = load_config(path)
+        sync_games(db, config, T0)
+        start_game(db, config, "g1", T0)
+        return config
+
+    return build
+
+
+class Mailer:
+    """Sends mail to the intake, one unique message each, and reads what came back."""
+
+    def __init__(self, db: Database, config: Config) -> None:
+        self.db, self.config, self.n = db, config, 0
+
+    def send(self, sender: str, body: str, at: datetime = T0, subject: str = "hello") -> str:
+        self.n += 1
+        result = ingest(
+            self.db, self.config, gmail(sender, body, subject, f"m{self.n}"), at, "test"
+        )
+        return f"{result.status}: {result.detail}"
+
+    def last(self, who: str, kind: str | None = None) -> str:
+        with self.db.transaction() as s:
+            query = select(OutboxMessage).where(OutboxMessage.recipient == who)
+            if kind is not None:
+                query = query.where(OutboxMessage.kind == kind)
+            row = s.scalars(query.order_by(OutboxMessage.id.desc())).first()
+            return re.sub(r"=\r?\n", "", row.message.decode()) if row else ""
+
+    def code(self, who: str) -> str:
+        found = re.search(r"CONFIRM (\w{4}-\w{4})", self.last(who, "code"))
+        assert found, self.last(who)
+        return found.group(1)
+
+    def join(self, who: str, game: str, name: str) -> str:
+        self.send(who, f"JOIN {game} {name}")
+        return self.send(who, f"CONFIRM {self.code(who)}")
+
+
+def flat(text: str) -> str:
+    """A message's text with its line breaks as spaces (templates wrap long lines)."""
+    return " ".join(text.split())
+
+
+def orders_in(db: Database) -> list[OrderRecord]:
+    with db.transaction() as s:
+        return list(s.scalars(select(OrderRecord).order_by(OrderRecord.id)))
+
+
+def count(db: Database, model: type, *where: object) -> int:
+    with db.transaction() as s:
+        return s.scalar(select(func.count()).select_from(model).where(*where)) or 0
+
+
+def player(db: Database, game: str, name: str) -> Player:
+    with db.transaction() as s:
+        return s.scalar(select(Player).join(Game).where(Game.name == game, Player.name == name))
+
+
+def game_state(db: Database, game: str) -> str:
+    with db.transaction() as s:
+        return s.scalar(select(Game.state).where(Game.name == game))
+
+
+# -- joining ------------------------------------------------------------------------------
+
+
+def test_list_shows_forming_and_running_games_and_nothing_private(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    assert m.send("stranger@example.net", "LIST").startswith("processed")
+    text = m.last("stranger@example.net", "list")
+    assert "open4: Open four" in text and "Forming: 0 players of 3, starts when full" in text
+    assert "JOIN open4 Your Name" in text and "OBSERVE open4" in text
+    assert "appr" in text and "the referee approves each player" in text
+    assert "g1: Running game" in text and "Running: round 1" in text
+    assert "standby list" in text  # a running game's joiners wait for a seat
+    for secret in ("ann@example.org", "ann-key", "ladder", "snake"):
+        assert secret not in text
+
+
+def test_join_is_confirmed_from_the_address_and_the_game_starts_when_full(db, life) -> None:
+    """JOIN mails a code to the sender; only a reply from that address with the code
+    seats them; the third seat fills the game and it starts (welcomes with keys); a
+    fourth joiner goes on the standby list."""
+    m = Mailer(db, life())
+    assert m.send("x1@example.net", "JOIN open4 Xavier Lee") == "processed: join: code sent"
+    code = m.code("x1@example.net")
+    assert count(db, Player, Player.name == "Xavier Lee") == 0  # nothing before the code
+    # the code from another address does nothing (and counts as a wrong code there)
+    assert "wrong or expired code" in m.send("evil@example.net", f"CONFIRM {code}")
+    assert count(db, Signup) == 0
+    # Outlook in German, replying above the quoted code mail: read, and the quote is not
+    raw = outlook_de("x1@example.net", f"CONFIRM {code}", m.last("x1@example.net"), "o1")
+    result = ingest(db, m.config, raw, T0, "test")
+    assert result.detail == "joined open4 as Xavier Lee: seated", result
+    assert "You have a seat in Open four" in m.last("x1@example.net")
+    # replayed: the code works once
+    assert "wrong or expired code" in m.send("x1@example.net", f"CONFIRM {code}")
+    assert count(db, Player, Player.name == "Xavier Lee") == 1
+    assert m.join("x2@example.net", "open4", "Yo") == "processed: joined open4 as Yo: seated"
+    assert game_state(db, "open4") == "new"
+    assert m.join("x3@example.net", "open4", "Zed") == "processed: joined open4 as Zed: seated"
+    assert game_state(db, "open4") == "running"
+    welcomes = mail_to(db, "x1@example.net", "welcome")
+    assert len(welcomes) == 1 and "Your order key" in welcomes[0]
+    key = re.search(r"KEY (\S+)", welcomes[0]).group(1)
+    assert verify_key(key, player(db, "open4", "Xavier Lee").order_key_hash, _salt(db, "open4"))
+    assert m.join("x4@example.net", "open4", "Wu") == "processed: joined open4 as Wu: standby"
+    assert "standby list" in m.last("x4@example.net")
+    with db.transaction() as s:
+        assert s.scalar(select(Signup.state).where(Signup.name == "Wu")) == "standby"
+
+
+def _salt(db: Database, game: str) -> str:
+    with db.transaction() as s:
+        return s.scalar(select(Game.order_key_salt).where(Game.name == game))
+
+
+def test_join_refusals_say_why(db, life) -> None:
+    m = Mailer(db, life())
+    m.join("x1@example.net", "open4", "Xavier")
+    cases = [
+        ("JOIN nosuch Ann", "There is no game 'nosuch' on this server"),
+        ("JOIN open4", "Write your name after the game"),
+        ("JOIN open4 xavier", "The name 'xavier' is taken in open4"),
+        ("JOIN open4 ann@x.org", "cannot be a player's name"),
+    ]
+    for body, reason in cases:
+        m.send("y@example.net", body)
+        assert reason in m.last("y@example.net"), body
+    m.send("x1@example.net", "JOIN open4 Another")
+    assert "already signed up" not in m.last("x1@example.net")
+    assert "x1@example.net already plays in open4" in m.last("x1@example.net")
+    # the game's own address is never read (a loop), and the referee's cannot join
+    assert m.send("snl@example.org", "JOIN open4 Loop").startswith("ignored")
+    assert "join refused" in m.send("ref@example.org", "JOIN open4 Referee")
+
+
+def test_join_flood_from_one_address_and_from_many(db, life) -> None:
+    """One address gets at most 3 codes a day; many addresses fill the game's cap on
+    unconfirmed sign-ups (20), and never more than 30 codes an hour go out in all."""
+    m = Mailer(db, life())
+    for i in range(10):
+        m.send("flood@example.net", f"JOIN open4 Flood{i}")
+    assert len(mail_to(db, "flood@example.net", "code")) == 3
+    assert (
+        count(
+            db,
+            Confirmation,
+            Confirmation.email == "flood@example.net",
+            Confirmation.used_at.is_(None),
+        )
+        == 1
+    )  # only the newest code works
+    for i in range(40):
+        m.send(f"bot{i}@example.net", f"JOIN appr Bot{i}")
+    codes = count(db, OutboxMessage, OutboxMessage.kind == "code")
+    assert codes <= 3 + 30
+    with db.transaction() as s:
+        game = s.scalar(select(Game).where(Game.name == "appr"))
+        assert membership.unconfirmed_count(s, game, T0) <= membership.MAX_UNCONFIRMED_PER_GAME
+    # an hour later a real joiner still gets through (the caps are windows, not bans)
+    later = T0 + timedelta(hours=2)
+    assert m.send("real@example.net", "JOIN open4 Real", at=later) == "processed: join: code sent"
+
+
+def test_guessed_codes_are_void_after_five_tries(db, life) -> None:
+    m = Mailer(db, life())
+    m.send("x1@example.net", "JOIN open4 Xavier")
+    code = m.code("x1@example.net")
+    for guess in ("aaaa-aaaa", "bbbb-bbbb", "cccc-cccc", "dddd-dddd", "eeee-eeee"):
+        m.send("x1@example.net", f"CONFIRM {guess}")
+    assert "wrong or expired" in m.send("x1@example.net", f"CONFIRM {code}")
+    assert count(db, Signup) == 0
+
+
+def test_approval_waits_for_the_referee(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    assert m.join("x1@example.net", "appr", "Xavier") == "processed: joined appr as Xavier: waiting"
+    assert "The referee approves each player" in m.last("x1@example.net")
+    note = flat(m.last("ref@example.org", "referee-notice"))
+    assert "Subject: [appr] Xavier asks to join" in note and "APPROVE appr Xavier" in note
+    m.join("x2@example.net", "appr", "Yo")
+    with db.transaction() as s:
+        game = s.scalar(select(Game).where(Game.name == "appr").with_for_update())
+        line = membership.approve_signup(s, config, game, "xavier", T0, actor="ref", via="cli")
+        assert line == "appr: Xavier approved, seated"
+        assert "Yo's sign-up refused" in membership.refuse_signup(
+            s, config, game, "Yo", T0, actor="ref", via="cli"
+        )
+        with pytest.raises(NotFound, match="no sign-up named .Nobody."):
+            membership.approve_signup(s, config, game, "Nobody", T0, actor="ref", via="cli")
+    assert "The referee approved your sign-up" in m.last("x1@example.net")
+    assert "did not accept your sign-up" in m.last("x2@example.net")
+    assert count(db, Player, Player.name == "Xavier") == 1
+    assert count(db, Player, Player.name == "Yo") == 0
+    with db.transaction() as s:
+        rows = s.execute(select(AuditEntry.action, AuditEntry.actor, AuditEntry.via)).all()
+    assert ("signup-seated", "ref", "cli") in rows and ("signup-refused", "ref", "cli") in rows
+
+
+def test_a_game_starts_at_its_time_with_enough_players_else_waits(db, tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        CONFIG.format(url=db.url, auto="false").replace(
+            'starts = "when_full"', 'starts = "2029-12-02T09:00"'
+        )
+    )
+    config = load_config(path)
+    sync_games(db, config, T0)
+    m = Mailer(db, config)
+    m.join("x1@example.net", "open4", "Xavier")
+    due = datetime(2029, 12, 2, 9, 0, tzinfo=UTC)
+    assert membership.start_due_games(db, config, due - timedelta(seconds=1)) == []
+    assert membership.start_due_games(db, config, due) == ["open4: waiting for players (1/2)"]
+    assert membership.start_due_games(db, config, due + timedelta(minutes=1)) == []
+    notes = mail_to(db, "ref@example.org", "referee-notice")
+    assert len(notes) == 1 and "has 1 of the 2 players it needs" in flat(notes[0])
+    m.join("x2@example.net", "open4", "Yo")
+    later = due + timedelta(hours=1)
+    assert membership.start_due_games(db, config, later) == [
+        "open4: started at its start time with 2 players"
+    ]
+    assert game_state(db, "open4") == "running"
+    # round 1's deadline (4 Dec 18:00) was more than half a round away: kept
+    (row,) = status(db, "open4")
+    assert row.deadline == datetime(2029, 12, 4, 18, 0, tzinfo=UTC)
+    assert len(mail_to(db, "ref@example.org", "referee-notice")) == 1  # told once
+
+
+def test_a_late_start_moves_the_schedule(db, tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        CONFIG.format(url=db.url, auto="false").replace(
+            'starts = "when_full"', 'starts = "2029-12-02T09:00"'
+        )
+    )
+    config = load_config(path)
+    sync_games(db, config, T0)
+    m = Mailer(db, config)
+    m.join("x1@example.net", "open4", "Xavier")
+    m.join("x2@example.net", "open4", "Yo")
+    late = datetime(2029, 12, 4, 12, 0, tzinfo=UTC)  # 6 hours before round 1's deadline
+    membership.start_due_games(db, config, late)
+    (row,) = status(db, "open4")
+    assert row.deadline == late + timedelta(days=3)  # one round from the start
+    assert (
+        "Round 1 deadline: Fri 7 Dec 2029 12:00 GMT" in mail_to(db, "x1@example.net", "welcome")[0]
+    )
+
+
+# -- leaving -----------------------------------------------------------------------------
+
+
+def test_resign_takes_two_messages_and_the_seat_plays_on(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    reply = m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nRESIGN")
+    assert reply == "processed: resign: confirmation asked"
+    assert "RESIGN g1" in m.last("bob@example.org") and player(db, "g1", "bob").active
+    # a stray RESIGN naming another game does nothing
+    m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nRESIGN open4")
+    assert "your key is for g1" in m.last("bob@example.org") and player(db, "g1", "bob").active
+    assert m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nRESIGN g1") == "processed: resigned"
+    bob = player(db, "g1", "bob")
+    assert not bob.active and bob.resigned_at is not None and bob.order_key_hash is None
+    assert "bob resigned" in m.last("ref@example.org", "referee-notice")
+    # the old key is refused from now on; orders from it change nothing
+    assert m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nDICE 3").startswith("rejected")
+    assert count(db, OrderRecord) == 0
+    outcome = close_round(db, "g1", T0 + timedelta(days=4), config=config)
+    assert outcome is not None and outcome.round == 1
+    with db.transaction() as s:
+        nmr = s.scalar(select(RoundTally.nmr))
+    assert nmr["bob"].endswith("(resigned)")
+    assert mail_to(db, "bob@example.org", "report") == []  # no more mail to a resigned seat
+    assert len(mail_to(db, "ann@example.org", "report")) == 1
+    # a config reload does not bring the resigned player back
+    sync_games(db, config, T0 + timedelta(days=4))
+    assert not player(db, "g1", "bob").active
+
+
+def test_replace_gives_the_seat_with_its_history_and_a_new_key(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nDICE 5")
+    close_round(db, "g1", T0 + timedelta(days=4), config=config)
+    with db.transaction() as s:
+        game = s.scalar(select(Game).where(Game.name == "g1").with_for_update())
+        with pytest.raises(LifecycleError, match="already plays in g1 \\(as ann\\)"):
+            membership.replace_seat(
+                s, config, game, "bob", "ann@example.org", T0, actor="referee", via="cli"
+            )
+        with pytest.raises(LifecycleError, match="one of the game's own addresses"):
+            membership.replace_seat(
+                s, config, game, "bob", "SNL@example.org", T0, actor="referee", via="cli"
+            )
+        line = membership.replace_seat(
+            s, config, game, "bob", "dora@example.net", T0, actor="referee", via="cli"
+        )
+    assert line == "g1: bob's seat now belongs to dora@example.net (a new key was mailed)"
+    seat = mail_to(db, "dora@example.net", "welcome")[0]
+    (row,) = status(db, "g1")
+    position = next(p.position for p in row.players if p.name == "bob")
+    assert "You now play bob's seat" in seat and f"space {position}" in seat
+    new_key = re.search(r"KEY (\S+)", seat).group(1)
+    assert "no longer works" in m.last("bob@example.org")  # the old address is told
+    assert m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nDICE 1").startswith("rejected")
+    # the new holder plays on with the seat's set of six: 5 is used already (R6)
+    m.send(
+        "dora@example.net", f"GAME g1\nKEY {new_key}\nDICE 5", at=T0 + timedelta(days=4, hours=1)
+    )
+    assert "5" in m.last("dora@example.net", "ack") and "already used" in m.last(
+        "dora@example.net", "ack"
+    )
+    with db.transaction() as s:
+        entry = s.scalar(select(AuditEntry).where(AuditEntry.action == "replace"))
+        assert (entry.actor, entry.via, entry.detail["new"]) == (
+            "referee",
+            "cli",
+            "dora@example.net",
+        )
+    # the config no longer governs the seat's address: a reload keeps dora
+    sync_games(db, config, T0)
+    assert player(db, "g1", "bob").email == "dora@example.net"
+
+
+def test_auto_replace_seats_the_first_standby_at_the_next_round(db, life) -> None:
+    config = life(auto=True)
+    m = Mailer(db, config)
+    assert m.join("w1@example.net", "g1", "Wu") == "processed: joined g1 as Wu: standby"
+    m.join("w2@example.net", "g1", "Vi")
+    m.send("cy@example.org", "GAME g1\nKEY cy-key-123\nRESIGN")
+    m.send("cy@example.org", "GAME g1\nKEY cy-key-123\nRESIGN g1")
+    close_round(db, "g1", T0 + timedelta(days=4), config=config)
+    cy = player(db, "g1", "cy")
+    assert cy.active and cy.email == "w1@example.net"  # the seat keeps the name cy
+    assert "You now play cy's seat" in mail_to(db, "w1@example.net", "welcome")[0]
+    assert mail_to(db, "w2@example.net", "welcome") == []  # the second waits on
+    with db.transaction() as s:
+        states = dict(s.execute(select(Signup.name, Signup.state)).all())
+    assert states == {"Wu": "seated", "Vi": "standby"}
+    assert "Wu took cy's seat" in m.last("ref@example.org", "referee-notice")
+
+
+# -- absences, keys, addresses -----------------------------------------------------------
+
+
+def test_absent_players_are_not_reminded_and_not_counted(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    too_far = "GAME g1\nKEY ann-key-123\nABSENT UNTIL 2029-12-30"
+    assert "absent refused" in m.send("ann@example.org", too_far)
+    assert "at most 10 days" in m.last("ann@example.org")
+    assert m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nABSENT UNTIL 2029-12-08") == (
+        "processed: absent"
+    )
+    assert "You are absent until Sun 9 Dec 2029 00:00 GMT" in m.last("ann@example.org")
+    # max_absent = 1: a second player may not be absent at the same time
+    assert "absent refused" in m.send(
+        "bob@example.org", "GAME g1\nKEY bob-key-123\nABSENT UNTIL 2029-12-05"
+    )
+    assert "already absent" in m.last("bob@example.org")
+    assert send_reminders(db, config, "g1", 1, T0 + timedelta(days=2)) == 2  # bob, cy
+    assert mail_to(db, "ann@example.org", "reminder") == []
+    close_round(db, "g1", T0 + timedelta(days=4), config=config)
+    with db.transaction() as s:
+        nmr = s.scalar(select(RoundTally.nmr))
+    assert nmr["ann"].endswith("(absent, excused)") and "excused" not in nmr["bob"]
+    summary = mail_to(db, "ref@example.org", "referee-summary")[0]
+    assert "ann: absent until Sun 9 Dec 2029 00:00 GMT" in summary
+    assert (
+        m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nABSENT OFF") == "processed: absent off"
+    )
+    assert player(db, "g1", "ann").absent_until is None
+
+
+def test_new_key_goes_only_to_the_registered_address(db, life) -> None:
+    m = Mailer(db, life())
+    # sent from another address with ann's key: the new key still goes to ann's own address
+    assert "new key sent" in m.send("thief@example.net", "GAME g1\nKEY ann-key-123\nNEW KEY")
+    assert m.last("thief@example.net") == ""
+    text = m.last("ann@example.org", "membership")
+    key = re.search(r"^    (\S+)\r?$", text, re.M).group(1)
+    with db.transaction() as s:
+        row = s.scalars(select(OutboxMessage).where(OutboxMessage.kind == "membership")).all()[-1]
+        assert row.secret  # scrubbed once sent
+    assert m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nSTATUS").startswith("rejected")
+    assert m.send("ann@example.org", f"GAME g1\nKEY {key}\nSTATUS") == "processed: status sent"
+
+
+def test_address_moves_only_with_a_code_from_the_new_address_and_the_key(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    for target, why in (
+        ("snl@example.org", "one of the game's own addresses"),
+        ("bob@example.org", "belongs to another player"),
+        ("ann@example.org", "already your address"),
+    ):
+        m.send("ann@example.org", f"GAME g1\nKEY ann-key-123\nADDRESS {target}")
+        assert why in m.last("ann@example.org"), target
+    assert m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nADDRESS ann@new.example") == (
+        "processed: address: code sent"
+    )
+    code = m.code("ann@new.example")
+    # the code alone (no key) from the new address does nothing
+    assert "wrong or expired" in m.send("ann@new.example", f"CONFIRM {code}")
+    # the key and code from a third address do nothing either
+    m.send("evil@example.net", f"GAME g1\nKEY ann-key-123\nCONFIRM {code}")
+    assert player(db, "g1", "ann").email == "ann@example.org"
+    m.send("ann@new.example", f"GAME g1\nKEY ann-key-123\nCONFIRM {code}")
+    assert player(db, "g1", "ann").email == "ann@new.example"
+    assert "now goes to ann@new.example" in m.last("ann@example.org")
+    assert "now comes to this address" in m.last("ann@new.example")
+    sync_games(db, config, T0)  # the config still says ann@example.org: not applied
+    assert player(db, "g1", "ann").email == "ann@new.example"
+
+
+# -- history, observers ------------------------------------------------------------------
+
+
+def test_history_shows_positions_only(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nDICE 3\nTRAPDOOR 40")
+    close_round(db, "g1", T0 + timedelta(days=4), config=config)
+    m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nHISTORY", at=T0 + timedelta(days=4))
+    text = m.last("ann@example.org", "membership")
+    (row,) = status(db, "g1")
+    expected = ", ".join(
+        f"{p.name} {p.position}" for p in sorted(row.players, key=lambda p: (-p.position, p.name))
+    )
+    assert f"Round 1: {expected}" in text and "ann 3" in text
+    assert "40" not in text and "DICE" not in text and "trapdoor" not in text.lower()
+
+
+def test_observers_get_the_public_report_and_can_stop(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    assert m.send("fan@example.net", "OBSERVE g1") == "processed: observe: code sent"
+    m.send("fan@example.net", f"CONFIRM {m.code('fan@example.net')}")
+    assert "You now follow Running game" in m.last("fan@example.net")
+    close_round(db, "g1", T0 + timedelta(days=4), config=config)
+    (report,) = mail_to(db, "fan@example.net", "observer-report")
+    assert "positions after round 1" in report and "Next: round 2" in report
+    assert "Still open" not in report and "KEY" not in report  # nobody's dice, no order form
+    assert m.send("fan@example.net", "UNOBSERVE g1") == "processed: unobserved"
+    close_round(db, "g1", T0 + timedelta(days=8), config=config)
+    assert len(mail_to(db, "fan@example.net", "observer-report")) == 1
+    # UNOBSERVE from someone not observing gets no answer (no backscatter)
+    assert m.send("other@example.net", "UNOBSERVE g1") == "processed: unobserve: was not observing"
+    assert m.last("other@example.net") == ""
+
+
+def test_a_confirmation_during_a_round_close_is_applied_once(db, life) -> None:
+    """A sign-up confirmed while the round closes: the game row lock orders them; the
+    standby sign-up exists once, the round closes once, and nobody's orders change."""
+    config = life()
+    m = Mailer(db, config)
+    m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nDICE 4")
+    m.send("w1@example.net", "JOIN g1 Wu")
+    code = m.code("w1@example.net")
+    barrier = threading.Barrier(2)
+    results: list[object] = []
+
+    def closer() -> None:
+        barrier.wait()
+        results.append(close_round(db, "g1", T0 + timedelta(days=4), config=config))
+
+    def joiner() -> None:
+        barrier.wait()
+        results.append(
+            ingest(db, config, gmail("w1@example.net", f"CONFIRM {code}", tag="race"), T0, "t")
+        )
+
+    threads = [threading.Thread(target=closer), threading.Thread(target=joiner)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert count(db, Signup, Signup.name == "Wu") == 1
+    assert count(db, RoundTally) == 1
+    with db.transaction() as s:
+        assert s.scalar(select(Game.rounds_played).where(Game.name == "g1")) == 1
+    assert [o.dice for o in orders_in(db)] == ["4"]  # ann's orders, counted once
