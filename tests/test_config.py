@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,8 +145,9 @@ def test_the_example_config_is_valid(tmp_path: Path) -> None:
     deploy = Path(__file__).parents[1] / "deploy"
     text = (deploy / "config.example.toml").read_text()
     (tmp_path / "boards").mkdir()
-    (tmp_path / "boards" / "standard.toml").write_text((deploy / "boards" / "standard.toml")
-                                                       .read_text())
+    (tmp_path / "boards" / "standard.toml").write_text(
+        (deploy / "boards" / "standard.toml").read_text()
+    )
     for secret in ("imap.password", "smtp.password"):  # beside it (not a credential here)
         (tmp_path / secret).write_text("pw\n")
     path = tmp_path / "config.toml"
@@ -202,3 +204,48 @@ def test_a_board_file_wins_over_a_bundled_name_of_the_same_spelling(tmp_path: Pa
     (tmp_path / "standard").write_text('[board]\nrows = 4\ncolumns = 4\nladders = { "2" = 9 }\n')
     board = load_config(path).game("spring26").board
     assert board.last == 16 and board.ladders == {2: 9}
+
+
+def test_the_example_sign_up_game_is_valid(tmp_path: Path) -> None:
+    """The example's commented game that players join by mail loads once uncommented."""
+    deploy = Path(__file__).parents[1] / "deploy"
+    text = (deploy / "config.example.toml").read_text()
+    head, _, tail = text.partition("# A game players join by mail")
+    block = "\n".join(line.removeprefix("# ") for line in tail.splitlines()[1:])
+    (tmp_path / "boards").mkdir()
+    (tmp_path / "boards" / "standard.toml").write_text(
+        (deploy / "boards" / "standard.toml").read_text()
+    )
+    for secret in ("imap.password", "smtp.password"):
+        (tmp_path / secret).write_text("pw\n")
+    path = tmp_path / "config.toml"
+    path.write_text(head + block + "\n")
+    game = load_config(path).game("winter27")
+    assert (game.settings.signup, game.settings.max_players, game.settings.players) == (
+        "open",
+        10,
+        [],
+    )
+    assert game.starts_at is not None and game.starts_at.isoformat() == "2027-01-05T18:00:00+00:00"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("players = []", 'games[0].players: a game with signup = "closed" needs at least one'),
+        ('signup = "open"\nmax_players = 1', "games[0].max_players: 1 is fewer than the 2"),
+        ('signup = "open"\nstarts = "when_full"', 'games[0].starts: "when_full" needs max_players'),
+        ('starts = "2026-12-01T18:00"', "games[0].starts: only a game that takes sign-ups"),
+        ('signup = "open"\nstarts = "soon"', "games[0].starts: 'soon' is not a time"),
+        ('signup = "maybe"', "games[0].signup: Input should be 'closed', 'open' or 'approval'"),
+        ('signup = "open"\nmin_players = 5\nmax_players = 3', "fewer than min_players (5)"),
+    ],
+)
+def test_sign_up_settings_are_checked_by_name(tmp_path: Path, change: str, named: str) -> None:
+    if change == "players = []":
+        text = re.sub(r"players = \[.*?\n\]", "players = []", GOOD, flags=re.S)
+    else:
+        text = GOOD.replace('title = "Spring 2026"', 'title = "Spring 2026"\n' + change)
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path, text))
+    assert any(named in p for p in caught.value.problems), caught.value.problems

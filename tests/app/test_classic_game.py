@@ -188,10 +188,10 @@ def test_close_when_all_in_waits_only_for_those_still_racing(db, tmp_path) -> No
 @pytest.mark.parametrize(
     ("options", "named"),
     [
-        ('bump = "yes"', "games[0]: bump: 'yes' is not true or false"),
-        ('dice = "9d6"', "games[0]: dice: '9d6'"),
-        ("reenter_needs_max = true", "games[0]: reenter_needs_max: true needs max_roll"),
-        ('ending = "never"', "games[0]: ending: 'never' is not one of"),
+        ('bump = "yes"', "games[0].bump: 'yes' is not true or false"),
+        ('dice = "9d6"', "games[0].dice: '9d6'"),
+        ("reenter_needs_max = true", "games[0].reenter_needs_max: true needs max_roll"),
+        ('ending = "never"', "games[0].ending: 'never' is not one of"),
         ('trapdoors = 3', "games[0].trapdoors"),
     ],
 )
@@ -224,7 +224,7 @@ def test_a_classic_option_in_a_postal_game_is_refused(tmp_path) -> None:
     )
     with pytest.raises(ConfigError) as error:
         load_config(path)
-    assert "games[0]: bump: an option of the classic game, and this game's ruleset is " \
+    assert "games[0].bump: an option of the classic game, and this game's ruleset is " \
         '"postal" (set ruleset = "classic"' in str(error.value)
 
 

@@ -311,7 +311,7 @@ def test_approval_waits_for_the_referee(db, life) -> None:
         assert "Yo's sign-up refused" in membership.refuse_signup(
             s, config, game, "Yo", T0, actor="ref", via="cli"
         )
-        with pytest.raises(NotFound, match="no sign-up named .Nobody."):
+        with pytest.raises(NotFound, match="no sign-up named 'Nobody'"):
             membership.approve_signup(s, config, game, "Nobody", T0, actor="ref", via="cli")
     assert "The referee approved your sign-up" in m.last("x1@example.net")
     assert "did not accept your sign-up" in m.last("x2@example.net")
@@ -548,7 +548,7 @@ def test_history_shows_positions_only(db, life) -> None:
     m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nDICE 3\nTRAPDOOR 40")
     close_round(db, "g1", T0 + timedelta(days=4), config=config)
     m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nHISTORY", at=T0 + timedelta(days=4))
-    text = m.last("ann@example.org", "membership")
+    text = m.last("ann@example.org", "membership").split("\r\n\r\n", 1)[1]  # the body
     (row,) = status(db, "g1")
     expected = ", ".join(
         f"{p.name} {p.position}" for p in sorted(row.players, key=lambda p: (-p.position, p.name))
@@ -606,3 +606,20 @@ def test_a_confirmation_during_a_round_close_is_applied_once(db, life) -> None:
     with db.transaction() as s:
         assert s.scalar(select(Game.rounds_played).where(Game.name == "g1")) == 1
     assert [o.dice for o in orders_in(db)] == ["4"]  # ann's orders, counted once
+
+
+def test_help_and_the_players_guide_cover_every_command(db, life) -> None:
+    """Every command a player may send is in HELP (both rulesets) and in docs/players.md."""
+    from snl_pbem.mail.commands import PLAYER_ACTIONS
+
+    guide = (Path(__file__).parents[2] / "docs" / "players.md").read_text()
+    m = Mailer(db, life())
+    m.send("newcomer@example.net", "HELP")
+    help_text = m.last("newcomer@example.net")
+    from snl_pbem.mail.render import render
+
+    _, classic_help = render("classic/help.txt.j2", game=None, subject="x")
+    for word in sorted(PLAYER_ACTIONS):
+        assert f"\n{word}" in help_text, word
+        assert f"\n{word}" in classic_help, word
+        assert f"`{word}" in guide or f"\n{word} " in guide, word
