@@ -62,6 +62,12 @@ def _email(value: object) -> str:
     return f"{local}@{domain.lower()}"
 
 
+def address_problem(address: str) -> str | None:
+    """Why ``address`` is not one the server can send to (as a config's would be), or None:
+    for addresses given by mail (REPLACE, ADDRESS)."""
+    return _not_ascii(address) or _address_problem(address)
+
+
 def _not_ascii(address: str) -> str | None:
     """Why an address with non-ASCII characters cannot be used, and how to write it."""
     if address.isascii():

@@ -34,7 +34,7 @@ from snl_pbem.app.games import (
     start_in,
 )
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.config import Config, GameConfig
+from snl_pbem.config import Config, GameConfig, address_problem
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.keys import ALPHABET, generate_key, hash_key
 from snl_pbem.store import Confirmation, Database, Game, Observer, Player, Signup
@@ -43,8 +43,11 @@ from snl_pbem.store.states import GamePhase, MailKind, ManagedBy, Purpose, Signu
 log = logging.getLogger("snl_pbem.membership")
 
 CODE_LIFETIME = timedelta(days=3)
-MAX_WRONG_CODES = 5
-"""Wrong codes from an address before its open confirmations are void."""
+MAX_WRONG_CODES = 20
+"""Wrong codes from an address before its open confirmations are void. A code has about
+39 bits, so guessing is hopeless either way (mail from one address is capped at a few
+hundred a day); voiding after many bounds it outright, and is high enough that a forger
+sending wrong codes in someone's name does not easily void theirs."""
 MAX_UNCONFIRMED_PER_GAME = 20
 """Sign-ups of one game waiting for their code at once, at most (a JOIN flood from many
 addresses fills this, not the outbox)."""
@@ -117,12 +120,9 @@ def _ask(
     now: datetime,
     payload: dict[str, Any],
 ) -> str:
-    """A new code for ``purpose`` at ``address`` (an earlier open one for the same thing is
-    replaced: only the newest code works)."""
-    for earlier in _open_confirmations(session, address, now, purpose):
-        if earlier.game_id == game.id:
-            earlier.used_at = now
-            earlier.payload = {**earlier.payload, "superseded": True}
+    """A new code for ``purpose`` at ``address``. Earlier open codes stay good: a forged
+    request from the address must not void the code its owner is about to send back
+    (how many go to one address is bounded by the replies' budget, a few a day)."""
     code = new_code()
     session.add(
         Confirmation(
@@ -555,6 +555,22 @@ def resign(
     )
     if game.state == GamePhase.NEW:
         how = "The game has not started: their seat is free again"
+        waiting = signups(session, game, SignupState.STANDBY)
+        if waiting:
+            placed = _place(session, config, game, waiting[0], now, actor="standby", via=None)
+            if placed.state == SignupState.SEATED:
+                how += f", and {placed.name} from the standby list has it"
+                _mail(
+                    session,
+                    config,
+                    game,
+                    waiting[0].email,
+                    now,
+                    "player/signup.txt.j2",
+                    name=placed.name,
+                    outcome=str(placed.state),
+                    started=placed.started,
+                )
     elif game_config(config, game) is not None and _auto(config, game):
         how += "; with auto_replace the first on the standby list takes it at the next round"
     _tell_referee(
@@ -599,8 +615,9 @@ def replace_seat(
         raise NotFound(f"{game.name}: no player {player_name!r} (players: {', '.join(names)})")
     if game.state == GamePhase.OVER:
         raise LifecycleError(f"{game.name}: the game is over")
-    if "@" not in email or email.startswith("@") or email.endswith("@") or " " in email:
-        raise LifecycleError(f"{email!r} is not an email address")
+    problem = address_problem(email)
+    if problem is not None:
+        raise LifecycleError(problem)
     if email in (config.settings.mail.address.lower(), config.settings.mail.referee.lower()):
         raise LifecycleError(f"{email} is one of the game's own addresses")
     other = session.scalar(
@@ -789,8 +806,9 @@ def address_refusal(
 ) -> str | None:
     new = new.lower()
     own = {config.settings.mail.address.lower(), config.settings.mail.referee.lower()}
-    if "@" not in new or new.startswith("@") or new.endswith("@"):
-        return f"{new!r} is not an email address."
+    problem = address_problem(new)
+    if problem is not None:
+        return problem + "."
     if new in own:
         return "That is one of the game's own addresses: give your own."
     if new == player.email.lower():
