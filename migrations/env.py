@@ -23,6 +23,15 @@ def run_migrations_online() -> None:
     if database is None:
         database = Database(config.get_main_option("sqlalchemy.url") or "")
     with database.engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite rebuilds a table to change it (batch mode: copy, drop, rename). With
+            # foreign keys enforced, dropping the old games table would delete every
+            # player, round and order of the game (ON DELETE CASCADE). The pragma works
+            # only outside a transaction: set on the driver's connection, before any.
+            driver = connection.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA foreign_keys=OFF")
         context.configure(
             connection=connection,
             target_metadata=target_metadata,
@@ -32,7 +41,13 @@ def run_migrations_online() -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+            if sqlite:  # the rebuilt tables must still agree with each other
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"migration left broken references: {broken[:5]}")
         connection.commit()
+        if sqlite:
+            driver.execute("PRAGMA foreign_keys=ON")  # as every connection of the pool has
 
 
 if context.is_offline_mode():

@@ -18,6 +18,7 @@ the seat to someone else (``replace_seat``) changes only the address and the key
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -193,10 +194,20 @@ def unconfirmed_count(session: Session, game: Game, now: datetime) -> int:
 # -- joining ----------------------------------------------------------------------------
 
 
+MAX_NAME = 20
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .'_-]*$")
+
+
 def _name_problem(session: Session, game: Game, name: str) -> str | None:
-    if not name or len(name) > 40 or name != name.strip() or not name.isprintable():
-        return "A name is 1 to 40 printable characters, e.g. JOIN spring26 Ann Lee"
-    if "@" in name or name.lower() in ("referee", "standby"):
+    """Why ``name`` cannot be a joiner's name. Names chosen by mail are plain ASCII letters,
+    digits, spaces and . ' _ - (no look-alike letters from other scripts, so nobody can
+    pass for another player in the reports), at most MAX_NAME long (the reports' columns)."""
+    if not name or len(name) > MAX_NAME or not _NAME.match(name) or "  " in name:
+        return (
+            f"A name is 1 to {MAX_NAME} plain letters (A to Z), digits, spaces, dots, "
+            "hyphens or apostrophes, e.g. JOIN spring26 Ann Lee"
+        )
+    if name.lower() in ("referee", "standby", "you"):
         return f"{name!r} cannot be a player's name here: choose another"
     taken = session.scalar(
         select(func.count())

@@ -245,11 +245,14 @@ def test_join_refusals_say_why(db, life) -> None:
         ("JOIN nosuch Ann", "There is no game 'nosuch' on this server"),
         ("JOIN open4", "Write your name after the game"),
         ("JOIN open4 xavier", "The name 'xavier' is taken in open4"),
-        ("JOIN open4 ann@x.org", "cannot be a player's name"),
+        ("JOIN open4 ann@x.org", "A name is 1 to 20 plain letters"),
+        ("JOIN open4 \u0430nn", "A name is 1 to 20 plain letters"),  # a Cyrillic a
+        ("JOIN open4 Referee", "cannot be a player's name"),
+        ("JOIN open4 Averyveryverylongname", "A name is 1 to 20 plain letters"),
     ]
-    for body, reason in cases:
-        m.send("y@example.net", body)
-        assert reason in m.last("y@example.net"), body
+    for i, (body, reason) in enumerate(cases):  # one sender each: 5 answers a day per address
+        m.send(f"y{i}@example.net", body)
+        assert reason in m.last(f"y{i}@example.net"), body
     m.send("x1@example.net", "JOIN open4 Another")
     assert "already signed up" not in m.last("x1@example.net")
     assert "x1@example.net already plays in open4" in m.last("x1@example.net")

@@ -53,3 +53,43 @@ def test_migration_files_are_named_rev_slug() -> None:
         p.name for p in (migrations_dir() / "versions").glob("*.py") if p.name != "__init__.py"
     )
     assert files and all(name[:4].isdigit() and name[4] == "_" for name in files)
+
+
+def test_0005_keeps_games_and_players_and_gives_them_their_defaults(db_url: str) -> None:
+    """Upgrading a database of revision 0004 with a game and a player in it: they stay, the
+    player is the config's (managed_by), never absent or resigned; downgrading keeps them."""
+    from sqlalchemy import text  # noqa: PLC0415
+
+    database = Database(db_url)
+    try:
+        upgrade(database, "0004")
+        with database.engine.begin() as con:
+            con.execute(
+                text(
+                    "INSERT INTO games (id, key, title, state, timezone, board, schedule, "
+                    "schedule_shift_s, double_from_round, trapdoor_rule, ruleset, options, seed, "
+                    "close_when_all_in, settle_s, reveal_after_game, key_salt, rounds_played, "
+                    "turns_played, created_at) VALUES (1, 'old', '', 'running', 'UTC', '{}', "
+                    "'{}', 0, 7, 'all', 'postal', '{}', 1, false, 600, false, '00', 0, 0, "
+                    "'2026-01-01 00:00:00')"
+                )
+            )
+            con.execute(
+                text(
+                    "INSERT INTO players (id, game_id, name, email, key_source, active, joined_at)"
+                    " VALUES (1, 1, 'ann', 'ann@example.org', 'config', true, "
+                    "'2026-01-01 00:00:00')"
+                )
+            )
+        upgrade(database)
+        with database.engine.connect() as con:
+            row = con.execute(
+                text("SELECT managed_by, resigned_at, absent_until, absences FROM players")
+            ).one()
+            assert tuple(row) == ("config", None, None, 0)
+            assert con.execute(text("SELECT extended_s FROM games")).scalar_one() == 0
+        downgrade(database, "0004")
+        with database.engine.connect() as con:
+            assert con.execute(text("SELECT name FROM players")).scalar_one() == "ann"
+    finally:
+        database.dispose()
