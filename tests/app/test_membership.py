@@ -64,6 +64,16 @@ signup = "approval"
 max_players = 4
 
 [[games]]
+id = "cl"
+ruleset = "classic"
+board = "classic-sheet"
+first_deadline = "2029-12-04T18:00"
+round_length = "1d"
+signup = "open"
+max_players = 2
+starts = "when_full"
+
+[[games]]
 id = "g1"
 title = "Running game"
 board = "standard"
@@ -671,3 +681,17 @@ def _seated(db: Database, game: str) -> list[Player]:
                 .order_by(Player.id)
             )
         )
+
+
+def test_the_classic_game_takes_sign_ups_too(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    m.send("x@example.net", "LIST")
+    assert "cl\r\n  classic rules" in m.last("x@example.net", "list")
+    m.join("x1@example.net", "cl", "Xavier")
+    assert m.join("x2@example.net", "cl", "Yo") == "processed: joined cl as Yo: seated"
+    assert game_state(db, "cl") == "running"
+    (welcome,) = mail_to(db, "x2@example.net", "welcome")
+    assert "ROLL" in welcome  # the classic game's welcome: the server throws
+    close_round(db, "cl", datetime(2029, 12, 4, 18, 0, tzinfo=UTC), config=config)
+    assert len(mail_to(db, "x1@example.net", "report")) == 1
