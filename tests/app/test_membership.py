@@ -343,7 +343,7 @@ def test_a_game_starts_at_its_time_with_enough_players_else_waits(db, tmp_path) 
     path = tmp_path / "config.toml"
     path.write_text(
         CONFIG.format(url=db.url, auto="false").replace(
-            'starts = "when_full"', 'starts = "2029-12-02T09:00"'
+            'starts = "when_full"', 'starts = "2029-12-02T09:00"', 1
         )
     )
     config = load_config(path)
@@ -372,7 +372,7 @@ def test_a_late_start_moves_the_schedule(db, tmp_path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
         CONFIG.format(url=db.url, auto="false").replace(
-            'starts = "when_full"', 'starts = "2029-12-02T09:00"'
+            'starts = "when_full"', 'starts = "2029-12-02T09:00"', 1
         )
     )
     config = load_config(path)
@@ -654,7 +654,7 @@ def test_a_forged_join_does_not_void_the_owners_code(db, life) -> None:
 
 def test_a_seat_given_up_before_the_start_goes_to_the_standby_list(db, tmp_path) -> None:
     path = tmp_path / "config.toml"
-    path.write_text(CONFIG.format(url=db.url, auto="false").replace('starts = "when_full"', ""))
+    path.write_text(CONFIG.format(url=db.url, auto="false").replace('starts = "when_full"', "", 1))
     config = load_config(path)
     sync_games(db, config, T0)
     m = Mailer(db, config)
