@@ -22,7 +22,10 @@ few seconds, reports go out, and the game plays to its end.
 
 ``--ruleset classic`` plays the classic game (RULES-CLASSIC.md) the same way, with
 finish = "all", bump and roll-again on: the server throws, most bots send ROLL, one
-sends dice (and is told the server throws), one never writes.
+sends dice (and is told the server throws), one never writes. Such a game can last
+anything from a dozen rounds to sixty, so the demo sets the game's ``seed`` (the
+server's dice, C11): the first from ``--seed`` on whose game, replayed offline with the
+same dice, ends within CLASSIC_MOST_ROUNDS rounds (a real game draws its seed at random).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -53,6 +57,7 @@ from snl_pbem.app.games import sync_games
 from snl_pbem.app.referee import status
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
+from snl_pbem.offline.classic_replay import parse_classic_replay, run_classic
 from snl_pbem.rules.classic.ruleset import throw_line
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.postal.dice import open_values, used_in_set
@@ -74,6 +79,11 @@ ROUND_LENGTH_S = 4
 CLASSIC_ROUND_LENGTH_S = 2
 """The classic game's bots need not answer (the server throws), and one piece plays on
 alone at the end (finish = "all"): shorter rounds keep it as quick as the postal demo."""
+CLASSIC_MOST_ROUNDS = 15
+"""The classic demo's game ends within this many rounds (its seed is chosen so)."""
+CLASSIC_SEEDS_TRIED = 200
+"""Seven or eight pieces rarely all finish within CLASSIC_MOST_ROUNDS: the quickest of
+this many seeds then (a few hundredths of a second each)."""
 MAIL_WAIT_S = 30.0
 """How long a bot waits for an answer in its mailbox (a hang detector: it takes well
 under a second)."""
@@ -119,17 +129,46 @@ finish = "all"
 """
 
 
+def classic_seed(names: tuple[str, ...], start: int) -> int:
+    """The first seed from ``start`` on whose classic game (the demo's board and options,
+    ``names`` seated in this order) ends within CLASSIC_MOST_ROUNDS rounds, or else the
+    quickest of the CLASSIC_SEEDS_TRIED (with many players): the server throws the same
+    dice (C11) as this offline replay."""
+    replay = {
+        "ruleset": "classic",
+        "board": tomllib.loads(f"board = {BOARD}")["board"],
+        "players": list(names),
+        **tomllib.loads(CLASSIC_OPTIONS.replace('ruleset = "classic"\n', "")),
+    }
+    quickest, fewest = start, None
+    for seed in range(start, start + CLASSIC_SEEDS_TRIED):
+        outcome = run_classic(parse_classic_replay({**replay, "seed": seed}))
+        rounds = len(outcome.rounds)
+        if not outcome.state.over:
+            continue
+        if rounds <= CLASSIC_MOST_ROUNDS:
+            return seed
+        if fewest is None or rounds < fewest:
+            quickest, fewest = seed, rounds
+    return quickest
+
+
 def write_config(
     folder: Path,
     names: tuple[str, ...],
     receiver: int,
     sink: int,
     ruleset: str = "postal",
+    seed: int = 1,
 ) -> Path:
     # the first deadline has passed when the last seat is taken: round 1's deadline is then
     # one round length after the start (start_in's shift_late_start)
     first = datetime.now(UTC)
-    rules = CLASSIC_OPTIONS if ruleset == "classic" else "double_from_round = 4\n"
+    rules = (
+        CLASSIC_OPTIONS + f"seed = {classic_seed(names, seed)}\n"
+        if ruleset == "classic"
+        else "double_from_round = 4\n"
+    )
     length = CLASSIC_ROUND_LENGTH_S if ruleset == "classic" else ROUND_LENGTH_S
     text = f"""# Written by snl-pbem demo.
 timezone = "UTC"
@@ -232,7 +271,7 @@ def run_demo(
     late = NAMES[len(names)]  # joins once the game is full: the standby list
     rng = random.Random(seed)
     receiver_port, sink_port = free_port(), free_port()
-    config_path = write_config(folder, names, receiver_port, sink_port, ruleset)
+    config_path = write_config(folder, names, receiver_port, sink_port, ruleset, seed)
     configure_logging("warning")
     mailboxes = Mailboxes(folder / "mail")
     sink = Controller(mailboxes, hostname="127.0.0.1", port=sink_port)

@@ -317,8 +317,9 @@ def test_demo_plays_a_whole_game(tmp_path: Path) -> None:
 def test_demo_plays_a_whole_classic_game_through_serve(tmp_path: Path) -> None:
     """Issue 14: a whole classic game by email (RULES-CLASSIC.md) through the real server:
     finish = "all", bump and roll-again on; the server throws (C11), one bot sends dice
-    and is told why not (C12), one never writes. The players sign up by mail first."""
-    from snl_pbem.cli.demo import CLASSIC_ROUND_LENGTH_S, run_demo
+    and is told why not (C12), one never writes. The players sign up by mail first; the
+    seed the demo picks ends the game within CLASSIC_MOST_ROUNDS rounds."""
+    from snl_pbem.cli.demo import CLASSIC_MOST_ROUNDS, CLASSIC_ROUND_LENGTH_S, run_demo
 
     out = tmp_path / "demo.txt"
     with out.open("w") as stream:
@@ -326,6 +327,8 @@ def test_demo_plays_a_whole_classic_game_through_serve(tmp_path: Path) -> None:
     text = out.read_text()
     assert "Round 1 closed: " in text and " threw " in text
     assert "the finishing order is" in text
+    rounds = int(re.search(r"Game over after (\d+) rounds", text).group(1))
+    assert rounds <= CLASSIC_MOST_ROUNDS
     _demo_signed_up_by_mail(tmp_path / "demo", text, CLASSIC_ROUND_LENGTH_S)
     mail = tmp_path / "demo" / "mail"
     for who in ("ann", "bob", "cy"):
