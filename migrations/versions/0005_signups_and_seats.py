@@ -19,7 +19,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("games", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("extended_s", sa.Integer(), nullable=False, server_default="0"))
+        batch_op.add_column(
+            sa.Column("extended_s", sa.Integer(), nullable=False, server_default="0")
+        )
         batch_op.add_column(sa.Column("start_noted_at", sa.DateTime(), nullable=True))
     with op.batch_alter_table("players", schema=None) as batch_op:
         batch_op.add_column(
