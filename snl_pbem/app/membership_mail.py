@@ -30,6 +30,9 @@ OPEN_WORDS = frozenset(("LIST", "JOIN", "CONFIRM", "OBSERVE", "UNOBSERVE"))
 """Commands anyone may send, without a key."""
 KEYED_WORDS = frozenset(("RESIGN", "ABSENT", "NEW KEY", "ADDRESS", "HISTORY"))
 """Commands of a player, with GAME and KEY like orders."""
+STARTED = "the game started"
+"""Ends the intake's note of a CONFIRM whose seat filled the game (starts = "when_full"):
+``serve`` then plans round 1's deadline at once instead of at its next rescan."""
 
 
 def usable_sender(ctx: Context) -> str | None:
@@ -230,7 +233,8 @@ def _confirm(ctx: Context, address: str, code: str) -> str:
         outcome=str(outcome.state),
         started=outcome.started,
     )
-    return f"joined {game.name} as {name}: {outcome.state}"
+    started = f"; {STARTED}" if outcome.started else ""
+    return f"joined {game.name} as {name}: {outcome.state}{started}"
 
 
 def _guest_reply(

@@ -3,18 +3,35 @@
 It runs the real ``serve`` machinery: a SQLite database in a folder, the
 built-in SMTP receiver on loopback as the game address, and an SMTP sink
 standing in for the players' mailboxes, which writes every message it is
-given to ``DIR/mail/<player>/`` as an ``.eml`` file. Scripted players email
-their orders — most of them correctly; one repeats a die (R18); two nominate
-the same trapdoor; one never writes (R17) — deadlines pass every few seconds,
-reports go out, and the game plays to its end.
+given to ``DIR/mail/<player>/`` as an ``.eml`` file.
+
+The game takes its players by email: the config lists none (``signup = "open"``,
+``max_players`` = the number of bots, ``starts = "when_full"``; a game may also mix
+config-listed players with sign-ups, the demo shows the mail side only). One bot sends
+LIST; each sends ``JOIN demo <name>``, reads the code the server mails back from its
+mailbox folder and replies ``CONFIRM <code>``; the last seat starts the game, and each
+bot reads its order key from its welcome mail. Then one more bot asks for a name
+already taken (and is told so), joins under its own and goes on the standby list.
+The config's first deadline is the moment it was written, so it has passed when the
+game fills: round 1's deadline is one round length after the start (a game that takes
+sign-ups and starts late is shifted that way), and the later rounds follow.
+
+Then scripted players email their orders — most of them correctly; one repeats a die
+(R18); two nominate the same trapdoor; one never writes (R17) — deadlines pass every
+few seconds, reports go out, and the game plays to its end.
 
 ``--ruleset classic`` plays the classic game (RULES-CLASSIC.md) the same way, with
 finish = "all", bump and roll-again on: the server throws, most bots send ROLL, one
-sends dice (and is told the server throws), one never writes.
+sends dice (and is told the server throws), one never writes. Such a game can last
+anything from a dozen rounds to sixty, so the demo sets the game's ``seed`` (the
+server's dice, C11): the first from ``--seed`` on whose game, replayed offline with the
+same dice, ends within CLASSIC_MOST_ROUNDS rounds (a real game draws its seed at random).
 """
 
 from __future__ import annotations
 
+import email
+import email.policy
 import random
 import re
 import shutil
@@ -24,9 +41,11 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from email.utils import make_msgid
 from pathlib import Path
 from typing import TextIO
 
@@ -34,10 +53,11 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import Envelope, Session
 
-from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.games import sync_games
 from snl_pbem.app.referee import status
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
+from snl_pbem.offline.classic_replay import parse_classic_replay, run_classic
 from snl_pbem.rules.classic.ruleset import throw_line
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.postal.dice import open_values, used_in_set
@@ -46,18 +66,27 @@ from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
 from snl_pbem.store.states import GamePhase
 
-NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal")
+MOST_PLAYERS = 8
+NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ida")
+"""The players (8 at most), and one more who joins once the game is full."""
 ADDRESS = "snl@demo.example"
 BOARD = (
     '{ rows = 4, columns = 10, ladders = { "3" = 13, "8" = 22, "17" = 29 }, '
     'snakes = { "27" = 9, "34" = 15 }, '
     'family = [ { kind = "snake", row = 4, last_digit = 9, shift = -10 } ] }'
 )
-FIRST_DEADLINE_S = 5
 ROUND_LENGTH_S = 4
 CLASSIC_ROUND_LENGTH_S = 2
 """The classic game's bots need not answer (the server throws), and one piece plays on
 alone at the end (finish = "all"): shorter rounds keep it as quick as the postal demo."""
+CLASSIC_MOST_ROUNDS = 15
+"""The classic demo's game ends within this many rounds (its seed is chosen so)."""
+CLASSIC_SEEDS_TRIED = 200
+"""Seven or eight pieces rarely all finish within CLASSIC_MOST_ROUNDS: the quickest of
+this many seeds then (a few hundredths of a second each)."""
+MAIL_WAIT_S = 30.0
+"""How long a bot waits for an answer in its mailbox (a hang detector: it takes well
+under a second)."""
 
 
 def free_port() -> int:
@@ -86,7 +115,10 @@ class Mailboxes:
                 self.count += 1
                 box = self.root / rcpt.split("@")[0].lower()
                 box.mkdir(parents=True, exist_ok=True)
-                (box / f"{self.count:03d}-{slug}.eml").write_bytes(raw)
+                path = box / f"{self.count:03d}-{slug}.eml"
+                part = path.with_suffix(".part")  # a reader never sees half a message
+                part.write_bytes(raw)
+                part.replace(path)
         return "250 2.0.0 Delivered to the demo mailbox"
 
 
@@ -97,15 +129,47 @@ finish = "all"
 """
 
 
+def classic_seed(names: tuple[str, ...], start: int) -> int:
+    """The first seed from ``start`` on whose classic game (the demo's board and options,
+    ``names`` seated in this order) ends within CLASSIC_MOST_ROUNDS rounds, or else the
+    quickest of the CLASSIC_SEEDS_TRIED (with many players): the server throws the same
+    dice (C11) as this offline replay."""
+    replay = {
+        "ruleset": "classic",
+        "board": tomllib.loads(f"board = {BOARD}")["board"],
+        "players": list(names),
+        **tomllib.loads(CLASSIC_OPTIONS.replace('ruleset = "classic"\n', "")),
+    }
+    quickest, fewest = start, None
+    for seed in range(start, start + CLASSIC_SEEDS_TRIED):
+        outcome = run_classic(parse_classic_replay({**replay, "seed": seed}))
+        rounds = len(outcome.rounds)
+        if not outcome.state.over:
+            continue
+        if rounds <= CLASSIC_MOST_ROUNDS:
+            return seed
+        if fewest is None or rounds < fewest:
+            quickest, fewest = seed, rounds
+    return quickest
+
+
 def write_config(
-    folder: Path, names: tuple[str, ...], receiver: int, sink: int, ruleset: str = "postal"
+    folder: Path,
+    names: tuple[str, ...],
+    receiver: int,
+    sink: int,
+    ruleset: str = "postal",
+    seed: int = 1,
 ) -> Path:
-    first = datetime.now(UTC) + timedelta(seconds=FIRST_DEADLINE_S)
-    rules = CLASSIC_OPTIONS if ruleset == "classic" else "double_from_round = 4\n"
-    length = CLASSIC_ROUND_LENGTH_S if ruleset == "classic" else ROUND_LENGTH_S
-    players = "\n".join(
-        f'  {{ name = "{n}", email = "{n}@demo.example", key = "demo-key-{n}" }},' for n in names
+    # the first deadline has passed when the last seat is taken: round 1's deadline is then
+    # one round length after the start (start_in's shift_late_start)
+    first = datetime.now(UTC)
+    rules = (
+        CLASSIC_OPTIONS + f"seed = {classic_seed(names, seed)}\n"
+        if ruleset == "classic"
+        else "double_from_round = 4\n"
     )
+    length = CLASSIC_ROUND_LENGTH_S if ruleset == "classic" else ROUND_LENGTH_S
     text = f"""# Written by snl-pbem demo.
 timezone = "UTC"
 log_level = "warning"
@@ -132,9 +196,10 @@ board = {BOARD}
 first_deadline = "{first.isoformat(timespec="seconds")}"
 round_length = "{length}s"
 {rules}reveal_after_game = true
-players = [
-{players}
-]
+signup = "open"
+min_players = {len(names)}
+max_players = {len(names)}
+starts = "when_full"
 """
     path = folder / "config.toml"
     path.write_text(text)
@@ -147,6 +212,8 @@ class Bot:
     name: str
     style: str  # "careful", "repeater" (repeats a die once), "silent" (never writes)
     rng: random.Random
+    key: str = ""
+    """The order key, as the bot's welcome mail gave it."""
     used: list[int] = field(default_factory=list)
     repeated: bool = False
 
@@ -154,9 +221,9 @@ class Bot:
         if self.style == "silent":
             return None
         if self.style == "roller":  # the classic game: "I am here" (C12)
-            return f"GAME demo\r\nKEY demo-key-{self.name}\r\nROLL\r\n"
+            return f"GAME demo\r\nKEY {self.key}\r\nROLL\r\n"
         if self.style == "chooser":  # the classic game: dice are refused (C12)
-            return f"GAME demo\r\nKEY demo-key-{self.name}\r\nDICE 6\r\n"
+            return f"GAME demo\r\nKEY {self.key}\r\nDICE 6\r\n"
         in_set = used_in_set(self.used)
         if self.style == "repeater" and not self.repeated and in_set:
             self.repeated = True
@@ -169,7 +236,7 @@ class Bot:
             "Hi referee,",
             "",
             "GAME demo",
-            f"KEY demo-key-{self.name}",
+            f"KEY {self.key}",
             f"ROUND {number}",
             "DICE " + " ".join(map(str, dice)),
         ]
@@ -200,22 +267,21 @@ def run_demo(
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
-    names = NAMES[: max(2, min(players, len(NAMES)))]
+    names = NAMES[: max(2, min(players, MOST_PLAYERS))]
+    late = NAMES[len(names)]  # joins once the game is full: the standby list
     rng = random.Random(seed)
     receiver_port, sink_port = free_port(), free_port()
-    config_path = write_config(folder, names, receiver_port, sink_port, ruleset)
+    config_path = write_config(folder, names, receiver_port, sink_port, ruleset, seed)
     configure_logging("warning")
     mailboxes = Mailboxes(folder / "mail")
     sink = Controller(mailboxes, hostname="127.0.0.1", port=sink_port)
     sink.start()
-
 
     config = load_config(config_path)
     db = Database(config.database_url)
     upgrade(db)
 
     sync_games(db, config, datetime.now(UTC))
-    start_game(db, config, "demo", datetime.now(UTC))
     last = config.game("demo").board.last
 
     closes: list[CloseOutcome] = []
@@ -245,10 +311,13 @@ def run_demo(
         + cast,
         file=out,
     )
-    started = time.monotonic()
+    mail = Mail(folder / "mail", receiver_port)
     seen_closes = 0
     sent_for = 0
+    late_done = False
     try:
+        _sign_up(mail, bots, db, out)
+        started = time.monotonic()
         while time.monotonic() - started < patience:
             while seen_closes < len(closes):  # first learn what the referee played
                 outcome = closes[seen_closes]
@@ -264,6 +333,9 @@ def run_demo(
             if game.round is not None and game.round != sent_for and game.round == seen_closes + 1:
                 _send_orders(bots, game.round, game.round_turns or 1, last, receiver_port, rng)
                 sent_for = game.round
+            if not late_done:  # round 1's orders are in: now one more asks to join
+                _late_join(mail, late, names[1], out)
+                late_done = True
             time.sleep(0.2)
         while seen_closes < len(closes):
             (_progress_classic if classic else _progress)(closes[seen_closes], last, out)
@@ -271,6 +343,9 @@ def run_demo(
         _wait_for_mail(
             lambda: sum(1 for _ in (folder / "mail").rglob("*game-over*.eml")), len(names), 15
         )
+    except DemoError as exc:
+        print(f"The demo stopped: {exc}.", file=out)
+        return 1
     finally:
         server.stop_event.set()
         runner.join(30)
@@ -300,6 +375,123 @@ def run_demo(
         file=out,
     )
     return 0
+
+
+class DemoError(Exception):
+    """A step that did not happen (the message says which): the demo stops."""
+
+
+@dataclass
+class Mail:
+    """The bots' mail client: it sends to the game address and reads their mailbox folders
+    (the sink's DIR/mail/<name>/), each message once."""
+
+    root: Path
+    port: int
+    read: set[Path] = field(default_factory=set)
+
+    def send(self, who: str, body: str) -> None:
+        raw = (
+            f"From: {who.title()} <{who}@demo.example>\r\nTo: {ADDRESS}\r\nSubject: demo\r\n"
+            f"Message-ID: {make_msgid(who, 'demo.example')}\r\n"
+            "Content-Type: text/plain; charset=utf-8\r\n\r\n" + body + "\r\n"
+        )
+        with smtplib.SMTP("127.0.0.1", self.port, timeout=30) as client:
+            client.sendmail(f"{who}@demo.example", [ADDRESS], raw.encode())
+
+    def wait(self, who: str, subject: str, seconds: float = MAIL_WAIT_S) -> str:
+        """The text of the next unread message to ``who`` whose subject holds ``subject``."""
+        box = self.root / who
+        deadline = time.monotonic() + seconds
+        while True:
+            for path in sorted(box.glob("*.eml")) if box.is_dir() else []:
+                if path in self.read:
+                    continue
+                message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+                if subject.lower() in str(message["Subject"]).lower():
+                    self.read.add(path)
+                    body = message.get_body(("plain",))
+                    return str(body.get_content()) if body is not None else ""
+            if time.monotonic() > deadline:
+                raise DemoError(f"no mail {subject!r} came to {who} within {seconds:.0f}s")
+            time.sleep(0.05)
+
+
+def _code(text: str) -> str:
+    found = re.search(r"^CONFIRM (\S+)", text, re.MULTILINE)
+    if found is None:
+        raise DemoError("a code mail holds no CONFIRM line")
+    return found.group(1)
+
+
+def _first_line(text: str) -> str:
+    """The first line of an answer after its greeting."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if not line.startswith("Hello")), "")
+
+
+def _sign_up(mail: Mail, bots: list[Bot], db: Database, out: TextIO) -> None:
+    """LIST, then each bot JOINs, reads its code and CONFIRMs it; the last seat starts
+    the game; each bot reads its order key from its welcome mail."""
+    seats, first = len(bots), bots[0].name
+    width = max(len(bot.name) for bot in bots)
+    print(
+        f"Sign-up by email (the config lists no players; {seats} seats, the game starts "
+        "when full):",
+        file=out,
+    )
+    mail.send(first, "LIST")
+    listing = mail.wait(first, "the games on this server")
+    forming = re.search(r"^\s*(Forming: .*)$", listing, re.MULTILINE)
+    if forming is None:
+        raise DemoError("the LIST answer shows no game forming")
+    print(f'  {first} sends LIST; the answer shows "demo ... {forming.group(1)}"', file=out)
+    for bot in bots:
+        mail.send(bot.name, f"JOIN demo {bot.name}")
+    print(
+        f"  {', '.join(bot.name for bot in bots)} each send JOIN demo <name>, and each gets a "
+        "code by mail",
+        file=out,
+    )
+    for number, bot in enumerate(bots, 1):
+        code = _code(mail.wait(bot.name, "Your confirmation code"))
+        mail.send(bot.name, f"CONFIRM {code}")
+        answer = mail.wait(bot.name, "You have a seat")
+        full = number == seats
+        if full != ("has started" in answer):
+            raise DemoError(f"seat {number} of {seats} {'did not start' if full else 'started'}"
+                            " the game")
+        print(
+            f"  {bot.name:<{width}} replies CONFIRM {code}: seat {number}/{seats}"
+            + (" - game full: started" if full else ""),
+            file=out,
+        )
+    for bot in bots:
+        welcome = mail.wait(bot.name, "your order key")
+        key = re.search(r"^KEY (\S+)", welcome, re.MULTILINE)
+        if key is None:
+            raise DemoError(f"{bot.name}'s welcome mail holds no KEY line")
+        bot.key = key.group(1)
+    [game] = status(db, "demo")
+    due = (game.deadline - datetime.now(UTC)).total_seconds() if game.deadline else 0.0
+    print(
+        f"  each reads their order key in their welcome mail; round 1's deadline is in "
+        f"{max(due, 0):.0f}s",
+        file=out,
+    )
+
+
+def _late_join(mail: Mail, late: str, taken: str, out: TextIO) -> None:
+    """One more asks for a name already taken, then joins as themselves: standby."""
+    mail.send(late, f"JOIN demo {taken}")
+    print(f'  {late} sends JOIN demo {taken}: "{_first_line(mail.wait(late, "request"))}"',
+          file=out)
+    mail.send(late, f"JOIN demo {late}")
+    code = _code(mail.wait(late, "Your confirmation code"))
+    mail.send(late, f"CONFIRM {code}")
+    mail.wait(late, "standby list")
+    print(f"  {late} joins as {late}, replies CONFIRM {code}: the game is full, so "
+          f"{late} is on the standby list\n", file=out)
 
 
 def _send_orders(

@@ -102,7 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to put the database and the mail (default: a new temporary folder)",
     )
     demo.add_argument("--players", type=int, default=4, help="2 to 8 (default 4)")
-    demo.add_argument("--seed", type=int, default=1, help="vary the players' choices")
+    demo.add_argument(
+        "--seed", type=int, default=1, help="vary the players' choices (classic: the dice too)"
+    )
     demo.add_argument(
         "--ruleset",
         choices=["postal", "classic"],

@@ -25,6 +25,7 @@ from typing import Any
 
 from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import IngestResult, process_pending
+from snl_pbem.app.membership_mail import STARTED
 from snl_pbem.app.outbox import drain_parallel
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
@@ -260,6 +261,8 @@ class Server:
     def _after_ingest(self, result: IngestResult | None) -> None:
         self._kick.set()  # a reply may be waiting
         if result is not None and result.status == InboundStatus.PROCESSED:
+            if STARTED in result.detail:  # a sign-up filled a game: plan its round 1 now
+                self.rounds.rebuild()
             for game in self.config.games:
                 if game.settings.close_when_all_in:
                     self.rounds.check_all_in(game.id)

@@ -231,7 +231,9 @@ def test_join_is_confirmed_from_the_address_and_the_game_starts_when_full(db, li
     assert count(db, Player, Player.name == "Xavier Lee") == 1
     assert m.join("x2@example.net", "open4", "Yo") == "processed: joined open4 as Yo: seated"
     assert game_state(db, "open4") == "new"
-    assert m.join("x3@example.net", "open4", "Zed") == "processed: joined open4 as Zed: seated"
+    assert m.join("x3@example.net", "open4", "Zed") == (
+        "processed: joined open4 as Zed: seated; the game started"
+    )
     assert game_state(db, "open4") == "running"
     welcomes = mail_to(db, "x1@example.net", "welcome")
     assert len(welcomes) == 1 and "Your order key" in welcomes[0]

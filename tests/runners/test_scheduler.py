@@ -244,3 +244,54 @@ def test_a_close_that_fails_is_retried_and_leaves_nothing_half_done(tmp_path) ->
         blocker.close()
         scheduler.shutdown(wait=False)
         locked.dispose()
+
+
+def test_a_game_filled_by_mail_has_round_1_planned_at_once(tmp_path) -> None:
+    """A CONFIRM that fills a game with starts = "when_full" starts it in the intake's
+    transaction; serve plans round 1's close right then, not at its next rescan (up to
+    RESCAN_SECONDS later: a demo's round lasts a few seconds)."""
+    from snl_pbem.runners.server import Server
+
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    path = tmp_path / "c.toml"
+    path.write_text(
+        f'timezone = "UTC"\n[database]\nurl = "{db.url}"\n[mail]\n'
+        'address = "snl@example.org"\nreferee = "ref@example.org"\n[[games]]\nid = "full2"\n'
+        'board = "standard"\nfirst_deadline = "2029-12-01T12:00"\nround_length = "1h"\n'
+        'signup = "open"\nmax_players = 2\nstarts = "when_full"\n'
+    )
+    config = load_config(path)
+    sync_games(db, config, T0)
+    server = Server(path, clock=Clock())
+    server.config, server.db = config, db
+    server.rounds = RoundScheduler(db, config, clock=Clock(), scheduler=make_scheduler())
+    server.rounds.rebuild()
+
+    def mail(who: str, body: str) -> str:
+        raw = (f"From: {who}@example.net\r\nSubject: hi\r\nMessage-ID: <{who}{len(body)}"
+               f"{body[:4]}@x.net>\r\n\r\n{body}\r\n").encode()
+        result = ingest(db, config, raw, T0, "t")
+        server._after_ingest(result)
+        return result.detail
+
+    def code(who: str) -> str:
+        with db.transaction() as s:
+            text = s.scalars(select(OutboxMessage.message).where(
+                OutboxMessage.recipient == f"{who}@example.net", OutboxMessage.kind == "code"
+            )).one().decode()
+        return text.split("CONFIRM ")[1].split()[0]
+
+    def planned() -> list[tuple[str, object]]:
+        return [(j.id, j.trigger.run_date) for j in server.rounds.scheduler.get_jobs()
+                if j.id.startswith("close:")]
+
+    for who in ("xa", "xb"):
+        assert mail(who, f"JOIN full2 {who}") == "join: code sent"
+    assert mail("xa", f"CONFIRM {code('xa')}") == "joined full2 as xa: seated"
+    assert planned() == []
+    assert mail("xb", f"CONFIRM {code('xb')}") == (
+        "joined full2 as xb: seated; the game started"
+    )
+    # the first deadline (T0) had come: round 1 is one round length after the start
+    assert planned() == [("close:full2:1", T0 + timedelta(hours=1))]

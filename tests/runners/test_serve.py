@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import email
+import email.policy
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 from imapclient import IMAPClient
 from mailhelpers import server_mail_config
+from sqlalchemy import select
 
 ROOT = Path(__file__).parents[2]
 SNL = str(Path(sys.executable).with_name("snl-pbem"))
@@ -238,15 +241,70 @@ def test_referee_commands_while_the_server_runs(tmp_path: Path, dovecot, smtp_si
             server.kill()
 
 
+def _demo_signed_up_by_mail(folder: Path, text: str, round_length: int) -> None:
+    """The demo's game took its players by mail (3 bots; dee joins once it is full):
+    LIST, JOIN, a code each by mail, CONFIRM from the same address, the third seat starts
+    the game, each key comes in the welcome, round 1's deadline one round after the
+    start; dee asks for a taken name (told so), then joins: standby."""
+    from snl_pbem.store import Database, Game, InboundMessage, Player, Round, Signup
+
+    config = (folder / "config.toml").read_text()
+    assert 'signup = "open"' in config and "players = [" not in config
+    assert "ann sends LIST" in text and "Forming: 0 players of 3" in text
+    assert "seat 3/3 - game full: started" in text
+    assert "dee sends JOIN demo bob: \"The name 'bob' is taken in demo: choose another.\"" in text
+    assert "dee is on the standby list" in text
+    assert text.index("standby list") < text.index("Round 1 closed")
+    mail = folder / "mail"
+
+    def bodies(who: str, subject: str) -> list[str]:
+        found = []
+        for path in sorted((mail / who).glob("*.eml")):
+            message = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+            if subject in str(message["Subject"]):
+                found.append(message.get_body(("plain",)).get_content().replace("\r\n", "\n"))
+        return found
+
+    db = Database(f"sqlite:///{folder / 'demo.db'}")
+    try:
+        with db.transaction() as s:
+            inbound = [row.error or "" for row in s.scalars(select(InboundMessage))]
+            signups = {row.name: row.state for row in s.scalars(select(Signup))}
+            players = {row.name: row.order_key_source for row in s.scalars(select(Player))}
+            game = s.scalars(select(Game)).one()
+            first = s.scalars(select(Round).where(Round.number == 1)).one()
+            started, deadline = game.started_at, first.deadline
+    finally:
+        db.dispose()
+    for who in ("ann", "bob", "cy"):
+        [code] = bodies(who, "Your confirmation code")
+        assert f'asked to join Demo game as\n"{who}"' in code
+        assert "You have a seat" in bodies(who, "You have a seat")[0]
+        [welcome] = bodies(who, "your order key")
+        assert re.search(r"^KEY \S+", welcome, re.MULTILINE), who
+    assert "has started" in bodies("cy", "You have a seat")[0]  # the last seat
+    assert bodies("dee", "About your request") and bodies("dee", "Your confirmation code")
+    assert bodies("dee", "You are on the standby list") and not bodies("dee", "order key")
+    assert signups == {"ann": "seated", "bob": "seated", "cy": "seated", "dee": "standby"}
+    assert players == dict.fromkeys(("ann", "bob", "cy"), "generated")  # keys by mail only
+    assert "joined demo as cy: seated; the game started" in inbound
+    assert "joined demo as dee: standby" in inbound
+    assert sum(d == "join: code sent" for d in inbound) == 4 and "list sent" in inbound
+    # round 1 has (nearly: the schedule's shift is whole seconds) a round after the start
+    assert round_length - 1 < (deadline - started).total_seconds() <= round_length
+
+
 @pytest.mark.slow
 def test_demo_plays_a_whole_game(tmp_path: Path) -> None:
-    from snl_pbem.cli.demo import run_demo
+    """Players sign up by mail, then the game plays to its end through serve."""
+    from snl_pbem.cli.demo import ROUND_LENGTH_S, run_demo
 
     out = tmp_path / "demo.txt"
     with out.open("w") as stream:
         assert run_demo(tmp_path / "demo", players=3, seed=5, out=stream) == 0
     text = out.read_text()
     assert "Round 1 closed" in text and "Game over after" in text
+    _demo_signed_up_by_mail(tmp_path / "demo", text, ROUND_LENGTH_S)
     mail = tmp_path / "demo" / "mail"
     for who in ("ann", "bob", "cy", "referee"):
         files = sorted((mail / who).glob("*.eml"))
@@ -259,8 +317,9 @@ def test_demo_plays_a_whole_game(tmp_path: Path) -> None:
 def test_demo_plays_a_whole_classic_game_through_serve(tmp_path: Path) -> None:
     """Issue 14: a whole classic game by email (RULES-CLASSIC.md) through the real server:
     finish = "all", bump and roll-again on; the server throws (C11), one bot sends dice
-    and is told why not (C12), one never writes."""
-    from snl_pbem.cli.demo import run_demo
+    and is told why not (C12), one never writes. The players sign up by mail first; the
+    seed the demo picks ends the game within CLASSIC_MOST_ROUNDS rounds."""
+    from snl_pbem.cli.demo import CLASSIC_MOST_ROUNDS, CLASSIC_ROUND_LENGTH_S, run_demo
 
     out = tmp_path / "demo.txt"
     with out.open("w") as stream:
@@ -268,6 +327,9 @@ def test_demo_plays_a_whole_classic_game_through_serve(tmp_path: Path) -> None:
     text = out.read_text()
     assert "Round 1 closed: " in text and " threw " in text
     assert "the finishing order is" in text
+    rounds = int(re.search(r"Game over after (\d+) rounds", text).group(1))
+    assert rounds <= CLASSIC_MOST_ROUNDS
+    _demo_signed_up_by_mail(tmp_path / "demo", text, CLASSIC_ROUND_LENGTH_S)
     mail = tmp_path / "demo" / "mail"
     for who in ("ann", "bob", "cy"):
         assert any("game-over" in f.name for f in (mail / who).glob("*.eml")), who
