@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import (
     audit,
+    game_by_id,
     game_time,
     open_round,
     ruleset_of,
@@ -1005,6 +1007,68 @@ def seat_lines(session: Session, game: Game, now: datetime) -> list[str]:
     if waiting:
         lines.append("waiting for your approval: " + ", ".join(s.name for s in waiting))
     return lines
+
+
+# -- the referee's command line -----------------------------------------------------------
+
+
+def in_game(
+    db: Database,
+    config: Config,
+    game_id: str,
+    now: datetime,
+    action: Callable[[Session, Config, Game, datetime], str],
+) -> str:
+    """Run a session-level action (``replace_seat``, ``approve_signup``...) in a transaction
+    of its own, the game row locked; its line of what it did."""
+    with db.transaction() as session:
+        game = game_by_id(session, game_id, lock=True)
+        return action(session, config, game, now)
+
+
+@dataclass(frozen=True)
+class SeatRow:
+    name: str
+    email: str
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Seats:
+    """Who plays a game, for ``snl-pbem seats``."""
+
+    game: str
+    state: str
+    players: tuple[SeatRow, ...]
+    waiting: tuple[tuple[str, str], ...]
+    standby: tuple[tuple[str, str], ...]
+    observers: int
+
+
+def seats_of(db: Database, game_id: str, now: datetime) -> Seats:
+    with db.transaction() as session:
+        game = game_by_id(session, game_id)
+        rows = []
+        for player in session.scalars(
+            select(Player).where(Player.game_id == game.id).order_by(Player.id)
+        ):
+            notes = [f"by {player.managed_by}"]
+            if player.resigned_at is not None:
+                notes.append(f"resigned {game_time(game, player.resigned_at)}")
+            elif not player.active:
+                notes.append("not in the config")
+            if is_absent(player, now):
+                assert player.absent_until is not None
+                notes.append(f"absent until {game_time(game, player.absent_until)}")
+            rows.append(SeatRow(player.name, player.email, tuple(notes)))
+        return Seats(
+            game.name,
+            game.state,
+            tuple(rows),
+            tuple((s.name, s.email) for s in signups(session, game, SignupState.WAITING)),
+            tuple((s.name, s.email) for s in signups(session, game, SignupState.STANDBY)),
+            len(observers(session, game)),
+        )
 
 
 # -- mail ------------------------------------------------------------------------------

@@ -8,20 +8,14 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import select
-
-from snl_pbem.app.games import game_by_id, game_time
 from snl_pbem.app.membership import (
     approve_signup,
-    observers,
+    in_game,
     refuse_signup,
     replace_seat,
-    signups,
+    seats_of,
 )
 from snl_pbem.cli.referee import _config, _database, _run
-from snl_pbem.config import Config
-from snl_pbem.store import Database, Player
-from snl_pbem.store.states import SignupState
 from snl_pbem.timeutil import utcnow
 
 ACTOR = "referee"
@@ -67,17 +61,11 @@ def _in_game(args: argparse.Namespace, action: Callable[..., str]) -> int:
     config = _config(args)
     db = _database(config)
     try:
-        line = _run(lambda: _locked(db, config, args.game, action))
+        line = _run(lambda: in_game(db, config, args.game, utcnow(), action))
     finally:
         db.dispose()
     print(line)
     return 0
-
-
-def _locked(db: Database, config: Config, game_id: str, action: Callable[..., str]) -> str:
-    with db.transaction() as session:
-        game = game_by_id(session, game_id, lock=True)
-        return action(session, config, game, utcnow())
 
 
 def cmd_replace(args: argparse.Namespace) -> int:
@@ -105,32 +93,16 @@ def cmd_seats(args: argparse.Namespace) -> int:
     config = _config(args)
     db = _database(config)
     try:
-        with db.transaction() as session:
-            game = _run(lambda: game_by_id(session, args.game))
-            now = utcnow()
-            print(f"{game.name} ({game.state})")
-            for player in session.scalars(
-                select(Player).where(Player.game_id == game.id).order_by(Player.id)
-            ):
-                notes = [f"by {player.managed_by}"]
-                if player.resigned_at is not None:
-                    notes.append(f"resigned {game_time(game, player.resigned_at)}")
-                elif not player.active:
-                    notes.append("not in the config")
-                if player.absent_until is not None and player.absent_until > now:
-                    notes.append(f"absent until {game_time(game, player.absent_until)}")
-                print(f"  {player.name:<20} {player.email:<32} {', '.join(notes)}")
-            for state, title in (
-                (SignupState.WAITING, "waiting for approval"),
-                (SignupState.STANDBY, "standby"),
-            ):
-                rows = signups(session, game, state)
-                if rows:
-                    print(f"{title}:")
-                    for row in rows:
-                        print(f"  {row.name:<20} {row.email}")
-            watching = observers(session, game)
-            print(f"observers: {len(watching)}")
+        seats = _run(lambda: seats_of(db, args.game, utcnow()))
     finally:
         db.dispose()
+    print(f"{seats.game} ({seats.state})")
+    for row in seats.players:
+        print(f"  {row.name:<20} {row.email:<32} {', '.join(row.notes)}")
+    for title, rows in (("waiting for approval", seats.waiting), ("standby", seats.standby)):
+        if rows:
+            print(f"{title}:")
+            for name, email in rows:
+                print(f"  {name:<20} {email}")
+    print(f"observers: {seats.observers}")
     return 0

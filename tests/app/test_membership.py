@@ -691,7 +691,9 @@ def test_the_classic_game_takes_sign_ups_too(db, life) -> None:
     m.send("x@example.net", "LIST")
     assert "cl\r\n  classic rules" in m.last("x@example.net", "list")
     m.join("x1@example.net", "cl", "Xavier")
-    assert m.join("x2@example.net", "cl", "Yo") == "processed: joined cl as Yo: seated"
+    assert m.join("x2@example.net", "cl", "Yo") == (
+        "processed: joined cl as Yo: seated; the game started"
+    )
     assert game_state(db, "cl") == "running"
     (welcome,) = mail_to(db, "x2@example.net", "welcome")
     assert "ROLL" in welcome  # the classic game's welcome: the server throws
