@@ -292,10 +292,14 @@ def _sync_players(
     report: SyncReport,
     actor: str,
 ) -> None:
-    existing = {p.name: p for p in session.scalars(select(Player).where(Player.game_id == game.id))}
-    wanted = {p.name: p for p in config.settings.players}
-    for name, spec in wanted.items():
-        player = existing.get(name)
+    # by name, whatever its case: a config's "Xavier" is the one who joined as "xavier"
+    existing = {
+        p.name.lower(): p for p in session.scalars(select(Player).where(Player.game_id == game.id))
+    }
+    wanted = {p.name.lower(): p for p in config.settings.players}
+    for spec in wanted.values():
+        name = spec.name
+        player = existing.get(name.lower())
         if player is None:
             if game.state != GamePhase.NEW:
                 report.add(
@@ -316,8 +320,18 @@ def _sync_players(
             report.add(f"{game.name}: player {name} added")
             audit(session, now, actor, "player-added", game, player=name)
             continue
-        if player.managed_by != "config":
-            continue  # joined, resigned, replaced or moved by mail: the config no longer rules it
+        if player.managed_by != "config":  # joined, resigned, replaced or moved by mail
+            differs = player.email.lower() != spec.email.lower() or (
+                spec.key is not None
+                and hash_key(spec.key, game.order_key_salt) != player.order_key_hash
+            )
+            if differs or player.name != name:
+                report.add(
+                    f"{game.name}: player {player.name} is managed by mail now (joined, moved, "
+                    "resigned or replaced since): the config's address and key for them are "
+                    "not applied (snl-pbem replace gives a seat to another address)"
+                )
+            continue
         if not player.active:
             player.active = True
             report.add(f"{game.name}: player {name} is back in the config")
@@ -330,8 +344,9 @@ def _sync_players(
             player.order_key_source = "config"
             report.add(f"{game.name}: player {name}'s key changed in the config")
             audit(session, now, actor, "player-key", game, player=name)
-    for name, player in existing.items():
-        if name in wanted or not player.active or player.managed_by != "config":
+    for lowered, player in existing.items():
+        name = player.name
+        if lowered in wanted or not player.active or player.managed_by != "config":
             continue  # a player who joined by mail is not in the config's table
         history = session.scalar(
             select(

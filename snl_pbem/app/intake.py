@@ -451,11 +451,20 @@ def _process(
 
 
 def _dispatch(ctx: Context) -> tuple[str, str]:
-    session, mail, commands = ctx.session, ctx.mail, ctx.commands
+    commands = ctx.commands
     if commands.order_key is None:  # LIST, JOIN, CONFIRM, OBSERVE, UNOBSERVE: no key needed
         handled = membership_mail.handle_open(ctx)
         if handled is not None:
-            return handled
+            if not (commands.has_orders or commands.clear or commands.status):
+                return handled
+            # orders without a key as well: they get the usual answer (no key, not applied)
+            status, detail = _dispatch_game(ctx)
+            return status, f"{handled[1]}; {detail}"
+    return _dispatch_game(ctx)
+
+
+def _dispatch_game(ctx: Context) -> tuple[str, str]:
+    session, mail, commands = ctx.session, ctx.mail, ctx.commands
     game = _find_game(session, commands, mail.sender)
     if game is None:
         if commands.help and commands.order_key is None:

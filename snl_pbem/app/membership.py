@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -40,17 +41,18 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, GameConfig, address_problem
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.keys import ALPHABET, generate_key, hash_key
-from snl_pbem.store import Confirmation, Database, Game, Observer, Player, Signup
+from snl_pbem.store import AuditEntry, Confirmation, Database, Game, Observer, Player, Signup
 from snl_pbem.store.states import GamePhase, MailKind, ManagedBy, Purpose, SignupState
 
 log = logging.getLogger("snl_pbem.membership")
 
 CODE_LIFETIME = timedelta(days=3)
-MAX_WRONG_CODES = 20
-"""Wrong codes from an address before its open confirmations are void. A code has about
-39 bits, so guessing is hopeless either way (mail from one address is capped at a few
-hundred a day); voiding after many bounds it outright, and is high enough that a forger
-sending wrong codes in someone's name does not easily void theirs."""
+MAX_WRONG_CODES = 100
+"""Wrong codes from an address (one counted per message) before its open confirmations
+are void. A code has about 39 bits, so guessing is hopeless either way (mail stored from
+one address is capped at a few hundred a day); voiding after many bounds it outright, and
+is high enough that a forger sending wrong codes in someone's name cannot easily void
+theirs."""
 MAX_UNCONFIRMED_PER_GAME = 20
 """Sign-ups of one game waiting for their code at once, at most (a JOIN flood from many
 addresses fills this, not the outbox)."""
@@ -267,16 +269,28 @@ def join_refusal(
     problem = _address_taken(session, game, address) or _name_problem(session, game, name)
     if problem:
         return problem + "."
-    if unconfirmed_count(session, game, now) >= MAX_UNCONFIRMED_PER_GAME:
-        return (
-            f"Too many sign-ups for {game.name} are waiting for their confirmation code just "
-            "now. Try again in a day."
-        )
     return None
 
 
 def request_join(session: Session, game: Game, address: str, name: str, now: datetime) -> str:
-    """A code for ``address`` to confirm its sign-up (after ``join_refusal`` said None)."""
+    """A code for ``address`` to confirm its sign-up (after ``join_refusal`` said None).
+    Past MAX_UNCONFIRMED_PER_GAME unconfirmed sign-ups, the oldest is void: a flood of
+    sign-ups nobody confirms cannot shut the game to people who do (they confirm within
+    minutes, a flood's codes never)."""
+    surplus = unconfirmed_count(session, game, now) - MAX_UNCONFIRMED_PER_GAME + 1
+    if surplus > 0:
+        for oldest in session.scalars(
+            select(Confirmation)
+            .where(
+                Confirmation.game_id == game.id,
+                Confirmation.purpose == Purpose.JOIN,
+                Confirmation.used_at.is_(None),
+                Confirmation.expires_at > now,
+            )
+            .order_by(Confirmation.id)
+            .limit(surplus)
+        ):
+            oldest.expires_at = now
     return _ask(session, game, Purpose.JOIN, address, now, {"name": name})
 
 
@@ -299,6 +313,8 @@ def complete_join(
         raise LifecycleError(refusal + ".")
     if game.state == GamePhase.OVER:
         raise LifecycleError(f"{game.name} is over.")
+    if signup_mode(config, game) == "closed":  # closed since the code was sent
+        raise LifecycleError(f"{game.name} no longer takes sign-ups by mail: ask the referee.")
     approval = signup_mode(config, game) == "approval"
     signup = Signup(
         game_id=game.id,
@@ -318,7 +334,7 @@ def complete_join(
             f"{name} asks to join",
             f"{name} <{address}> asks to join {game.name}. Reply with APPROVE {game.name} "
             f"{name} or REFUSE {game.name} {name} (with your referee key), or run "
-            f"snl-pbem approve {game.name} '{name}'.",
+            f"snl-pbem approve {game.name} {shlex.quote(name)}.",
         )
         return JoinOutcome(SignupState.WAITING, name)
     return _place(session, config, game, signup, now, actor=address.lower(), via="mail")
@@ -365,18 +381,21 @@ def _place(
     return JoinOutcome(SignupState.STANDBY, signup.name)
 
 
-def _waiting_signup(session: Session, game: Game, name: str) -> Signup:
+def _waiting_signup(session: Session, game: Game, name: str, *states: str) -> Signup:
     found = session.scalar(
         select(Signup).where(
             Signup.game_id == game.id,
             func.lower(Signup.name) == name.lower(),
-            Signup.state == SignupState.WAITING,
+            Signup.state.in_(states or (SignupState.WAITING,)),
         )
     )
     if found is None:
-        waiting = [s.name for s in signups(session, game, SignupState.WAITING)]
+        waiting = [s.name for s in signups(session, game, *(states or (SignupState.WAITING,)))]
         also = f" (waiting: {', '.join(waiting)})" if waiting else " (none is waiting)"
-        raise NotFound(f"{game.name}: no sign-up named {name!r} waits for approval{also}")
+        where = (
+            "for approval" if set(states) <= {SignupState.WAITING} else "for approval or on standby"
+        )
+        raise NotFound(f"{game.name}: no sign-up named {name!r} waits {where}{also}")
     return found
 
 
@@ -420,7 +439,7 @@ def refuse_signup(
     actor: str,
     via: str | None,
 ) -> str:
-    signup = _waiting_signup(session, game, name)
+    signup = _waiting_signup(session, game, name, SignupState.WAITING, SignupState.STANDBY)
     signup.state, signup.decided_at, signup.decided_by = SignupState.REFUSED, now, actor
     audit(session, now, actor, "signup-refused", game, name=signup.name, via=via)
     _mail(
@@ -531,13 +550,17 @@ def resign(
     player: Player,
     now: datetime,
     named: str | None,
+    inbound_id: int | None = None,
 ) -> bool:
-    """RESIGN: the first message asks; a second one naming the game (``RESIGN spring26``)
-    within RESIGN_LIFETIME confirms. True when the player has now resigned."""
+    """RESIGN: the first message asks; a second one (``inbound_id``: another message)
+    naming the game (``RESIGN spring26``) within RESIGN_LIFETIME confirms. True when the
+    player has now resigned."""
     pending = [
         c
         for c in _open_confirmations(session, player.email, now, Purpose.RESIGN)
-        if c.game_id == game.id and c.payload.get("player_id") == player.id
+        if c.game_id == game.id
+        and c.payload.get("player_id") == player.id
+        and (inbound_id is None or c.payload.get("inbound") != inbound_id)
     ]
     if not pending or named != game.name:
         for earlier in pending:
@@ -548,7 +571,7 @@ def resign(
                 purpose=Purpose.RESIGN,
                 email=player.email.lower(),
                 code_hash=None,
-                payload={"player_id": player.id},
+                payload={"player_id": player.id, "inbound": inbound_id},
                 created_at=now,
                 expires_at=now + RESIGN_LIFETIME,
                 wrong=0,
@@ -557,6 +580,8 @@ def resign(
         return False
     for confirmation in pending:
         confirmation.used_at = now
+    if game.state == GamePhase.NEW:  # nothing played yet: the seat goes, not its history
+        return _leave_before_start(session, config, game, player, now)
     player.active, player.resigned_at = False, now
     player.order_key_hash, player.managed_by = None, ManagedBy.MAIL
     player.absent_until = None
@@ -566,25 +591,7 @@ def resign(
         "Their seat plays on by the no-orders default until you give it to someone: "
         f"REPLACE {game.name} {player.name} new@address (or snl-pbem replace)"
     )
-    if game.state == GamePhase.NEW:
-        how = "The game has not started: their seat is free again"
-        waiting = signups(session, game, SignupState.STANDBY)
-        if waiting:
-            placed = _place(session, config, game, waiting[0], now, actor="standby", via=None)
-            if placed.state == SignupState.SEATED:
-                how += f", and {placed.name} from the standby list has it"
-                _mail(
-                    session,
-                    config,
-                    game,
-                    waiting[0].email,
-                    now,
-                    "player/signup.txt.j2",
-                    name=placed.name,
-                    outcome=str(placed.state),
-                    started=placed.started,
-                )
-    elif game_config(config, game) is not None and _auto(config, game):
+    if _auto(config, game):
         how += "; with auto_replace the first on the standby list takes it at the next round"
     _tell_referee(
         session,
@@ -595,6 +602,55 @@ def resign(
         f"{player.name} <{player.email}> resigned from {game.name}"
         + (f" during round {round_.number}" if round_ is not None else "")
         + f". {how}.",
+    )
+    return True
+
+
+def resign_refusal(game: Game, player: Player) -> str | None:
+    """Why ``player`` cannot resign by mail (None: they may)."""
+    if game.state == GamePhase.NEW and player.managed_by == ManagedBy.CONFIG:
+        return (
+            "The referee listed you in the game's config: ask them to take you off before "
+            "the game starts."
+        )
+    return None
+
+
+def _leave_before_start(
+    session: Session, config: Config, game: Game, player: Player, now: datetime
+) -> bool:
+    """A joiner gives up their seat before the start: the seat is gone (nothing was played
+    on it), and the first on the standby list takes the free place."""
+    for signup in session.scalars(select(Signup).where(Signup.player_id == player.id)):
+        signup.state, signup.decided_at, signup.player_id = SignupState.WITHDRAWN, now, None
+    name, address = player.name, player.email
+    session.delete(player)
+    session.flush()
+    audit(session, now, address.lower(), "resign", game, player=name, via="mail")
+    how = "The game has not started: their seat is free again"
+    waiting = signups(session, game, SignupState.STANDBY)
+    if waiting:
+        placed = _place(session, config, game, waiting[0], now, actor="standby", via=None)
+        if placed.state == SignupState.SEATED:
+            how += f", and {placed.name} from the standby list has it"
+            _mail(
+                session,
+                config,
+                game,
+                waiting[0].email,
+                now,
+                "player/signup.txt.j2",
+                name=placed.name,
+                outcome=str(placed.state),
+                started=placed.started,
+            )
+    _tell_referee(
+        session,
+        config,
+        game,
+        now,
+        f"{name} resigned",
+        f"{name} <{address}> left {game.name}. {how}.",
     )
     return True
 
@@ -701,20 +757,43 @@ def fill_resigned_seats(session: Session, config: Config, game: Game, now: datet
         .where(Player.game_id == game.id, Player.resigned_at.is_not(None), ~Player.active)
         .order_by(Player.resigned_at, Player.id)
     ).all()
-    line = signups(session, game, SignupState.STANDBY)
-    for player, signup in zip(resigned, line, strict=False):
-        done.append(
-            replace_seat(
-                session,
-                config,
-                game,
-                player.name,
-                signup.email,
-                now,
-                actor="auto-replace",
-                via=None,
-            )
-        )
+    line = iter(signups(session, game, SignupState.STANDBY))
+    for player in resigned:
+        signup = next(line, None)
+        while signup is not None:
+            try:  # a savepoint each: a standby that cannot take the seat is passed over
+                with session.begin_nested():
+                    done.append(
+                        replace_seat(
+                            session,
+                            config,
+                            game,
+                            player.name,
+                            signup.email,
+                            now,
+                            actor="auto-replace",
+                            via=None,
+                        )
+                    )
+                break
+            except (LifecycleError, NotFound) as exc:
+                signup.state, signup.decided_at, signup.decided_by = (
+                    SignupState.REFUSED,
+                    now,
+                    "auto-replace",
+                )
+                _tell_referee(
+                    session,
+                    config,
+                    game,
+                    now,
+                    f"{signup.name} could not take a seat",
+                    f"auto_replace: {signup.name} <{signup.email}> on the standby list could "
+                    f"not take {player.name}'s seat ({exc}); taken off the standby list.",
+                )
+                signup = next(line, None)
+        if signup is None:
+            break
         _tell_referee(
             session,
             config,
@@ -805,6 +884,32 @@ def is_absent(player: Player, when: datetime) -> bool:
     return player.absent_until is not None and player.absent_until > when
 
 
+NEW_KEY_AFTER_MOVE = timedelta(days=3)
+NEW_KEYS_PER_DAY = 3
+
+
+def new_key_refusal(session: Session, game: Game, player: Player, now: datetime) -> str | None:
+    """Why NEW KEY is not done now. Not within NEW_KEY_AFTER_MOVE of an address move: the
+    old address was told of the move, and its owner's key still works to move it back, so
+    whoever holds a stolen key cannot also lock the owner out at once."""
+    recent = session.scalars(
+        select(AuditEntry.action).where(
+            AuditEntry.game_id == game.id,
+            AuditEntry.action.in_(("address", "new-key")),
+            AuditEntry.at > now - NEW_KEY_AFTER_MOVE,
+            AuditEntry.detail["player"].as_string() == player.name,
+        )
+    ).all()
+    if "address" in recent:
+        return (
+            f"Your address changed less than {NEW_KEY_AFTER_MOVE.days} days ago: a new key "
+            "can be asked for after that. Your key works as before."
+        )
+    if sum(1 for action in recent if action == "new-key") >= NEW_KEYS_PER_DAY:
+        return f"You asked for {NEW_KEYS_PER_DAY} new keys lately: ask the referee."
+    return None
+
+
 def new_key(session: Session, game: Game, player: Player, now: datetime) -> str:
     """NEW KEY: a fresh key (the old one stops at once); the caller mails it."""
     order_key = generate_key()
@@ -833,6 +938,15 @@ def address_refusal(
     )
     if other is not None:
         return "That address belongs to another player of this game."
+    waiting = session.scalar(
+        select(Signup.id).where(
+            Signup.game_id == game.id,
+            func.lower(Signup.email) == new,
+            Signup.state.in_((SignupState.WAITING, SignupState.STANDBY)),
+        )
+    )
+    if waiting is not None:
+        return "That address has signed up for this game."
     return None
 
 
@@ -861,6 +975,16 @@ def observing(session: Session, game: Game, address: str) -> Observer | None:
             Observer.game_id == game.id, func.lower(Observer.email) == address.lower()
         )
     )
+
+
+MAX_OBSERVERS_PER_GAME = 100
+"""Observers of one game, at most (each round's close mails each one)."""
+
+
+def observe_refusal(session: Session, game: Game) -> str | None:
+    if len(observers(session, game)) >= MAX_OBSERVERS_PER_GAME:
+        return f"{game.name} has as many observers as it can take; ask the referee."
+    return None
 
 
 def request_observe(session: Session, game: Game, address: str, now: datetime) -> str:

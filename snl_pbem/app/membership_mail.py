@@ -17,7 +17,8 @@ from datetime import datetime, time, timedelta
 from sqlalchemy import select
 
 from snl_pbem.app import membership
-from snl_pbem.app.replies import Context, guest_budget, redacted, reply, send, subject
+from snl_pbem.app.replies import Context, guest_budget, reply, send, subject
+from snl_pbem.config import address_problem
 from snl_pbem.errors import LifecycleError
 from snl_pbem.mail.commands import Action
 from snl_pbem.store import Game, Player
@@ -37,9 +38,10 @@ STARTED = "the game started"
 
 def usable_sender(ctx: Context) -> str | None:
     """The From address to answer and to bind codes to; None when it is not plainly one."""
-    if ctx.mail.sender is None or ctx.mail.sender_doubt:
-        return None
-    return ctx.mail.sender.lower()
+    sender = ctx.mail.sender
+    if sender is None or ctx.mail.sender_doubt or address_problem(sender):
+        return None  # not plainly one address the server can send to (and seat, later)
+    return sender.lower()
 
 
 def handle_open(ctx: Context) -> tuple[str, str] | None:
@@ -52,18 +54,45 @@ def handle_open(ctx: Context) -> tuple[str, str] | None:
     if address is None:
         log.info("inbound %d: %s from an unclear address: not done", ctx.row.id, actions[0].word)
         return InboundStatus.REJECTED, "sign-up commands from an unclear From address"
-    done = [_open_action(ctx, action, address, None) for action in actions]
+    done, touched = [], False
+    for action in actions:
+        if action.word == "LIST":
+            done.append(_open_action(ctx, action, address, None))
+        elif touched:  # one game per message: each locks its game (no two messages can
+            done.append(f"{action.word}: not done (one per message)")  # wait on each other)
+        else:
+            touched = True
+            done.append(_open_action(ctx, action, address, None))
     return InboundStatus.PROCESSED, "; ".join(done)
 
 
 def handle_keyed(ctx: Context, game: Game, player: Player) -> list[str]:
     """A player's life-cycle commands (their key is checked): each done and answered."""
-    done = []
+    done: list[str] = []
+    seen: set[str] = set()
     for action in ctx.commands.actions:
+        if not player.active:  # resigned (by this message): nothing more is done for them
+            break
+        if action.word in seen:
+            continue  # one of each per message (one NEW KEY, one RESIGN step...)
+        seen.add(action.word)
         if action.word in KEYED_WORDS:
             done.append(_keyed_action(ctx, game, player, action))
-        elif action.word in OPEN_WORDS and action.word != "CONFIRM":
+        elif action.word == "LIST":
             done.append(_open_action(ctx, action, player.email.lower(), player))
+        elif action.word in ("OBSERVE", "UNOBSERVE", "JOIN"):
+            target = action.args[0] if action.args else game.name
+            if target == game.name:  # the game this message's key locked: no other
+                done.append(_open_action(ctx, action, player.email.lower(), player))
+            else:
+                _player_reply(
+                    ctx,
+                    game,
+                    player,
+                    f"{action.word} {target} was not done: send it in a message of its own, "
+                    "without your GAME and KEY lines.",
+                )
+                done.append(f"{action.word} {target}: not done (another game)")
     return done
 
 
@@ -138,6 +167,10 @@ def _open_action(ctx: Context, action: Action, address: str, player: Player | No
         if current is not None and current.active:
             _guest_reply(ctx, game, address, f"You already follow {game.name}.")
             return "observe: already"
+        refusal = membership.observe_refusal(ctx.session, game)
+        if refusal is not None:
+            _guest_reply(ctx, game, address, refusal)
+            return "observe: refused (full)"
         return _send_code(ctx, game, address, Purpose.OBSERVE, "")
     # UNOBSERVE: answered only to an address that was observing (no backscatter)
     if membership.unobserve(ctx.session, game, address, ctx.now):
@@ -186,6 +219,7 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
         name=name,
         code=code,
         days=membership.CODE_LIFETIME.days,
+        secret=True,  # the code is stored only hashed: the sent copy is scrubbed too
     )
     return f"{purpose}: code sent"
 
@@ -252,7 +286,7 @@ def _guest_reply(
             name=None,
             message=message,
             next=next,
-            line_problems=redacted(ctx.commands.problems, ctx.commands.order_keys),
+            line_problems=[],  # never echo a stranger's lines to an address it named
         )
 
 
@@ -278,13 +312,19 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
         )
         return "history sent"
     if action.word == "NEW KEY":
+        refusal = membership.new_key_refusal(session, game, player, now)
+        if refusal is not None:
+            _player_reply(ctx, game, player, refusal)
+            return "new key refused"
         order_key = membership.new_key(session, game, player, now)
-        reply(
+        send(  # always sent (not held by the replies' budget): the old key has stopped
             ctx,
             game,
-            player,
+            player.email,
             MailKind.MEMBERSHIP,
             "player/new_key.txt.j2",
+            subject=subject(game, "Your new order key"),
+            player=player,
             order_key=order_key,
             secret=True,  # scrubbed once sent, like a welcome
         )
@@ -300,7 +340,11 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
                 "changed.",
             )
             return "resign: another game named"
-        if membership.resign(session, config, game, player, now, named):
+        refusal = membership.resign_refusal(game, player)
+        if refusal is not None:
+            _player_reply(ctx, game, player, refusal)
+            return "resign refused"
+        if membership.resign(session, config, game, player, now, named, ctx.row.id):
             _player_reply(
                 ctx,
                 game,
@@ -335,7 +379,7 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
     if refusal is not None:
         _player_reply(ctx, game, player, f"{refusal} Nothing changed.")
         return f"address refused: {refusal}"
-    if not guest_budget(ctx, new, MailKind.CODE):
+    if not guest_budget(ctx, new, MailKind.ADDRESS_CODE):
         _player_reply(ctx, game, player, f"Too many codes went to {new} today; try again tomorrow.")
         return "address: no code sent (budget)"
     code = membership.request_address(session, game, player, new, now)
@@ -343,12 +387,13 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
         ctx,
         game,
         new,
-        MailKind.CODE,
+        MailKind.ADDRESS_CODE,
         "player/code.txt.j2",
         purpose=Purpose.ADDRESS,
         name=player.name,
         code=code,
         days=membership.CODE_LIFETIME.days,
+        secret=True,
     )
     _player_reply(
         ctx,
@@ -364,6 +409,8 @@ def _absent_until(game: Game, args: tuple[str, ...]) -> datetime:
     """ABSENT UNTIL 2026-12-24 (the end of that day in the game's zone) or a time."""
     text = args[1].strip()
     tz = zone(game.timezone)
+    if not 2000 <= int(text[:4]) <= 2999:
+        raise ValueError(f"{text!r} is not a date to come (write it year first: 2026-12-24).")
     try:
         if len(text) == 10:
             day = datetime.fromisoformat(text).date()

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import ruleset_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.config import Config
+from snl_pbem.config import Config, address_problem
 from snl_pbem.mail.commands import Commands, LineProblem
 from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.ruleset import DEFAULT_RULESET
@@ -44,6 +44,7 @@ GUEST_KINDS = (
     MailKind.GUEST_HELP,
     MailKind.LIST,
     MailKind.CODE,
+    MailKind.ADDRESS_CODE,
     MailKind.GUEST_REPLY,
 )
 """Replies to mail without a valid key: their own, smaller budget (a forged flood from a
@@ -80,6 +81,7 @@ GUEST_LIMITS: dict[str, tuple[int, timedelta, int | None]] = {
     MailKind.GUEST_NOTICE: (GUEST_REPLIES_PER_ADDRESS_PER_HOUR, timedelta(hours=1), None),
     MailKind.LIST: (3, timedelta(days=1), 30),
     MailKind.CODE: (3, timedelta(days=1), 30),
+    MailKind.ADDRESS_CODE: (3, timedelta(days=1), None),
     MailKind.GUEST_REPLY: (5, timedelta(days=1), 60),
 }
 """Per kind of reply to unauthenticated mail: (per address, in this window, and for all
@@ -179,7 +181,7 @@ def verified_sender(ctx: Context) -> bool:
 def guest_help(ctx: Context, game: Game | None) -> None:
     """HELP from anyone, key or not: the help text to the sender (a few a day each)."""
     address = ctx.mail.sender
-    if address is None or ctx.mail.sender_doubt:
+    if address is None or ctx.mail.sender_doubt or address_problem(address):
         log.info("inbound %d: HELP from an unusable address: not answered", ctx.row.id)
         return
     if not guest_budget(ctx, address, MailKind.GUEST_HELP):

@@ -487,16 +487,22 @@ def close_due_rounds(
     in deadline order. A round opened by one of these closes gets a fresh deadline."""
     closed = []
     for game_id, number, _deadline in due_rounds(db, now):
-        outcome = close_with_backup(
-            db,
-            game_id,
-            now,
-            backups=backups,
-            backup_dir=backup_dir,
-            actor="catch-up",
-            expect_round=number,
-            config=config,
-        )
+        try:  # one game's failing close must not keep the others from closing
+            outcome = close_with_backup(
+                db,
+                game_id,
+                now,
+                backups=backups,
+                backup_dir=backup_dir,
+                actor="catch-up",
+                expect_round=number,
+                config=config,
+            )
+        except Exception as exc:
+            log.error(
+                "%s: closing round %d failed: %s: %s", game_id, number, type(exc).__name__, exc
+            )
+            continue
         if outcome is not None:
             closed.append(outcome)
     return closed

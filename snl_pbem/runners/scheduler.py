@@ -43,7 +43,6 @@ from snl_pbem.app.membership import start_due_games
 from snl_pbem.app.retention import purge_batch
 from snl_pbem.app.rounds import (
     CloseOutcome,
-    close_due_rounds,
     close_with_backup,
     due_rounds,
 )
@@ -295,9 +294,15 @@ class RoundScheduler:
             for game_id, number, _ in self._due():
                 self.on_deadline(game_id, number)
             return []
-        outcomes = close_due_rounds(self.db, self.clock(), config=self.config, **self._backup())
-        for outcome in outcomes:
-            self._closed(outcome)
+        outcomes = []
+        for game_id, number, _ in self._due():  # oldest deadline first, each game on its own:
+            try:  # one game's failing close must not keep the others (or the server) down
+                outcome = self._close(game_id, number, actor="catch-up")
+            except Exception as exc:
+                self._retry_later(game_id, number, exc)
+                continue
+            if outcome is not None:
+                outcomes.append(outcome)
         self.rebuild()
         return outcomes
 

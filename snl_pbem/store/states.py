@@ -89,6 +89,9 @@ class MailKind(StrEnum):
     """The LIST reply (to anyone, on the guests' budget)."""
     CODE = "code"
     """A confirmation code to an address that has not shown it is theirs yet."""
+    ADDRESS_CODE = "address-code"
+    """The code of a player's ADDRESS change, to the new address (asked with a key: a
+    budget of its own, which strangers' sign-ups cannot use up)."""
     GUEST_REPLY = "guest-reply"
     """An answer to JOIN, CONFIRM, OBSERVE from an address not yet shown to be a player's."""
     MEMBERSHIP = "membership"

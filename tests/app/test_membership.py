@@ -159,7 +159,8 @@ class Mailer:
             return re.sub(r"=\r?\n", "", row.message.decode()) if row else ""
 
     def code(self, who: str) -> str:
-        found = re.search(r"CONFIRM (\w{4}-\w{4})", self.last(who, "code"))
+        text = self.last(who, "code") or self.last(who, "address-code")
+        found = re.search(r"CONFIRM (\w{4}-\w{4})", text)
         assert found, self.last(who)
         return found.group(1)
 
@@ -699,3 +700,162 @@ def test_the_classic_game_takes_sign_ups_too(db, life) -> None:
     assert "ROLL" in welcome  # the classic game's welcome: the server throws
     close_round(db, "cl", datetime(2029, 12, 4, 18, 0, tzinfo=UTC), config=config)
     assert len(mail_to(db, "x1@example.net", "report")) == 1
+
+
+# -- the hostile review's cases (each was a reproduction first) -----------------------
+
+
+def test_an_address_the_server_cannot_seat_never_gets_a_code(db, life) -> None:
+    """A From the server could not send to as a player's (a trailing dot, a domain literal,
+    non-ASCII) is not answered and never gets on a list; HELP from one is not set aside."""
+    m = Mailer(db, life())
+    for sender in ("mallory@evil.example.", "mallory@[192.0.2.7]"):
+        assert m.send(sender, "JOIN g1 Mal") == (
+            "rejected: sign-up commands from an unclear From address"
+        )
+    raw = "From: jöe@example.org\r\nSubject: hi\r\nMessage-ID: <u1@x>\r\n\r\nLIST\r\n"
+    assert ingest(db, m.config, raw.encode(), T0, "t").status == "rejected"
+    raw = "From: jöe@example.org\r\nSubject: hi\r\nMessage-ID: <u2@x>\r\n\r\nHELP\r\n"
+    assert ingest(db, m.config, raw.encode(), T0, "t").status == "processed"
+    assert count(db, Confirmation) == 0 and count(db, OutboxMessage) == 3  # the 3 welcomes
+
+
+def test_a_standby_who_cannot_take_the_seat_is_passed_over(db, life) -> None:
+    """auto_replace: a standby whose address has become a player's since (a config edit)
+    is taken off the list and the referee told; the round closes, the next standby sits."""
+    config = life(auto=True)
+    m = Mailer(db, config)
+    m.join("w1@example.net", "g1", "Wu")
+    m.join("w2@example.net", "g1", "Vi")
+    with db.transaction() as s:  # ann's address edited to Wu's (as a config edit would)
+        s.scalar(select(Player).where(Player.name == "ann")).email = "w1@example.net"
+    m.send("cy@example.org", "GAME g1\nKEY cy-key-123\nRESIGN")
+    m.send("cy@example.org", "GAME g1\nKEY cy-key-123\nRESIGN g1")
+    outcome = close_round(db, "g1", T0 + timedelta(days=4), config=config)
+    assert outcome is not None and outcome.next_round == 2
+    assert player(db, "g1", "cy").email == "w2@example.net"
+    with db.transaction() as s:
+        assert dict(s.execute(select(Signup.name, Signup.state)).all()) == {
+            "Wu": "refused",
+            "Vi": "seated",
+        }
+    notes = [flat(n) for n in mail_to(db, "ref@example.org", "referee-notice")]
+    assert any("Wu could not take a seat" in n and "already plays in g1" in n for n in notes)
+
+
+def test_one_failing_close_does_not_stop_the_catch_up(db, life, monkeypatch) -> None:
+    from snl_pbem.runners import scheduler as scheduler_module
+
+    config = life()
+    m = Mailer(db, config)
+    m.join("x1@example.net", "cl", "Xavier")
+    m.join("x2@example.net", "cl", "Yo")  # cl starts (round 1 due 4 Dec 18:00, as g1's)
+    real = scheduler_module.close_with_backup
+
+    def broken(db_, game_id, *args, **kwargs):
+        if game_id == "g1":
+            raise RuntimeError("g1 is broken")
+        return real(db_, game_id, *args, **kwargs)
+
+    monkeypatch.setattr(scheduler_module, "close_with_backup", broken)
+    later = T0 + timedelta(days=4)
+    rounds = scheduler_module.RoundScheduler(db, config, clock=lambda: later)
+    outcomes = rounds.catch_up()
+    assert [o.game for o in outcomes] == ["cl"]
+    assert rounds.failures == ["RuntimeError: g1 is broken"]
+
+
+def test_new_key_is_always_mailed_once_per_message_and_not_right_after_a_move(db, life) -> None:
+    m = Mailer(db, life())
+    for i in range(21):  # 21 acknowledged orders this hour: the replies' budget is spent
+        m.send("ann@example.org", f"GAME g1\nKEY ann-key-123\nDICE {1 + i % 6}")
+    assert "new key sent" in m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nNEW KEY\nNEW KEY")
+    keys = [
+        re.search(r"^    (\S+)\r?$", t, re.M) for t in mail_to(db, "ann@example.org", "membership")
+    ]
+    assert len([k for k in keys if k]) == 1  # one key mailed, and it was mailed
+    key = next(k for k in keys if k).group(1)
+    m.send("ann@example.org", f"GAME g1\nKEY {key}\nADDRESS ann@new.example")
+    m.send("ann@new.example", f"GAME g1\nKEY {key}\nCONFIRM {m.code('ann@new.example')}")
+    assert m.send("ann@new.example", f"GAME g1\nKEY {key}\nNEW KEY") == (
+        "processed: new key refused"
+    )
+    assert "address changed less than 3 days ago" in flat(m.last("ann@new.example"))
+
+
+def test_an_absence_far_off_loses_no_orders(db, life) -> None:
+    m = Mailer(db, life())
+    reply = m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nDICE 4\nABSENT UNTIL 9999-12-31")
+    assert reply.startswith("processed: absent refused") and "orders for round 1" in reply
+    assert [o.dice for o in orders_in(db)] == ["4"]
+
+
+def test_keyless_mail_does_one_thing_and_echoes_nothing(db, life) -> None:
+    """One game action per keyless message (the second CONFIRM is not read, so it is not
+    a wrong try); an answer to a stranger never quotes their lines (no relay of spam)."""
+    m = Mailer(db, life())
+    m.send("x1@example.net", "JOIN open4 Xavier")
+    code = m.code("x1@example.net")
+    reply = m.send("x1@example.net", f"CONFIRM aaaa-aaaa\nCONFIRM {code}")
+    assert reply == "processed: confirm: wrong or expired code; CONFIRM: not done (one per message)"
+    with db.transaction() as s:
+        assert s.scalar(select(Confirmation.wrong)) == 1
+    m.send("victim@example.net", "JOIN nosuch X\nDICE 1 CHEAP-PILLS-at-http://spam.example/buy")
+    assert "CHEAP-PILLS" not in m.last("victim@example.net")
+
+
+def test_orders_without_a_key_are_answered_beside_an_open_command(db, life) -> None:
+    m = Mailer(db, life())
+    reply = m.send("ann@example.org", "GAME g1\nDICE 4\nTRAPDOOR 40\nOBSERVE g1")
+    assert reply == "rejected: observe: code sent; authentication failed (no KEY line)"
+    assert "had no order key" in flat(m.last("ann@example.org", "guest-notice"))
+    assert orders_in(db) == []
+
+
+def test_a_code_sent_before_sign_up_closed_no_longer_seats(db, tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG.format(url=db.url, auto="false"))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    m = Mailer(db, config)
+    m.send("x1@example.net", "JOIN open4 Xavier")
+    code = m.code("x1@example.net")
+    closed = CONFIG.format(url=db.url, auto="false").replace(
+        'signup = "open"\nmin_players = 2\nmax_players = 3\nstarts = "when_full"',
+        'players = [{ name = "zz", email = "zz@example.org" }]',
+        1,
+    )
+    assert closed != CONFIG.format(url=db.url, auto="false")
+    path.write_text(closed)
+    m.config = load_config(path)
+    assert "join refused" in m.send("x1@example.net", f"CONFIRM {code}")
+    assert "no longer takes sign-ups" in m.last("x1@example.net")
+
+
+def test_resign_needs_a_second_message_even_when_written_twice(db, life) -> None:
+    m = Mailer(db, life())
+    reply = m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nRESIGN\nRESIGN g1\nNEW KEY")
+    assert reply == "processed: resign: confirmation asked; new key sent"
+    assert player(db, "g1", "bob").active
+    new_key = re.search(r"^    (\S+)\r?$", m.last("bob@example.org", "membership"), re.M)
+    assert new_key is not None
+
+
+def test_observers_are_capped(db, life, monkeypatch) -> None:
+    monkeypatch.setattr(membership, "MAX_OBSERVERS_PER_GAME", 1)
+    m = Mailer(db, life())
+    m.send("fan1@example.net", "OBSERVE g1")
+    m.send("fan1@example.net", f"CONFIRM {m.code('fan1@example.net')}")
+    assert m.send("fan2@example.net", "OBSERVE g1") == "processed: observe: refused (full)"
+
+
+def test_a_config_player_is_told_to_ask_the_referee_before_the_start(db, tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG.format(url=db.url, auto="false"))
+    config = load_config(path)
+    sync_games(db, config, T0)  # g1 not started: its config players hold their keys
+    m = Mailer(db, config)
+    assert m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nRESIGN") == (
+        "processed: resign refused"
+    )
+    assert "ask them to take you off" in flat(m.last("ann@example.org"))

@@ -58,7 +58,7 @@ def test_migration_files_are_named_rev_slug() -> None:
 def test_0005_keeps_games_and_players_and_gives_them_their_defaults(db_url: str) -> None:
     """Upgrading a database of revision 0004 with a game and a player in it: they stay, the
     player is the config's (managed_by), never absent or resigned; downgrading keeps them."""
-    from sqlalchemy import text  # noqa: PLC0415
+    from sqlalchemy import text
 
     database = Database(db_url)
     try:
