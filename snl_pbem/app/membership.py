@@ -1116,8 +1116,13 @@ def standings_by_round(session: Session, game: Game) -> list[tuple[int, list[tup
 def seat_lines(session: Session, game: Game, now: datetime) -> list[str]:
     """For the referee: who is absent, who resigned, who waits (the round summary)."""
     lines = []
-    for player in session.scalars(
-        select(Player).where(Player.game_id == game.id).order_by(Player.id)
+    for player in session.scalars(  # only those with something to say (a close may have 10,000)
+        select(Player)
+        .where(
+            Player.game_id == game.id,
+            (Player.resigned_at.is_not(None)) | (Player.absent_until > now),
+        )
+        .order_by(Player.id)
     ):
         if player.resigned_at is not None:
             lines.append(f"{player.name}: resigned; plays by the no-orders default")
