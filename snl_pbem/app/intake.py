@@ -289,7 +289,13 @@ def process_now(db: Database, config: Config, inbound_id: int) -> IngestResult:
 
 
 def retry_set_aside(
-    db: Database, config: Config, inbound_id: int, now: datetime, actor: str = "referee"
+    db: Database,
+    config: Config,
+    inbound_id: int,
+    now: datetime,
+    actor: str = "referee",
+    *,
+    via: str | None = None,
 ) -> IngestResult:
     """The referee runs a set-aside message again (after fixing what stopped it), judged by
     its original receipt time. Raises NotFound if there is no such set-aside message."""
@@ -300,7 +306,7 @@ def retry_set_aside(
             raise NotFound(f"inbound {inbound_id}: {state}")
         row.status, row.error, row.attempts = InboundStatus.NEW, None, 0
         game = session.get(Game, row.game_id) if row.game_id else None
-        audit(session, now, actor, "inbound-retry", game, inbound=inbound_id)
+        audit(session, now, actor, "inbound-retry", game, via=via, inbound=inbound_id)
     return _process_row(db, config, inbound_id)
 
 

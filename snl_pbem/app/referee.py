@@ -1,14 +1,20 @@
 """The referee's commands on a running game: status, extend, pause, resume, and
 sending failed mail again.
 
-Each change is audit-logged. ``status`` is the referee's private view: who
-has orders in and whether they are valid — never sent to players. Given the
-config, ``extend`` and ``resume`` tell every active player of a moved deadline
-in one notice each, in the same transaction (nothing when it did not move).
+Each change is audit-logged, with how the referee gave it (``via``: "cli" or "mail").
+``status`` is the referee's private view: who has orders in and whether they are
+valid — never sent to players. ``extend`` stays within the game's limits
+(``max_extend``, ``max_total_extend``) and, like ``pause`` and ``resume`` given the
+config, tells every active player in one notice each, in the same transaction.
+
+Each command is a session-level function (``extend_in``, ``pause_in``, ``resume_in``: the
+caller's transaction, the game row locked), which the referee's mail runs inside the
+intake's transaction, and a database-level one the command line runs.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,10 +25,11 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.games import audit, game_by_id, game_time, open_round
 from snl_pbem.app.reports import enqueue_deadline_notice
 from snl_pbem.app.rounds import latest_orders, load_state
-from snl_pbem.config import Config
+from snl_pbem.config import Config, GameSettings
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player, Round
 from snl_pbem.store.states import GamePhase, InboundStatus, OutboxStatus
+from snl_pbem.timeutil import format_duration
 
 
 def _game(session: Session, game_id: str, lock: bool = False) -> Game:
@@ -36,58 +43,163 @@ def _open_round(session: Session, game: Game) -> Round:
     return round_
 
 
+@dataclass(frozen=True)
+class ExtensionCaps:
+    """A game's limits on the referee's extensions, and the config keys that set them."""
+
+    one: timedelta
+    total: timedelta
+    one_key: str
+    total_key: str
+
+
+def extension_caps(config: Config, game: Game) -> ExtensionCaps:
+    """The game's ``max_extend`` and ``max_total_extend`` (the defaults for a game the
+    config no longer has), named as check-config names them."""
+    for index, candidate in enumerate(config.games):
+        if candidate.id == game.name:
+            settings, where = candidate.settings, f"{config.path.name}: games[{index}]."
+            return ExtensionCaps(
+                settings.max_extend,
+                settings.max_total_extend,
+                f"{where}max_extend",
+                f"{where}max_total_extend",
+            )
+    defaults, gone = GameSettings.model_fields, f"{game.name} is not in {config.path.name}"
+    return ExtensionCaps(
+        defaults["max_extend"].default,
+        defaults["max_total_extend"].default,
+        f"the default max_extend: {gone}",
+        f"the default max_total_extend: {gone}",
+    )
+
+
+def _check_caps(config: Config, game: Game, added: timedelta) -> None:
+    """Refuse an extension past the game's limits (a move earlier adds nothing)."""
+    if added <= timedelta(0):
+        return
+    caps = extension_caps(config, game)
+    if added > caps.one:
+        raise LifecycleError(
+            f"{game.name}: an extension of {format_duration(added)} is over the limit of "
+            f"{format_duration(caps.one)} for one extension ({caps.one_key})"
+        )
+    so_far = timedelta(seconds=game.extended_s or 0)
+    if so_far + added > caps.total:
+        raise LifecycleError(
+            f"{game.name}: {format_duration(added)} more would make "
+            f"{format_duration(so_far + added)} of extensions in all, over the limit of "
+            f"{format_duration(caps.total)} ({caps.total_key}; "
+            f"{format_duration(so_far)} used so far)"
+        )
+
+
 def extend(
     db: Database,
     game_id: str,
     now: datetime,
     *,
+    config: Config,
     by: timedelta | None = None,
     until: datetime | None = None,
     actor: str = "referee",
-    config: Config | None = None,
+    via: str | None = None,
 ) -> datetime:
-    """Move the open round's deadline later (by a duration, or to a time); with ``config``,
-    every active player is told (when it moved)."""
+    """:func:`extend_in` in a transaction of its own."""
     if (by is None) == (until is None):
         raise LifecycleError("give either --by DURATION or --until TIME")
     with db.transaction() as session:
         game = _game(session, game_id, lock=True)
-        round_ = _open_round(session, game)
-        new = round_.deadline + by if by is not None else until
-        assert new is not None
-        if new <= now:
-            raise LifecycleError(f"{game_id}: {game_time(game, new)} has already passed")
-        old = round_.deadline
-        round_.deadline, round_.deadline_source = new, "referee"
-        round_.held_at = None  # a held round with a new deadline is judged again at that time
-        audit(
-            session,
-            now,
-            actor,
-            "extend",
-            game,
-            round=round_.number,
-            old=old.isoformat(),
-            new=new.isoformat(),
-        )
-        if config is not None:
-            reason = "extended" if new > old else "earlier"
-            enqueue_deadline_notice(
-                session, config, game, round_, old=old, new=new, reason=reason, now=now
-            )
-        return new
+        return extend_in(session, config, game, now, by=by, until=until, actor=actor, via=via)
 
 
-def pause(db: Database, game_id: str, now: datetime, *, actor: str = "referee") -> None:
-    """Stop the clock: a paused game's deadline does not fire."""
+def extend_in(
+    session: Session,
+    config: Config,
+    game: Game,
+    now: datetime,
+    *,
+    by: timedelta | None = None,
+    until: datetime | None = None,
+    actor: str,
+    via: str | None = None,
+) -> datetime:
+    """Move the open round's deadline (by a duration, or to a time; ``game`` locked), within
+    the game's limits (``max_extend``, ``max_total_extend``: a move later counts, a move
+    earlier does not); every active player is told when it moved."""
+    if (by is None) == (until is None):
+        raise LifecycleError("give either a duration (BY 2d) or a time")
+    round_ = _open_round(session, game)
+    new = round_.deadline + by if by is not None else until
+    assert new is not None
+    if new <= now:
+        raise LifecycleError(f"{game.name}: {game_time(game, new)} has already passed")
+    old = round_.deadline
+    added = new - old
+    _check_caps(config, game, added)
+    if added > timedelta(0):
+        game.extended_s = (game.extended_s or 0) + int(added.total_seconds())
+    round_.deadline, round_.deadline_source = new, "referee"
+    round_.held_at = None  # a held round with a new deadline is judged again at that time
+    audit(
+        session,
+        now,
+        actor,
+        "extend",
+        game,
+        via=via,
+        round=round_.number,
+        old=old.isoformat(),
+        new=new.isoformat(),
+        extended_s=game.extended_s,
+    )
+    reason = "extended" if new > old else "earlier"
+    enqueue_deadline_notice(session, config, game, round_, old=old, new=new, reason=reason, now=now)
+    return new
+
+
+def pause(
+    db: Database,
+    game_id: str,
+    now: datetime,
+    *,
+    actor: str = "referee",
+    config: Config | None = None,
+    via: str | None = None,
+) -> None:
+    """:func:`pause_in` in a transaction of its own."""
     with db.transaction() as session:
         game = _game(session, game_id, lock=True)
-        if game.state != GamePhase.RUNNING:
-            raise LifecycleError(
-                f"{game_id}: only a running game can be paused (it is {game.state})"
-            )
-        game.state, game.paused_at = GamePhase.PAUSED, now
-        audit(session, now, actor, "pause", game)
+        pause_in(session, config, game, now, actor=actor, via=via)
+
+
+def pause_in(
+    session: Session,
+    config: Config | None,
+    game: Game,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None = None,
+) -> None:
+    """Stop the clock (``game`` locked): a paused game's deadline does not fire. With
+    ``config``, every active player is told (orders wait until the game resumes)."""
+    if game.state != GamePhase.RUNNING:
+        raise LifecycleError(f"{game.name}: only a running game can be paused (it is {game.state})")
+    game.state, game.paused_at = GamePhase.PAUSED, now
+    audit(session, now, actor, "pause", game, via=via)
+    round_ = open_round(session, game)
+    if config is not None and round_ is not None:
+        enqueue_deadline_notice(
+            session,
+            config,
+            game,
+            round_,
+            old=round_.deadline,
+            new=round_.deadline,
+            reason="paused",
+            now=now,
+        )
 
 
 def resume(
@@ -97,42 +209,58 @@ def resume(
     *,
     actor: str = "referee",
     config: Config | None = None,
+    via: str | None = None,
 ) -> datetime:
-    """Restart the clock: the open deadline, and the schedule after it, move by the pause
-    (in whole seconds); with ``config``, every active player is told (when it moved)."""
+    """:func:`resume_in` in a transaction of its own."""
     with db.transaction() as session:
         game = _game(session, game_id, lock=True)
-        if game.state != GamePhase.PAUSED or game.paused_at is None:
-            raise LifecycleError(f"{game_id}: not paused (it is {game.state})")
-        shift = timedelta(seconds=int((now - game.paused_at).total_seconds()))
-        round_ = _open_round(session, game)
-        old = round_.deadline
-        round_.deadline += shift
-        round_.deadline_source = "referee"
-        round_.held_at = None  # judged again at its new deadline
-        game.schedule_shift_s += int(shift.total_seconds())
-        game.state, game.paused_at = GamePhase.RUNNING, None
-        audit(
+        return resume_in(session, config, game, now, actor=actor, via=via)
+
+
+def resume_in(
+    session: Session,
+    config: Config | None,
+    game: Game,
+    now: datetime,
+    *,
+    actor: str,
+    via: str | None = None,
+) -> datetime:
+    """Restart the clock (``game`` locked): the open deadline, and the schedule after it,
+    move by the pause (in whole seconds; it is not an extension: the caps do not count
+    it); with ``config``, every active player is told (when it moved)."""
+    if game.state != GamePhase.PAUSED or game.paused_at is None:
+        raise LifecycleError(f"{game.name}: not paused (it is {game.state})")
+    shift = timedelta(seconds=int((now - game.paused_at).total_seconds()))
+    round_ = _open_round(session, game)
+    old = round_.deadline
+    round_.deadline += shift
+    round_.deadline_source = "referee"
+    round_.held_at = None  # judged again at its new deadline
+    game.schedule_shift_s += int(shift.total_seconds())
+    game.state, game.paused_at = GamePhase.RUNNING, None
+    audit(
+        session,
+        now,
+        actor,
+        "resume",
+        game,
+        via=via,
+        shifted_s=int(shift.total_seconds()),
+        deadline=round_.deadline.isoformat(),
+    )
+    if config is not None:
+        enqueue_deadline_notice(
             session,
-            now,
-            actor,
-            "resume",
+            config,
             game,
-            shifted_s=int(shift.total_seconds()),
-            deadline=round_.deadline.isoformat(),
+            round_,
+            old=old,
+            new=round_.deadline,
+            reason="resumed",
+            now=now,
         )
-        if config is not None:
-            enqueue_deadline_notice(
-                session,
-                config,
-                game,
-                round_,
-                old=old,
-                new=round_.deadline,
-                reason="resumed",
-                now=now,
-            )
-        return round_.deadline
+    return round_.deadline
 
 
 @dataclass(frozen=True)
@@ -154,6 +282,7 @@ def retry_mail(
     outbox_id: int | None = None,
     game_id: str | None = None,
     actor: str = "referee",
+    via: str | None = None,
 ) -> list[MailRetry]:
     """Failed mail back to pending: attempts 0, due now, and a fresh ``give_up_after``
     (counted from ``created_at``, which becomes now; the original time is in the audit
@@ -189,6 +318,7 @@ def retry_mail(
                 actor,
                 "mail-retry",
                 game,
+                via=via,
                 outbox=row.id,
                 kind=row.kind,
                 recipient=row.recipient,
@@ -341,6 +471,40 @@ def _status(session: Session, game: Game) -> GameStatus:
         mail_waiting_since_shown=game_time(game, since) if since else None,
         mail_last_error=last_error,
     )
+
+
+def render_status(game: GameStatus) -> str:
+    """The status as ``snl-pbem status`` prints it (and a referee's STATUS by mail)."""
+    lines = [f"{game.id}: {game.title or '(no title)'} [{game.state}]"]
+    if game.round is not None:
+        kind = "one turn" if game.round_turns == 1 else "two turns"
+        valid = sum(1 for p in game.players if p.orders == "valid")
+        lines.append(
+            f"  round {game.round} ({kind}), deadline {game.deadline_shown}; "
+            f"valid orders from {valid} of {len(game.players)}"
+        )
+    if game.result:
+        lines.append(f"  result: {json.dumps(game.result, sort_keys=True)}")
+    width = max([len(p.name) for p in game.players] + [6])
+    lines.append(f"  {'player':<{width}}  position  orders")
+    for p in game.players:
+        note = f" ({'; '.join(p.problems)})" if p.problems else ""
+        gone = "  [not in the config]" if not p.active else ""
+        lines.append(f"  {p.name:<{width}}  {p.position:>8}  {p.orders}{note}{gone}")
+    lines.append(
+        f"  mail: {game.mail_pending} waiting to be sent, {game.mail_failed} failed; "
+        f"{game.inbound_set_aside} incoming message(s) set aside"
+    )
+    if game.mail_pending and game.mail_waiting_since_shown:
+        lines.append(f"  the oldest mail waiting was written {game.mail_waiting_since_shown}")
+    if game.mail_pending and game.mail_last_error:
+        lines.append(f"  last sending error: {game.mail_last_error.splitlines()[0][:200]}")
+    if game.mail_failed:
+        lines.append(
+            f"  failed mail: snl-pbem outbox list --game {game.id}; "
+            "send it again with outbox retry ID"
+        )
+    return "\n".join(lines) + "\n"
 
 
 # -- the mail the referee looks at (the command line's inbound and outbox) -------------

@@ -56,9 +56,10 @@ def standings(positions: dict[str, Position]) -> list[Standing]:
     return rows
 
 
-DEADLINE_REASONS = ("extended", "earlier", "resumed", "closed")
+DEADLINE_REASONS = ("extended", "earlier", "paused", "resumed", "closed")
 """Why a deadline moved: extended (or moved ``earlier``) by the referee, the game paused
-and resumed, or the round closed before its deadline by the referee."""
+(the deadline stops: ``old`` and ``new`` are the same) and resumed, or the round closed
+before its deadline by the referee."""
 
 
 def enqueue_deadline_notice(
@@ -73,11 +74,12 @@ def enqueue_deadline_notice(
     now: datetime,
 ) -> int:
     """Tell every active player, in one message each, that the open round's deadline moved
-    from ``old`` to ``new`` (for ``closed``: the round closed at ``new``). Nothing is sent
-    when the deadline did not change. Returns how many messages were queued."""
+    from ``old`` to ``new`` (for ``closed``: the round closed at ``new``; for ``paused``:
+    the deadline ``old`` stopped). Nothing is sent when the deadline did not change (a
+    pause always changes it: it stops). Returns how many messages were queued."""
     if reason not in DEADLINE_REASONS:
         raise ValueError(f"unknown reason for a deadline notice: {reason!r}")
-    if old == new:
+    if old == new and reason != "paused":
         return 0
     players = session.scalars(
         select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)

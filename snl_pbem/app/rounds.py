@@ -278,6 +278,7 @@ def close_round(
     actor: str = "scheduler",
     expect_round: int | None = None,
     config: Config | None = None,
+    via: str | None = None,
 ) -> CloseOutcome | None:
     """Close the game's open round exactly once; None if there is none (already closed).
 
@@ -290,23 +291,44 @@ def close_round(
     """
     with db.transaction() as session:
         game = game_by_id(session, game_id, lock=True)
-        round_ = open_round(session, game, lock=True)
-        if round_ is None or (expect_round is not None and round_.number != expect_round):
-            return None
-        claimed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-            update(Round)
-            .where(Round.id == round_.id, Round.state == RoundPhase.OPEN)
-            .values(state=RoundPhase.CLOSED, closed_at=now, closed_by=actor)
-            .execution_options(synchronize_session=False)
+        outcome = close_round_in(
+            session, game, now, actor=actor, expect_round=expect_round, config=config, via=via
         )
-        if claimed.rowcount != 1:  # someone else closed it first
+        if outcome is None:
             return None
-        with gc_paused():
-            outcome = _adjudicate_and_store(session, game, round_, now, actor, config)
         crash_point("close.before-commit", prepare=session.flush)
     crash_point("close.after-commit")
     log.info("%s: round %d closed by %s", game_id, outcome.round, actor)
     return outcome
+
+
+def close_round_in(
+    session: Session,
+    game: Game,
+    now: datetime,
+    *,
+    actor: str,
+    expect_round: int | None = None,
+    config: Config | None = None,
+    via: str | None = None,
+) -> CloseOutcome | None:
+    """:func:`close_round` in the caller's transaction (``game`` locked by the caller):
+    the open round is claimed with ``UPDATE ... WHERE state = 'open'``, so it is closed
+    once whoever else tries; None when there is none to close."""
+    round_ = open_round(session, game, lock=True)
+    if round_ is None or (expect_round is not None and round_.number != expect_round):
+        return None
+    claimed: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+        update(Round)
+        .where(Round.id == round_.id, Round.state == RoundPhase.OPEN)
+        .values(state=RoundPhase.CLOSED, closed_at=now, closed_by=actor[:64])
+        .execution_options(synchronize_session=False)
+    )
+    if claimed.rowcount != 1:  # someone else closed it first
+        return None
+    by_referee = via is not None or actor == "referee"
+    with gc_paused():
+        return _adjudicate_and_store(session, game, round_, now, actor, config, via, by_referee)
 
 
 def _adjudicate_and_store(
@@ -316,6 +338,8 @@ def _adjudicate_and_store(
     now: datetime,
     actor: str,
     config: Config | None = None,
+    via: str | None = None,
+    by_referee: bool = False,
 ) -> CloseOutcome:
     players = game_players(session, game)
     state = load_state(session, game, players)
@@ -397,7 +421,7 @@ def _adjudicate_and_store(
         )
     if config is not None and next_round is not None:
         fill_resigned_seats(session, config, game, now)  # auto_replace: standby takes a seat
-    if config is not None and actor == "referee" and now < round_.deadline:
+    if config is not None and by_referee and now < round_.deadline:
         enqueue_deadline_notice(
             session, config, game, round_, old=round_.deadline, new=now, reason="closed", now=now
         )
@@ -420,6 +444,7 @@ def _adjudicate_and_store(
         actor,
         "close-round",
         game,
+        via=via,
         round=round_.number,
         nmr=len(decided.nmr),
         trapdoors=len(tally.get("trapdoors", [])),
@@ -453,10 +478,13 @@ def close_with_backup(
     actor: str = "scheduler",
     expect_round: int | None = None,
     config: Config | None = None,
+    via: str | None = None,
 ) -> CloseOutcome | None:
     """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
     db.backup(backup_dir, f"{game_id}-before-close", backups)
-    return close_round(db, game_id, now, actor=actor, expect_round=expect_round, config=config)
+    return close_round(
+        db, game_id, now, actor=actor, expect_round=expect_round, config=config, via=via
+    )
 
 
 def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
@@ -509,54 +537,77 @@ def close_due_rounds(
 
 
 def rollback_round(
-    db: Database, game_id: str, now: datetime, *, actor: str = "referee", force: bool = False
+    db: Database,
+    game_id: str,
+    now: datetime,
+    *,
+    actor: str = "referee",
+    force: bool = False,
+    via: str | None = None,
 ) -> int:
-    """Reopen the last closed round: its results are discarded, its orders kept.
+    """:func:`rollback_round_in` in a transaction of its own."""
+    with db.transaction() as session:
+        game = game_by_id(session, game_id, lock=True)
+        return rollback_round_in(session, game, now, actor=actor, force=force, via=via)
+
+
+def rollback_round_in(
+    session: Session,
+    game: Game,
+    now: datetime,
+    *,
+    actor: str,
+    force: bool = False,
+    via: str | None = None,
+    force_hint: str = "rollback --force discards them (their emails stay stored)",
+) -> int:
+    """Reopen the last closed round (``game`` locked): its results are discarded, its
+    orders kept.
 
     The game is left paused so that the scheduler does not close it again at
     once; correct what needs correcting, then ``close-round`` or ``resume``.
     The next round is removed; if it already has orders, only with ``force``
-    (the messages they came in stay stored and can be ingested again).
+    (the messages they came in stay stored and can be ingested again); without it the
+    refusal ends with ``force_hint``.
     """
-    with db.transaction() as session:
-        game = game_by_id(session, game_id, lock=True)
-        last = session.scalar(
-            select(Round)
-            .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
-            .order_by(Round.number.desc())
-            .limit(1)
-            .with_for_update()
+    game_id = game.name
+    last = session.scalar(
+        select(Round)
+        .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
+        .order_by(Round.number.desc())
+        .limit(1)
+        .with_for_update()
+    )
+    if last is None:
+        raise LifecycleError(f"{game_id}: no round has been closed yet")
+    following = session.scalar(
+        select(Round).where(Round.game_id == game.id, Round.number == last.number + 1)
+    )
+    if following is not None:
+        count = len(
+            session.scalars(
+                select(OrderRecord.id).where(OrderRecord.round_id == following.id)
+            ).all()
         )
-        if last is None:
-            raise LifecycleError(f"{game_id}: no round has been closed yet")
-        following = session.scalar(
-            select(Round).where(Round.game_id == game.id, Round.number == last.number + 1)
-        )
-        if following is not None:
-            count = len(
-                session.scalars(
-                    select(OrderRecord.id).where(OrderRecord.round_id == following.id)
-                ).all()
+        if count and not force:
+            raise LifecycleError(
+                f"{game_id}: round {following.number} already has {count} order set(s); "
+                + force_hint
             )
-            if count and not force:
-                raise LifecycleError(
-                    f"{game_id}: round {following.number} already has {count} order set(s); "
-                    "rollback --force discards them (their emails stay stored)"
-                )
-            session.delete(following)
-            session.flush()
-        first_turn = session.scalar(
-            select(TurnRecord.turn)
-            .where(TurnRecord.round_id == last.id)
-            .order_by(TurnRecord.turn)
-            .limit(1)
-        )
-        session.execute(delete(TurnRecord).where(TurnRecord.round_id == last.id))
-        session.execute(delete(RoundTally).where(RoundTally.round_id == last.id))
-        last.state, last.closed_at, last.closed_by = RoundPhase.OPEN, None, None
-        game.rounds_played = last.number - 1
-        game.turns_played = (first_turn or 1) - 1
-        game.result, game.ended_at = None, None
-        game.state, game.paused_at = GamePhase.PAUSED, now
-        audit(session, now, actor, "rollback", game, round=last.number, force=force)
-        return last.number
+        session.delete(following)
+        session.flush()
+    first_turn = session.scalar(
+        select(TurnRecord.turn)
+        .where(TurnRecord.round_id == last.id)
+        .order_by(TurnRecord.turn)
+        .limit(1)
+    )
+    session.execute(delete(TurnRecord).where(TurnRecord.round_id == last.id))
+    session.execute(delete(RoundTally).where(RoundTally.round_id == last.id))
+    last.state, last.closed_at, last.closed_by = RoundPhase.OPEN, None, None
+    game.rounds_played = last.number - 1
+    game.turns_played = (first_turn or 1) - 1
+    game.result, game.ended_at = None, None
+    game.state, game.paused_at = GamePhase.PAUSED, now
+    audit(session, now, actor, "rollback", game, via=via, round=last.number, force=force)
+    return last.number

@@ -21,13 +21,13 @@ from sqlalchemy.engine import make_url
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest, retry_set_aside
 from snl_pbem.app.referee import (
-    GameStatus,
     extend,
     inbound_message,
     inbound_messages,
     outbox_message,
     outbox_messages,
     pause,
+    render_status,
     resume,
     retry_mail,
     status,
@@ -302,39 +302,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def render_status(game: GameStatus) -> str:
-    lines = [f"{game.id}: {game.title or '(no title)'} [{game.state}]"]
-    if game.round is not None:
-        kind = "one turn" if game.round_turns == 1 else "two turns"
-        valid = sum(1 for p in game.players if p.orders == "valid")
-        lines.append(
-            f"  round {game.round} ({kind}), deadline {game.deadline_shown}; "
-            f"valid orders from {valid} of {len(game.players)}"
-        )
-    if game.result:
-        lines.append(f"  result: {json.dumps(game.result, sort_keys=True)}")
-    width = max([len(p.name) for p in game.players] + [6])
-    lines.append(f"  {'player':<{width}}  position  orders")
-    for p in game.players:
-        note = f" ({'; '.join(p.problems)})" if p.problems else ""
-        gone = "  [not in the config]" if not p.active else ""
-        lines.append(f"  {p.name:<{width}}  {p.position:>8}  {p.orders}{note}{gone}")
-    lines.append(
-        f"  mail: {game.mail_pending} waiting to be sent, {game.mail_failed} failed; "
-        f"{game.inbound_set_aside} incoming message(s) set aside"
-    )
-    if game.mail_pending and game.mail_waiting_since_shown:
-        lines.append(f"  the oldest mail waiting was written {game.mail_waiting_since_shown}")
-    if game.mail_pending and game.mail_last_error:
-        lines.append(f"  last sending error: {game.mail_last_error.splitlines()[0][:200]}")
-    if game.mail_failed:
-        lines.append(
-            f"  failed mail: snl-pbem outbox list --game {game.id}; "
-            "send it again with outbox retry ID"
-        )
-    return "\n".join(lines) + "\n"
-
-
 def cmd_close_round(args: argparse.Namespace) -> int:
     config = _config(args)
     db = _database(config)
@@ -349,6 +316,7 @@ def cmd_close_round(args: argparse.Namespace) -> int:
                 backup_dir=dbs.backup_dir,
                 actor="referee",
                 config=config,
+                via="cli",
             )
         )
     finally:
@@ -404,7 +372,9 @@ def cmd_extend(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     db = _database(config)
     try:
-        new = _run(lambda: extend(db, args.game, utcnow(), by=by, until=until, config=config))
+        new = _run(
+            lambda: extend(db, args.game, utcnow(), by=by, until=until, config=config, via="cli")
+        )
     finally:
         db.dispose()
     print(f"{args.game}: deadline now {show(new, tz)}")
@@ -420,7 +390,7 @@ def cmd_inbound(args: argparse.Namespace) -> int:
     try:
         if args.action == "retry":
             try:
-                result = retry_set_aside(db, config, args.id, utcnow())
+                result = retry_set_aside(db, config, args.id, utcnow(), via="cli")
             except LookupError as exc:
                 raise CommandError(str(exc)) from None
             print(
@@ -483,6 +453,7 @@ def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int
                 referee=config.settings.mail.referee,
                 outbox_id=args.id,
                 game_id=args.game if args.all_failed else None,
+                via="cli",
             )
         )
     except LookupError as exc:
@@ -555,28 +526,22 @@ def _from_header(raw: bytes) -> str:
     return " ".join(str(value).split()) if value else "?"
 
 
-def _simple(action: Callable[..., Any], done: str) -> Callable[[argparse.Namespace], int]:
-    def handler(args: argparse.Namespace) -> int:
-        config = _config(args)
-        db = _database(config)
-        try:
-            value = _run(lambda: action(db, args.game, utcnow()))
-        finally:
-            db.dispose()
-        print(f"{args.game}: {done.format(value=value)}")
-        return 0
-
-    return handler
-
-
-cmd_pause = _simple(pause, "paused (its deadline will not fire until resume)")
+def cmd_pause(args: argparse.Namespace) -> int:
+    config = _config(args)
+    db = _database(config)
+    try:
+        _run(lambda: pause(db, args.game, utcnow(), config=config, via="cli"))
+    finally:
+        db.dispose()
+    print(f"{args.game}: paused (its deadline will not fire until resume; players are told)")
+    return 0
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     config = _config(args)
     db = _database(config)
     try:
-        new = _run(lambda: resume(db, args.game, utcnow(), config=config))
+        new = _run(lambda: resume(db, args.game, utcnow(), config=config, via="cli"))
     finally:
         db.dispose()
     print(f"{args.game}: resumed; deadline now {show(new, _zone(config, args.game))}")
@@ -587,7 +552,7 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     config = _config(args)
     db = _database(config)
     try:
-        number = _run(lambda: rollback_round(db, args.game, utcnow(), force=args.force))
+        number = _run(lambda: rollback_round(db, args.game, utcnow(), force=args.force, via="cli"))
     finally:
         db.dispose()
     print(

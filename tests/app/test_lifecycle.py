@@ -259,9 +259,10 @@ def test_extend_pause_resume(db: Database, make_config) -> None:
     config = make_config()
     started(db, config)
     deadline = datetime(2030, 1, 4, 18, 0, tzinfo=UTC)
-    assert extend(db, "g1", T0, by=timedelta(days=1)) == deadline + timedelta(days=1)
+    moved = extend(db, "g1", T0, by=timedelta(days=1), config=config)
+    assert moved == deadline + timedelta(days=1)
     with pytest.raises(LifecycleError, match="either --by"):
-        extend(db, "g1", T0)
+        extend(db, "g1", T0, config=config)
     pause(db, "g1", T0)
     with pytest.raises(LifecycleError, match="only a running game"):
         pause(db, "g1", T0)

@@ -16,7 +16,7 @@ from snl_pbem.store import Database, OutboxMessage
 def test_extend_and_resume_print_the_deadline_in_one_format(
     make_config, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = make_config()
+    config = make_config(extra='max_extend = "200d"\nmax_total_extend = "300d"\n')  # to July
     cfg = ("--config", str(config.path))
     clock = [datetime(2029, 12, 1, 12, 0, tzinfo=UTC)]
     monkeypatch.setattr(cli_referee, "utcnow", lambda: clock[0])
@@ -33,9 +33,9 @@ def test_extend_and_resume_print_the_deadline_in_one_format(
     assert main(["extend", "g1", "--until", "2030-07-01T18:00:30", *cfg]) == 0
     assert capsys.readouterr().out == "g1: deadline now Mon 1 Jul 2030 18:00:30 BST\n"
     db = Database(config.database_url)
-    try:  # three moves of the deadline, each told to the three players once
+    try:  # three moves of the deadline and the pause, each told to the three players once
         with db.transaction() as s:
             kind = OutboxMessage.kind == "deadline"
-            assert s.scalar(select(func.count()).select_from(OutboxMessage).where(kind)) == 9
+            assert s.scalar(select(func.count()).select_from(OutboxMessage).where(kind)) == 12
     finally:
         db.dispose()

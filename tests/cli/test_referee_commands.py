@@ -104,6 +104,9 @@ def test_inbound_set_aside_mail_is_listed_shown_and_retried(
     monkeypatch.undo()
     code, out, _ = run(capsys, "inbound", "retry", number, *cfg)
     assert code == 0 and f"inbound {number}: processed (orders for round 1 (valid))" in out
+    retries = [(actor, via) for action, actor, via, _ in audit_rows(config)
+               if action == "inbound-retry"]
+    assert retries == [("referee", "cli")] * 2  # the one that failed again is audited too
     assert "valid orders from 1 of 3" in run(capsys, "status", "g1", *cfg)[1]
     code, _, err = run(capsys, "inbound", "retry", number, *cfg)
     assert code == 2 and "it is processed, not set aside" in err
@@ -207,6 +210,8 @@ def test_outbox_failed_mail_is_listed_shown_and_retried(make_config, capsys, smt
     assert (again.status, again.attempts, again.last_error) == ("pending", 0, None)
     [(_, detail)] = [a for a in audit_actions(config) if a[0] == "mail-retry"]
     assert detail["outbox"] == welcome.id and "550" in detail["last_error"]
+    assert [(actor, via) for action, actor, via, _ in audit_rows(config)
+            if action == "mail-retry"] == [("referee", "cli")]
     drain_to(smtp_sink, config)  # the relay works again
     assert [d.recipient for d in smtp_sink.delivered].count("ann@example.org") == 1
     assert next(r for r in outbox_rows(config) if r.id == welcome.id).status == "sent"
@@ -330,3 +335,132 @@ def test_a_locked_database_is_reported_in_one_line(
     assert "round 1 (one turn)" in run(capsys, "status", "g1", *cfg)[1]  # still open
     code, out, _ = run(capsys, "close-round", "g1", *cfg)
     assert code == 0 and "g1: round 1 closed" in out
+
+
+# -- extension caps, the pause notice, the audit's "via" --------------------------------------
+
+
+def audit_rows(config) -> list[tuple[str, str, str | None, dict]]:
+    """(action, actor, via, detail) of every audit entry, oldest first."""
+    from sqlalchemy import select
+
+    from snl_pbem.store import AuditEntry, Database
+
+    db = Database(config.database_url)
+    try:
+        with db.transaction() as s:
+            entries = s.scalars(select(AuditEntry).order_by(AuditEntry.id))
+            return [(a.action, a.actor, a.via, a.detail) for a in entries]
+    finally:
+        db.dispose()
+
+
+def test_extensions_stop_at_the_games_limits_naming_the_key(make_config, capsys) -> None:
+    """One extension at most max_extend; all of them together at most max_total_extend. A
+    move earlier does not count (nor give back), nor does a pause; a refusal names the key."""
+    from sqlalchemy import select
+
+    from snl_pbem.store import Database, Game
+
+    config = make_config(extra='max_extend = "2d"\nmax_total_extend = "3d"\n')
+    cfg = ("--config", str(config.path))
+    assert run(capsys, "db", "upgrade", *cfg)[0] == 0
+    assert run(capsys, "start", "g1", *cfg)[0] == 0
+    code, out, err = run(capsys, "extend", "g1", "--by", "2d1s", *cfg)
+    assert (code, out) == (2, "")
+    assert err == (
+        "snl-pbem extend: g1: an extension of 2d1s is over the limit of 2d for one "
+        "extension (config.toml: games[0].max_extend)\n"
+    )
+    assert run(capsys, "extend", "g1", "--by", "2d", *cfg)[1] == (
+        "g1: deadline now Sun 6 Jan 2030 18:00 GMT\n"
+    )
+    code, _, err = run(capsys, "extend", "g1", "--by", "1d1s", *cfg)
+    assert code == 2 and err == (
+        "snl-pbem extend: g1: 1d1s more would make 3d1s of extensions in all, over the "
+        "limit of 3d (config.toml: games[0].max_total_extend; 2d used so far)\n"
+    )
+    # earlier by a day: allowed, and it gives nothing back
+    assert run(capsys, "extend", "g1", "--until", "2030-01-05T18:00", *cfg)[0] == 0
+    assert run(capsys, "pause", "g1", *cfg)[0] == 0  # a pause is no extension
+    assert run(capsys, "resume", "g1", *cfg)[0] == 0
+    assert run(capsys, "extend", "g1", "--by", "1d", *cfg)[0] == 0  # 3d in all: the limit
+    code, _, err = run(capsys, "extend", "g1", "--by", "1s", *cfg)
+    assert code == 2 and "max_total_extend; 3d used so far" in err
+    db = Database(config.database_url)
+    try:
+        with db.transaction() as s:
+            assert s.scalar(select(Game.extended_s)) == 3 * 86400
+    finally:
+        db.dispose()
+    extends = [row for row in audit_rows(config) if row[0] == "extend"]
+    assert len(extends) == 3  # the refused ones changed nothing, not even the audit log
+    assert [d["extended_s"] for *_, d in extends] == [2 * 86400, 2 * 86400, 3 * 86400]
+
+
+def test_a_pause_is_announced_to_every_active_player(make_config, capsys) -> None:
+    """pause tells each player still in the game, once: the deadline stops, orders already
+    sent count, new ones wait for the resume (the intake refuses them while paused)."""
+    import email
+    import email.policy
+
+    config = make_config([{"players": ["ann", "bob", "cy", "dee"]}])
+    cfg = ("--config", str(config.path))
+    assert run(capsys, "db", "upgrade", *cfg)[0] == 0
+    assert run(capsys, "start", "g1", *cfg)[0] == 0
+    config.path.write_text(config.path.read_text().replace(
+        '  { name = "dee", email = "dee@example.org" },\n', ""))
+    assert run(capsys, "check-config", *cfg)[0] == 0
+    from snl_pbem.app.games import sync_games
+    from snl_pbem.config import load_config
+    from snl_pbem.store import Database
+    from snl_pbem.timeutil import utcnow
+
+    db = Database(config.database_url)
+    sync_games(db, load_config(config.path), utcnow())  # dee left: no mail for her
+    db.dispose()
+    code, out, _ = run(capsys, "pause", "g1", *cfg)
+    assert code == 0 and "players are told" in out
+    notices = [r for r in outbox_rows(config) if r.kind == "deadline"]
+    assert sorted(r.recipient for r in notices) == [
+        "ann@example.org", "bob@example.org", "cy@example.org"
+    ]
+    for row in notices:
+        msg = email.message_from_bytes(row.message, policy=email.policy.default)
+        body = " ".join(msg.get_content().split())
+        assert msg["Subject"] == "[g1] Round 1 paused"
+        assert "the referee paused the game." in body
+        assert "Deadline was: Fri 4 Jan 2030 18:00 GMT" in body
+        assert "The deadline is stopped until the referee resumes the game" in body
+        assert "Orders you have already sent still count" in body
+        assert "no new orders are accepted: send any change after it resumes" in body
+    assert run(capsys, "pause", "g1", *cfg)[0] == 2  # already paused: no second notice
+    assert len([r for r in outbox_rows(config) if r.kind == "deadline"]) == 3
+
+
+def test_each_referee_command_is_audited_as_given_on_the_command_line(
+    make_config, capsys
+) -> None:
+    config = make_config()
+    cfg = ("--config", str(config.path))
+    assert run(capsys, "db", "upgrade", *cfg)[0] == 0
+    assert run(capsys, "start", "g1", *cfg)[0] == 0
+    for argv in (
+        ("extend", "g1", "--by", "1d"),
+        ("pause", "g1"),
+        ("resume", "g1"),
+        ("close-round", "g1"),
+        ("rollback", "g1"),
+    ):
+        assert run(capsys, *argv, *cfg)[0] == 0, argv
+    mine = {
+        action: (actor, via)
+        for action, actor, via, _ in audit_rows(config)
+        if action in ("extend", "pause", "resume", "close-round", "rollback")
+    }
+    assert mine == dict.fromkeys(
+        ("extend", "pause", "resume", "close-round", "rollback"), ("referee", "cli")
+    )
+    game_added = [(actor, via) for action, actor, via, _ in audit_rows(config)
+                  if action == "game-added"]
+    assert game_added == [("start", None)]  # the config's own changes: no person's "via"

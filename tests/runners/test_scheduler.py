@@ -94,7 +94,7 @@ def test_extend_moves_the_job(tmp_path) -> None:
     rs = RoundScheduler(db, config, clock=Clock(), scheduler=scheduler)
     rs.rebuild()
     assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE
-    extend(db, "g1", T0, by=timedelta(hours=5))
+    extend(db, "g1", T0, by=timedelta(hours=5), config=config)
     rs.rebuild()
     assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE + timedelta(hours=5)
     scheduler.shutdown(wait=False)
@@ -110,7 +110,7 @@ def test_a_deadline_extended_while_the_server_runs_does_not_close_early(tmp_path
     rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
     rs.rebuild()
     assert scheduler.get_job("rescan").trigger.interval == timedelta(seconds=15)
-    extend(db, "g1", T0, by=timedelta(hours=5))  # another process: no rebuild here
+    extend(db, "g1", T0, by=timedelta(hours=5), config=config)  # another process: no rebuild here
     clock.now = DEADLINE
     assert rs.on_deadline("g1", 1) is None  # the old job
     with db.transaction() as s:
@@ -186,7 +186,7 @@ def test_extending_a_held_round_judges_it_again_at_the_new_deadline(tmp_path) ->
     rs = RoundScheduler(db, config, clock=Clock(DEADLINE + timedelta(minutes=2)))
     assert rs.on_deadline("g1", 1) is None  # never read: held
     assert not [p for p in rs.plan() if p.job_id == "close:g1:1"]
-    extend(db, "g1", DEADLINE, by=timedelta(days=1))
+    extend(db, "g1", DEADLINE, by=timedelta(days=1), config=config)
     [close] = [p for p in rs.plan() if p.job_id == "close:g1:1"]
     assert close.run_at == DEADLINE + timedelta(days=1) + rs.intake_grace
     with db.transaction() as s:
