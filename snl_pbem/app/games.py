@@ -22,6 +22,7 @@ from sqlalchemy import and_, exists, func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.server_keys import sync_referee_key
 from snl_pbem.config import Config, GameConfig, Schedule
 from snl_pbem.errors import LifecycleError, no_such_game
 from snl_pbem.keys import generate_key, hash_key, new_salt
@@ -281,6 +282,8 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
             _sync_players(session, game, game_config, now, report, actor)
         for game_id in sorted(set(known) - {g.id for g in config.games}):
             report.add(f"{game_id}: in the database but not in the config; left as it is")
+        if referee_key := sync_referee_key(session, config, now, actor):
+            report.add(referee_key)
     return report
 
 

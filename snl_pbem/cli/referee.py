@@ -230,6 +230,11 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                     f"    warning: {player.name}'s key is shorter than {WEAK_BELOW} "
                     "characters; a generated key (leave key out) is much harder to guess"
                 )
+    if mail.referee_key is None:
+        print(
+            "  warning: mail.referee_key is not set: referee commands by mail are off "
+            "(set it to use EXTEND, PAUSE, STATUS... by mail)"
+        )
     for note in notes:
         print(f"  {note}")
     return 0
