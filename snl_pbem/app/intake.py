@@ -33,6 +33,7 @@ from snl_pbem.app import membership_mail
 from snl_pbem.app.bounces import record_bounce
 from snl_pbem.app.games import audit, career, game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.referee_mail import handle_referee_mail, is_referee_mail
 from snl_pbem.app.replies import (  # noqa: F401 (the limits, for tests and callers)
     ACKS_PER_HOUR,
     GUEST_REPLIES_PER_ADDRESS_PER_HOUR,
@@ -457,6 +458,8 @@ def _process(
 
 
 def _dispatch(ctx: Context) -> tuple[str, str]:
+    if is_referee_mail(ctx):
+        return handle_referee_mail(ctx)
     commands = ctx.commands
     if commands.order_key is None:  # LIST, JOIN, CONFIRM, OBSERVE, UNOBSERVE: no key needed
         handled = membership_mail.handle_open(ctx)

@@ -394,9 +394,14 @@ class GameStatus:
 def status(db: Database, game_id: str | None = None) -> list[GameStatus]:
     """The referee's view of every game (or one)."""
     with db.transaction() as session:
-        query = select(Game).order_by(Game.name)
-        games = [_game(session, game_id)] if game_id else list(session.scalars(query))
-        return [_status(session, game) for game in games]
+        return status_in(session, game_id)
+
+
+def status_in(session: Session, game_id: str | None = None) -> list[GameStatus]:
+    """:func:`status` in the caller's transaction."""
+    query = select(Game).order_by(Game.name)
+    games = [_game(session, game_id)] if game_id else list(session.scalars(query))
+    return [_status(session, game) for game in games]
 
 
 def _status(session: Session, game: Game) -> GameStatus:

@@ -90,3 +90,412 @@ def test_check_config_warns_when_referee_commands_by_mail_are_off(
     assert main(["check-config", "--config", str(config.path)]) == 0
     out = capsys.readouterr().out
     assert "referee_key" not in out and REFEREE_KEY not in out
+
+
+# -- commands by mail -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def referee(intake):
+    """The started game g1 (ann, bob, cy; mailhelpers), with a referee key synced."""
+    from mailhelpers import T0
+
+    db, config = intake
+    config = with_referee_key(config, REFEREE_KEY)
+    sync_games(db, config, T0)
+    return db, config
+
+
+def mail(
+    body: str,
+    sender: str = "ref@example.org",
+    tag: str = "r",
+    subject: str = "commands",
+    headers: str = "",
+) -> bytes:
+    return (
+        f"From: {sender}\r\nTo: snl@example.org\r\nSubject: {subject}\r\n{headers}"
+        f"Message-ID: <{tag}@example.org>\r\n\r\n{body}\r\n"
+    ).encode()
+
+
+def as_referee(*lines: str) -> str:
+    return "\n".join((f"KEY {REFEREE_KEY}", *lines))
+
+
+def send_mail(db, config, raw: bytes, at=None):
+    from mailhelpers import T0
+
+    from snl_pbem.app.intake import ingest
+
+    return ingest(db, config, raw, at or T0, "t")
+
+
+def outbox(db: Database, kind: str | None = None) -> list[tuple[str, str, str]]:
+    """(kind, recipient, text) of every message queued but the welcomes, oldest first (the
+    text with quoted-printable soft breaks joined and its lines unwrapped)."""
+    import email
+    import email.policy
+
+    from snl_pbem.store import OutboxMessage
+
+    with db.transaction() as s:
+        query = select(OutboxMessage).where(OutboxMessage.kind != "welcome")
+        if kind is not None:
+            query = query.where(OutboxMessage.kind == kind)
+        found = s.scalars(query.order_by(OutboxMessage.id))
+        rows = [(r.kind, r.recipient, r.message) for r in found]
+    out = []
+    for k, to, raw in rows:
+        msg = email.message_from_bytes(raw, policy=email.policy.default)
+        out.append((k, to, f"Subject: {msg['Subject']}\n{msg.get_content()}"))
+    return out
+
+
+def replies(db: Database) -> list[str]:
+    """The texts of the replies to the referee's commands."""
+    return [text for _, to, text in outbox(db, "referee-reply") if to == "ref@example.org"]
+
+
+def game_row(db: Database):
+    from snl_pbem.store import Game
+
+    with db.transaction() as s:
+        game = s.scalar(select(Game))
+        s.expunge(game)
+        return game
+
+
+def deadline(db: Database):
+    from snl_pbem.store import Round
+
+    with db.transaction() as s:
+        return s.scalar(select(Round.deadline).where(Round.state == "open"))
+
+
+def audit_log(db: Database, action: str | None = None) -> list[tuple[str, str, str | None, dict]]:
+    with db.transaction() as s:
+        query = select(AuditEntry).order_by(AuditEntry.id)
+        if action is not None:
+            query = query.where(AuditEntry.action == action)
+        return [(a.action, a.actor, a.via, a.detail) for a in s.scalars(query)]
+
+
+def test_status_by_mail_is_the_referees_private_status_and_only_theirs(referee) -> None:
+    db, config = referee
+    send_mail(db, config, mail("KEY ann-key-123\nDICE 5", sender="ann@example.org", tag="a"))
+    result = send_mail(db, config, mail(as_referee("STATUS"), tag="s"))
+    assert (result.status, result.detail) == ("processed", "referee's commands: 1 done, 0 not done")
+    [reply] = replies(db)
+    assert "PRIVATE: for the referee only." in reply
+    assert "g1: Test game [running]" in reply
+    assert "valid orders from 1 of 3" in reply and "ann" in reply and "valid" in reply
+    assert REFEREE_KEY not in reply
+    # to the referee alone: the only other mail is ann's acknowledgement
+    assert [(k, to) for k, to, _ in outbox(db)] == [
+        ("ack", "ann@example.org"),
+        ("referee-reply", "ref@example.org"),
+    ]
+
+
+def test_a_reply_to_the_referee_is_threaded_and_goes_to_the_configured_address(referee) -> None:
+    """Reply-To and a different case in From change nothing: the referee's address from the
+    config gets the reply, threaded to the command."""
+    from snl_pbem.store import OutboxMessage
+
+    db, config = referee
+    raw = mail(as_referee("STATUS"), sender="Ref <REF@Example.org>", tag="thread",
+               headers="Reply-To: mallory@evil.example\r\n")
+    assert send_mail(db, config, raw).status == "processed"
+    with db.transaction() as s:
+        [row] = s.scalars(select(OutboxMessage).where(OutboxMessage.kind != "welcome")).all()
+        assert row.recipient == "ref@example.org"
+        assert b"In-Reply-To: <thread@example.org>" in row.message
+        assert b"mallory" not in row.message
+
+
+def test_extend_pause_resume_close_and_rollback_by_mail(referee) -> None:
+    """Each command does what the command line does, tells the players as it does, and is
+    audited with the referee's address as the actor, via mail."""
+    from datetime import timedelta
+
+    from mailhelpers import T0
+
+    db, config = referee
+    first = deadline(db)
+    send_mail(db, config, mail(as_referee("EXTEND g1 BY 2d"), tag="e"))
+    assert deadline(db) == first + timedelta(days=2)
+    assert game_row(db).extended_s == 2 * 86400
+    [reply] = replies(db)
+    assert "> EXTEND g1 BY 2d" in reply
+    assert "Done: g1: deadline now Sun 6 Jan 2030 18:00 GMT; the players are told" in " ".join(
+        reply.split()
+    )
+    notices = outbox(db, "deadline")
+    assert sorted(to for _, to, _ in notices) == [
+        "ann@example.org", "bob@example.org", "cy@example.org"
+    ]
+    assert all("the referee extended the deadline." in text for _, _, text in notices)
+
+    # several commands run in order; the game comes from the GAME line
+    send_mail(db, config, mail(as_referee("GAME g1", "PAUSE", "RESUME"), tag="pr"),
+              at=T0 + timedelta(hours=1))
+    reply = replies(db)[-1]
+    assert reply.index("> PAUSE") < reply.index("> RESUME")
+    assert "Done: g1: paused; its deadline stops until RESUME" in reply
+    assert "Done: g1: resumed; deadline now Sun 6 Jan 2030 18:00 GMT" in reply
+    paused = [to for _, to, text in outbox(db, "deadline") if "Round 1 paused" in text]
+    assert len(paused) == 3  # the pause told each player once (the resume moved nothing)
+
+    send_mail(db, config, mail(as_referee("CLOSE ROUND g1"), tag="c"), at=T0 + timedelta(hours=2))
+    reply = " ".join(replies(db)[-1].split())
+    assert "Done: g1: round 1 closed; positions: " in reply and "round 2 open, deadline" in reply
+    assert len(outbox(db, "report")) == 3 and len(outbox(db, "referee-summary")) == 1
+    early = [text for _, _, text in outbox(db, "deadline") if "closed early" in text]
+    assert len(early) == 3  # closed before its deadline: each player told
+
+    send_mail(db, config, mail(as_referee("ROLLBACK g1"), tag="rb"), at=T0 + timedelta(hours=3))
+    reply = " ".join(replies(db)[-1].split())
+    assert "Done: g1: round 1 reopened (results discarded, orders kept); the game is" in reply
+    assert game_row(db).state == "paused" and game_row(db).rounds_played == 0
+
+    actions = [(a, actor, via) for a, actor, via, _ in audit_log(db)
+               if a in ("extend", "pause", "resume", "close-round", "rollback")]
+    assert actions == [
+        (a, "ref@example.org", "mail")
+        for a in ("extend", "pause", "resume", "close-round", "rollback")
+    ]
+
+
+def test_one_refused_command_leaves_the_others_done(referee) -> None:
+    """Each command has a savepoint of its own: the one over max_extend is refused, naming
+    the key, and the commands before and after it stand."""
+    from datetime import timedelta
+
+    db, config = referee
+    first = deadline(db)
+    raw = mail(as_referee("EXTEND g1 BY 2d", "EXTEND g1 BY 8d", "RESUME g1", "PAUSE g1"))
+    assert send_mail(db, config, raw).detail == "referee's commands: 2 done, 2 not done"
+    assert deadline(db) == first + timedelta(days=2)
+    assert game_row(db).state == "paused" and game_row(db).extended_s == 2 * 86400
+    [reply] = replies(db)
+    flat = " ".join(reply.split())
+    assert reply.startswith("Subject: Snakes and Ladders: your referee commands: 2 done, 2 not")
+    assert (
+        "> EXTEND g1 BY 8d NOT DONE: g1: an extension of 8d is over the limit of 7d for one "
+        "extension (config.toml: games[0].max_extend)"
+    ) in flat
+    assert "> RESUME g1 NOT DONE: g1: not paused (it is running)" in flat
+    assert "> PAUSE g1 Done: g1: paused" in flat
+    # the refused ones queued nothing: one extension and one pause told, each player once
+    assert len(outbox(db, "deadline")) == 6
+
+
+def test_extensions_by_mail_stop_at_the_total_limit(referee) -> None:
+    from datetime import timedelta
+
+    db, config = referee
+    first = deadline(db)
+    for i in range(3):
+        send_mail(db, config, mail(as_referee("EXTEND g1 BY 1w"), tag=f"w{i}"))
+    send_mail(db, config, mail(as_referee("EXTEND g1 BY 1h"), tag="h"))
+    assert deadline(db) == first + timedelta(days=21)
+    flat = " ".join(replies(db)[-1].split())
+    assert (
+        "NOT DONE: g1: 1h more would make 21d1h of extensions in all, over the limit of 21d "
+        "(config.toml: games[0].max_total_extend; 21d used so far)"
+    ) in flat
+    assert "(21d of the 21d of extensions allowed are used)" in " ".join(replies(db)[-2].split())
+
+
+def test_rollback_by_mail_never_discards_the_next_rounds_orders(referee) -> None:
+    from datetime import timedelta
+
+    from mailhelpers import T0
+
+    db, config = referee
+    send_mail(db, config, mail(as_referee("CLOSE ROUND"), tag="c"))  # the only game: g1
+    later = T0 + timedelta(minutes=5)
+    send_mail(db, config, mail("KEY bob-key-123\nDICE 3", sender="bob@example.org", tag="b"),
+              at=later)
+    send_mail(db, config, mail(as_referee("ROLLBACK g1"), tag="rb"), at=later)
+    flat = " ".join(replies(db)[-1].split())
+    assert (
+        "NOT DONE: g1: round 2 already has 1 order set(s); by mail a rollback never discards "
+        "orders (on the server, snl-pbem rollback g1 --force does)"
+    ) in flat
+    assert game_row(db).rounds_played == 1 and game_row(db).state == "running"
+
+
+def test_a_message_with_no_referee_command_gets_the_list_of_them(referee) -> None:
+    db, config = referee
+    raw = mail(as_referee("EXTNED g1 BY 2d", "DICE 4", "HELP"), tag="h")
+    assert send_mail(db, config, raw).status == "processed"
+    flat = " ".join(replies(db)[-1].split())
+    assert "DICE, TRAPDOOR, ROLL and CLEAR are a player's: not read here" in flat
+    assert "Lines not understood:" in flat and "unknown command 'EXTNED'" in flat
+    assert "Referee commands (each message needs KEY and your referee key" in flat
+    assert "EXTEND g1 BY 2d the deadline later" in flat
+    assert game_row(db).extended_s == 0
+
+
+def test_two_different_keys_do_nothing(referee) -> None:
+    db, config = referee
+    raw = mail(as_referee("KEY ann-key-123", "PAUSE g1"), tag="k2")
+    assert send_mail(db, config, raw).status == "processed"
+    assert "NOT DONE: nothing was done: it has two different KEY lines" in " ".join(
+        replies(db)[-1].split()
+    )
+    assert game_row(db).state == "running"
+
+
+def test_the_referee_key_is_never_kept_nor_echoed(referee) -> None:
+    from snl_pbem.store import InboundMessage
+
+    db, config = referee
+    send_mail(db, config, mail(as_referee(f"EXTEND g1 BY {REFEREE_KEY}"), tag="x"))
+    send_mail(db, config, mail(as_referee("PAUSE g1"), sender="ann@example.org", tag="y"))
+    with db.transaction() as s:
+        for raw in s.scalars(select(InboundMessage.raw)):
+            assert REFEREE_KEY.encode() not in raw and b"KEY ****" in raw
+    for _, _, text in outbox(db):
+        assert REFEREE_KEY not in text
+
+
+# -- hostile mail ------------------------------------------------------------------------------
+
+
+def notices_to_referee(db: Database) -> list[str]:
+    return [text for _, to, text in outbox(db, "referee-notice") if to == "ref@example.org"]
+
+
+def test_forged_referee_mail_without_the_key_does_nothing_and_costs_one_mail_an_hour(
+    referee,
+) -> None:
+    """Ten forgeries of the referee's address without the key: nothing done, no reply to
+    anyone, each audited, and the referee told once; again only after an hour."""
+    from datetime import timedelta
+
+    from mailhelpers import T0
+
+    db, config = referee
+    first = deadline(db)
+    for i in range(10):
+        result = send_mail(db, config, mail("GAME g1\nPAUSE\nEXTEND BY 7d", tag=f"f{i}"),
+                           at=T0 + timedelta(minutes=i))
+        assert result.status == "rejected"
+        assert result.detail == (
+            "referee command refused: it had no KEY line with the referee's key"
+        )
+    assert game_row(db).state == "running" and deadline(db) == first
+    [notice] = notices_to_referee(db)
+    assert [k for k, _, _ in outbox(db)] == ["referee-notice"]  # nothing else, to nobody
+    flat = " ".join(notice.split())
+    assert notice.startswith("Subject: Snakes and Ladders: referee commands refused")
+    assert "A message from ref@example.org (as its From line says: it can be forged)" in flat
+    assert "it had no KEY line with the referee's key." in flat
+    assert "asking for: STATUS" not in flat and "PAUSE EXTEND BY 7d" in flat
+    refused = audit_log(db, "referee-refused")
+    assert len(refused) == 10
+    assert all(actor == "intake" and via == "mail" for _, actor, via, _ in refused)
+    assert refused[0][3]["address"] == "ref@example.org" and not refused[0][3]["alarm"]
+    send_mail(db, config, mail("PAUSE g1", tag="later"), at=T0 + timedelta(minutes=61))
+    assert len(notices_to_referee(db)) == 2
+
+
+def test_a_wrong_key_from_the_referees_address_does_nothing(referee) -> None:
+    db, config = referee
+    result = send_mail(db, config, mail("KEY not-the-key-42\nPAUSE g1", tag="w"))
+    assert (result.status, result.detail) == (
+        "rejected", "referee command refused: its KEY was not the referee's key"
+    )
+    assert game_row(db).state == "running" and replies(db) == []
+    [notice] = notices_to_referee(db)
+    assert "its KEY was not the referee's key" in " ".join(notice.split())
+    assert "not-the-key-42" not in notice
+
+
+def test_the_referee_key_from_another_address_alarms_the_referee(referee) -> None:
+    """The key from a player's address (or behind a From name showing the referee's):
+    nothing done, not a word to the sender, and the alarm to the referee, even when a
+    forgery without the key already used up the hour's refusal notice."""
+    db, config = referee
+    send_mail(db, config, mail("PAUSE g1", tag="forged"))  # the hour's plain notice
+    for i, sender in enumerate(("ann@example.org", '"ref@example.org" <evil@example.com>')):
+        raw = mail(as_referee("STATUS", "PAUSE g1"), sender=sender, tag=f"k{i}")
+        result = send_mail(db, config, raw)
+        assert result.status == "rejected" and "it gave the referee's key" in result.detail
+    assert game_row(db).state == "running"
+    recipients = {to for _, to, _ in outbox(db)}
+    assert recipients == {"ref@example.org"}  # no status, no reply, nothing to a sender
+    plain, alarm = notices_to_referee(db)  # the second alarm falls in the same hour
+    assert plain.startswith("Subject: Snakes and Ladders: referee commands refused")
+    flat = " ".join(alarm.split())
+    assert alarm.startswith(
+        "Subject: Snakes and Ladders: ALERT: your referee key was used from another address"
+    )
+    assert "its From line shows ann@example.org" in flat
+    assert "Whoever sent it knows your referee key. Change mail.referee_key" in flat
+    assert "asking for: STATUS PAUSE g1" in flat
+    alarms = [d for *_, d in audit_log(db, "referee-refused") if d["alarm"]]
+    assert [d["address"] for d in alarms] == ["ann@example.org", "evil@example.com"]
+
+
+def test_the_referee_key_with_a_doubtful_from_line_is_not_obeyed(referee) -> None:
+    db, config = referee
+    raw = mail(as_referee("PAUSE g1"), sender='"boss@evil.example" <ref@example.org>')
+    result = send_mail(db, config, raw)
+    assert result.status == "rejected"
+    assert "not plainly from ref@example.org" in result.detail
+    assert game_row(db).state == "running"
+    [alarm] = notices_to_referee(db)
+    assert "the From name shows 'boss@evil.example'" in " ".join(alarm.split())
+
+
+def test_referee_commands_by_mail_are_off_without_a_key(intake) -> None:
+    db, config = intake
+    result = send_mail(db, config, mail(f"KEY {REFEREE_KEY}\nPAUSE g1"))
+    assert result.detail == (
+        "referee command refused: referee commands by mail are off: mail.referee_key is not "
+        "set in the config"
+    )
+    assert game_row(db).state == "running"
+    assert len(notices_to_referee(db)) == 1
+
+
+def test_a_referee_word_in_a_players_orders_never_blocks_orders(referee) -> None:
+    """ann's orders with PAUSE in them: her orders count, the PAUSE is refused on its line
+    in her acknowledgement; bob's orders are untouched; the referee is not troubled."""
+    from mailhelpers import orders_of
+
+    db, config = referee
+    raw = mail("KEY ann-key-123\nDICE 4\nPAUSE g1\nEXTEND g1 BY 7d", sender="ann@example.org",
+               subject="[g1] orders", tag="a")
+    result = send_mail(db, config, raw)
+    assert (result.status, result.detail) == ("processed", "orders for round 1 (valid)")
+    send_mail(db, config, mail("KEY bob-key-123\nDICE 2", sender="bob@example.org",
+                               subject="[g1] orders", tag="b"))
+    assert [(o.player, o.dice, o.valid) for o in orders_of(db)] == [
+        ("ann", "4", True), ("bob", "2", True)
+    ]
+    assert game_row(db).state == "running" and game_row(db).extended_s == 0
+    [(_, to, ack), _] = outbox(db, "ack")
+    flat = " ".join(ack.split())
+    assert to == "ann@example.org"
+    assert (
+        '"PAUSE g1": only the referee can give this command (from the referee\'s address, '
+        "with the referee's key): not done"
+    ) in flat
+    assert notices_to_referee(db) == [] and replies(db) == []
+    [(_, actor, via, detail)] = audit_log(db, "referee-refused")
+    assert (actor, via, detail["address"]) == ("intake", "mail", "ann@example.org")
+    assert detail["commands"] == ["PAUSE g1", "EXTEND g1 BY 7d"]
+
+
+def test_a_referee_word_from_a_stranger_is_read_as_a_strangers_mail(referee) -> None:
+    """No referee key, not the referee's address: the words are refused, and the rest is
+    a stranger's mail as ever (no reply to an unregistered address)."""
+    db, config = referee
+    result = send_mail(db, config, mail("GAME g1\nPAUSE", sender="mallory@evil.example"))
+    assert result.status == "rejected" and game_row(db).state == "running"
+    assert outbox(db) == []
