@@ -31,6 +31,12 @@ from datetime import timedelta
 from sqlalchemy import select
 
 from snl_pbem.app.games import audit, game_by_id, game_time
+from snl_pbem.app.membership import (
+    approve_signup,
+    refuse_signup,
+    replace_seat,
+    start_forming_game,
+)
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.referee import (
     extend_in,
@@ -356,7 +362,15 @@ def _run(ctx: Context, action: Action, actor: str) -> str:
             f"{game.name}: round {number} reopened (results discarded, orders kept); the game "
             "is paused: correct what you need, then CLOSE ROUND or RESUME"
         )
-    raise LifecycleError(f"{word} by mail is not available yet: use the command line")
+    if word == "START":
+        return start_forming_game(session, config, game, now, actor=actor, via=VIA)
+    if word == "APPROVE":
+        return approve_signup(session, config, game, action.args[1], now, actor=actor, via=VIA)
+    if word == "REFUSE":
+        return refuse_signup(session, config, game, action.args[1], now, actor=actor, via=VIA)
+    assert word == "REPLACE", word  # REFEREE_ACTIONS, each handled above
+    name, address = action.args[1], action.args[2]
+    return replace_seat(session, config, game, name, address, now, actor=actor, via=VIA)
 
 
 def _game_for(ctx: Context, action: Action) -> str:

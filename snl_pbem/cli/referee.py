@@ -281,7 +281,7 @@ def cmd_start(args: argparse.Namespace) -> int:
         now = utcnow()
         for line in sync_games(db, config, now, actor="start").lines:
             print(f"config: {line}")
-        report = _run(lambda: start_game(db, config, args.game, now))
+        report = _run(lambda: start_game(db, config, args.game, now, via="cli"))
         tz = config.game(args.game).tz
         print(
             f"{args.game}: started; round 1 deadline {show(report.round_deadline, tz)}; "

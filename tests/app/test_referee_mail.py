@@ -132,17 +132,16 @@ def send_mail(db, config, raw: bytes, at=None):
 
 
 def outbox(db: Database, kind: str | None = None) -> list[tuple[str, str, str]]:
-    """(kind, recipient, text) of every message queued but the welcomes, oldest first (the
-    text with quoted-printable soft breaks joined and its lines unwrapped)."""
+    """(kind, recipient, text) of every message queued of one kind, or of all but the
+    welcomes, oldest first."""
     import email
     import email.policy
 
     from snl_pbem.store import OutboxMessage
 
     with db.transaction() as s:
-        query = select(OutboxMessage).where(OutboxMessage.kind != "welcome")
-        if kind is not None:
-            query = query.where(OutboxMessage.kind == kind)
+        wanted = OutboxMessage.kind != "welcome" if kind is None else OutboxMessage.kind == kind
+        query = select(OutboxMessage).where(wanted)
         found = s.scalars(query.order_by(OutboxMessage.id))
         rows = [(r.kind, r.recipient, r.message) for r in found]
     out = []
@@ -499,3 +498,121 @@ def test_a_referee_word_from_a_stranger_is_read_as_a_strangers_mail(referee) -> 
     result = send_mail(db, config, mail("GAME g1\nPAUSE", sender="mallory@evil.example"))
     assert result.status == "rejected" and game_row(db).state == "running"
     assert outbox(db) == []
+
+
+# -- who plays: APPROVE, REFUSE, START, REPLACE by mail ----------------------------------------
+
+SIGNUP_CONFIG = """
+timezone = "Europe/London"
+[database]
+url = "{url}"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+referee_key = "{key}"
+
+[[games]]
+id = "appr"
+board = "standard"
+first_deadline = "2029-12-04T18:00"
+round_length = "3d"
+signup = "approval"
+max_players = 4
+
+[[games]]
+id = "g1"
+title = "Running game"
+board = "standard"
+first_deadline = "2029-12-04T18:00"
+round_length = "3d"
+players = [
+  {{ name = "ann", email = "ann@example.org", key = "ann-key-123" }},
+  {{ name = "bob", email = "bob@example.org", key = "bob-key-123" }},
+]
+"""
+
+
+def join(db: Database, config: Config, who: str, game: str, name: str) -> None:
+    """JOIN and CONFIRM from ``who``, as a player does (the code read from our mail)."""
+    import re
+
+    send_mail(db, config, mail(f"JOIN {game} {name}", sender=who, tag=f"j-{who}"))
+    [(_, _, text)] = [m for m in outbox(db, "code") if m[1] == who]
+    code = re.search(r"CONFIRM (\w{4}-\w{4})", text).group(1)
+    send_mail(db, config, mail(f"CONFIRM {code}", sender=who, tag=f"c-{who}"))
+
+
+def test_approve_refuse_start_and_replace_by_mail(db: Database, tmp_path: Path) -> None:
+    import re
+
+    from mailhelpers import T0
+
+    from snl_pbem.app.games import start_game
+    from snl_pbem.store import Player, Signup
+
+    path = tmp_path / "config.toml"
+    path.write_text(SIGNUP_CONFIG.format(url=db.url, key=REFEREE_KEY))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    join(db, config, "x1@example.net", "appr", "Xavier")
+    join(db, config, "x2@example.net", "appr", "Yo")
+
+    raw = mail(as_referee(
+        "APPROVE appr Xavier", "REFUSE appr Yo", "APPROVE appr Nobody", "START appr",
+        "REPLACE g1 bob dora@example.net",
+    ), tag="who")
+    assert send_mail(db, config, raw).detail == "referee's commands: 4 done, 1 not done"
+    flat = " ".join(replies(db)[-1].split())
+    assert "> APPROVE appr Xavier Done: appr: Xavier approved, seated" in flat
+    assert "> REFUSE appr Yo Done: appr: Yo's sign-up refused (they are told)" in flat
+    assert "> APPROVE appr Nobody NOT DONE: appr: no sign-up named 'Nobody'" in flat
+    assert "> START appr Done: appr: started with 1 players; round 1 deadline" in flat
+    assert (
+        "> REPLACE g1 bob dora@example.net Done: g1: bob's seat now belongs to "
+        "dora@example.net (a new key was mailed)"
+    ) in flat
+    with db.transaction() as s:
+        signups = dict(s.execute(select(Signup.name, Signup.state)).all())
+        bob = s.scalar(select(Player).where(Player.name == "bob"))
+        assert bob.email == "dora@example.net"
+    assert signups == {"Xavier": "seated", "Yo": "refused"}
+    assert game_row_named(db, "appr") == "running"
+    [(_, _, welcome)] = [m for m in outbox(db, "welcome") if m[1] == "x1@example.net"]
+    assert re.search(r"KEY (\S+)", welcome)
+    [(_, _, seat)] = [m for m in outbox(db, "welcome") if m[1] == "dora@example.net"]
+    assert "You now play bob's seat" in seat
+    # bob's old key is no more
+    old = send_mail(db, config, mail("GAME g1\nKEY bob-key-123\nDICE 1", sender="bob@example.org",
+                                     tag="old"))
+    assert old.status == "rejected"
+    done = {(a, actor, via) for a, actor, via, _ in audit_log(db)}
+    for action in ("signup-seated", "signup-refused", "start", "replace"):
+        assert (action, "ref@example.org", "mail") in done, action
+
+
+def test_approve_by_mail_from_a_forger_does_nothing(db: Database, tmp_path: Path) -> None:
+    from mailhelpers import T0
+
+    from snl_pbem.store import Signup
+
+    path = tmp_path / "config.toml"
+    path.write_text(SIGNUP_CONFIG.format(url=db.url, key=REFEREE_KEY))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    join(db, config, "x1@example.net", "appr", "Xavier")
+    result = send_mail(db, config, mail("APPROVE appr Xavier", tag="forged"))  # no key
+    assert result.status == "rejected"
+    # a joiner approving themselves with a guessed key: refused on its line, nothing done
+    send_mail(db, config, mail("KEY guess-123456\nAPPROVE appr Xavier", sender="x1@example.net",
+                               tag="self"))
+    with db.transaction() as s:
+        assert s.scalar(select(Signup.state)) == "waiting"
+    assert game_row_named(db, "appr") == "new"
+
+
+def game_row_named(db: Database, name: str) -> str:
+    from snl_pbem.store import Game
+
+    with db.transaction() as s:
+        return s.scalar(select(Game.state).where(Game.name == name))

@@ -456,10 +456,10 @@ def test_each_referee_command_is_audited_as_given_on_the_command_line(
     mine = {
         action: (actor, via)
         for action, actor, via, _ in audit_rows(config)
-        if action in ("extend", "pause", "resume", "close-round", "rollback")
+        if action in ("start", "extend", "pause", "resume", "close-round", "rollback")
     }
     assert mine == dict.fromkeys(
-        ("extend", "pause", "resume", "close-round", "rollback"), ("referee", "cli")
+        ("start", "extend", "pause", "resume", "close-round", "rollback"), ("referee", "cli")
     )
     game_added = [(actor, via) for action, actor, via, _ in audit_rows(config)
                   if action == "game-added"]
