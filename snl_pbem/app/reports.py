@@ -75,11 +75,13 @@ def enqueue_deadline_notice(
 ) -> int:
     """Tell every active player, in one message each, that the open round's deadline moved
     from ``old`` to ``new`` (for ``closed``: the round closed at ``new``; for ``paused``:
-    the deadline ``old`` stopped). Nothing is sent when the deadline did not change (a
-    pause always changes it: it stops). Returns how many messages were queued."""
+    the deadline ``old`` stopped). Nothing is sent when the deadline did not change, but
+    a pause and a resume are always told (players told the game is paused must hear that
+    it runs again, even when the pause lasted less than a second). Returns how many
+    messages were queued."""
     if reason not in DEADLINE_REASONS:
         raise ValueError(f"unknown reason for a deadline notice: {reason!r}")
-    if old == new and reason != "paused":
+    if old == new and reason not in ("paused", "resumed"):
         return 0
     players = session.scalars(
         select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)

@@ -244,7 +244,9 @@ def test_extend_pause_resume_close_and_rollback_by_mail(referee) -> None:
     assert "Done: g1: paused; its deadline stops until RESUME" in reply
     assert "Done: g1: resumed; deadline now Sun 6 Jan 2030 18:00 GMT" in reply
     paused = [to for _, to, text in outbox(db, "deadline") if "Round 1 paused" in text]
-    assert len(paused) == 3  # the pause told each player once (the resume moved nothing)
+    assert len(paused) == 3  # the pause told each player once, and so the resume
+    resumed = [to for _, to, text in outbox(db, "deadline") if "the deadline did not move" in text]
+    assert len(resumed) == 3
 
     send_mail(db, config, mail(as_referee("CLOSE ROUND g1"), tag="c"), at=T0 + timedelta(hours=2))
     reply = " ".join(replies(db)[-1].split())

@@ -13,7 +13,7 @@ from email.message import EmailMessage as Message
 
 import pytest
 from mailhelpers import T0 as INTAKE_T0
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
@@ -82,9 +82,14 @@ def test_extend_tells_each_active_player_once_with_old_and_new(db: Database, mak
 def test_resume_after_a_pause_tells_each_player_once(db: Database, make_config) -> None:
     config = make_config()
     started(db, config)
-    pause(db, "g1", T0)
-    resume(db, "g1", T0, config=config)  # paused for no time: the deadline did not move
-    assert outbox(db, "deadline") == []
+    pause(db, "g1", T0, config=config)
+    resume(db, "g1", T0, config=config)  # paused for no time: the deadline did not move,
+    sent = [text(msg) for _, _, to, msg in outbox(db, "deadline") if to == "ann@example.org"]
+    assert len(sent) == 2 and sent[0].startswith("[g1] Round 1 paused\n")  # but told
+    assert "the referee paused the game and resumed it; the deadline did not move." in sent[1]
+    assert f"Deadline: {DEADLINE}\n" in sent[1] and "Old deadline" not in sent[1]
+    with db.transaction() as s:  # the next pause and resume, on their own
+        s.execute(delete(OutboxMessage).where(OutboxMessage.kind == "deadline"))
     pause(db, "g1", T0)
     resume(db, "g1", T0 + timedelta(hours=5, seconds=7, microseconds=400), config=config)
     sent = notices(db)
