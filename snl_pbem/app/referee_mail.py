@@ -37,6 +37,7 @@ from snl_pbem.app.membership import (
     replace_seat,
     start_forming_game,
 )
+from snl_pbem.app.membership_mail import STARTED
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.referee import (
     extend_in,
@@ -53,7 +54,7 @@ from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.mail.commands import REFEREE_ACTIONS, Action, LineProblem
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.store import Game, OutboxMessage, ServerKey
-from snl_pbem.store.states import InboundStatus, MailKind
+from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
 from snl_pbem.timeutil import format_duration, parse_duration, show, zone
 
 log = logging.getLogger("snl_pbem.referee_mail")
@@ -82,6 +83,8 @@ class Outcome:
     """What it did, or why not."""
     block: str = ""
     """Lines to show below it (the status)."""
+    started: bool = False
+    """It started a game (START, or an APPROVE that filled one)."""
 
 
 # -- which mail is the referee's --------------------------------------------------------
@@ -275,7 +278,10 @@ def handle_referee_mail(ctx: Context) -> tuple[str, str]:
         help=commands.help or not outcomes,
         private=any(o.block for o in outcomes),
     )
-    return InboundStatus.PROCESSED, f"referee's commands: {done} done, {not_done} not done"
+    detail = f"referee's commands: {done} done, {not_done} not done"
+    if any(o.done and o.started for o in outcomes):  # serve plans round 1's close at once
+        detail += f"; {STARTED}"
+    return InboundStatus.PROCESSED, detail
 
 
 def _obey(ctx: Context) -> list[Outcome]:
@@ -293,11 +299,14 @@ def _obey(ctx: Context) -> list[Outcome]:
             continue
         try:
             with ctx.session.begin_nested():
-                text = _run(ctx, action, actor)
+                game = game_by_id(ctx.session, _game_for(ctx, action), lock=True)
+                was = game.state
+                text = _run(ctx, action, game, actor)
         except (LifecycleError, NotFound) as exc:
             outcomes.append(Outcome(line, False, str(exc)))
         else:
-            outcomes.append(Outcome(line, True, text))
+            started = was == GamePhase.NEW and game.state != GamePhase.NEW
+            outcomes.append(Outcome(line, True, text, started=started))
     if commands.has_orders or commands.clear:
         outcomes.append(
             Outcome("", False, "DICE, TRAPDOOR, ROLL and CLEAR are a player's: not read here")
@@ -313,11 +322,10 @@ def _obey(ctx: Context) -> list[Outcome]:
     return outcomes
 
 
-def _run(ctx: Context, action: Action, actor: str) -> str:
-    """One referee command; what it did, in a sentence. LifecycleError or NotFound says
-    why not."""
+def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
+    """One referee command on ``game`` (locked); what it did, in a sentence.
+    LifecycleError or NotFound says why not."""
     session, config, now = ctx.session, ctx.config, ctx.now
-    game = game_by_id(session, _game_for(ctx, action), lock=True)
     word = action.word
     if word == "EXTEND":
         new = extend_in(

@@ -564,7 +564,8 @@ def test_approve_refuse_start_and_replace_by_mail(db: Database, tmp_path: Path) 
         "APPROVE appr Xavier", "REFUSE appr Yo", "APPROVE appr Nobody", "START appr",
         "REPLACE g1 bob dora@example.net",
     ), tag="who")
-    assert send_mail(db, config, raw).detail == "referee's commands: 4 done, 1 not done"
+    detail = send_mail(db, config, raw).detail  # serve plans round 1 at once (STARTED)
+    assert detail == "referee's commands: 4 done, 1 not done; the game started"
     flat = " ".join(replies(db)[-1].split())
     assert "> APPROVE appr Xavier Done: appr: Xavier approved, seated" in flat
     assert "> REFUSE appr Yo Done: appr: Yo's sign-up refused (they are told)" in flat
