@@ -14,21 +14,23 @@ from __future__ import annotations
 
 import email
 import email.policy
+import json
 import re
 import smtplib
 import socket
-import sqlite3
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from imapclient import IMAPClient
+from sqlalchemy import select
 from test_serve import SNL, WAIT, run, wait_for
 
 from snl_pbem.config import load_config
 from snl_pbem.offline.replay import Replay, outcome_json, run_replay
 from snl_pbem.rules import OrderSet
+from snl_pbem.store import AuditEntry, Database, RoundTally
 
 REFEREE_KEY = "ref-key-0123456789"
 PLAYERS = ("ann", "bob", "cy", "dee")
@@ -129,14 +131,22 @@ def report_positions(text: str) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_a_whole_life_cycle_through_serve(tmp_path: Path, dovecot, smtp_sink) -> None:
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_whole_life_cycle_through_serve(
+    tmp_path: Path, dovecot, smtp_sink, request: pytest.FixtureRequest, database: str
+) -> None:
     user = dovecot.new_user()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         lmtp_port = sock.getsockname()[1]
     first = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
     path = tmp_path / "config.toml"
-    path.write_text(config_text(tmp_path, dovecot, user, smtp_sink, lmtp_port, first))
+    text = config_text(tmp_path, dovecot, user, smtp_sink, lmtp_port, first)
+    if database == "postgresql":
+        server_pg = request.getfixturevalue("postgres")
+        url = server_pg.url(server_pg.create_database())
+        text = text.replace(f"sqlite:///{tmp_path / 'snl.db'}", url)
+    path.write_text(text)
     assert run("db", "upgrade", config=path).returncode == 0
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
@@ -249,9 +259,20 @@ def test_a_whole_life_cycle_through_serve(tmp_path: Path, dovecot, smtp_sink) ->
     # dee's old key bought nothing after the seat changed hands (no ack, no order)
     assert not post.texts("dee@example.org", "Orders received for round 3")
     # the private record: cy excused twice, dee's seat resigned in round 2
-    with sqlite3.connect(tmp_path / "snl.db") as con:
-        nmr = [row[0] for row in con.execute("SELECT nmr FROM round_tallies ORDER BY id")]
-        via = set(con.execute("SELECT action, actor, via FROM audit_log WHERE via = 'mail'"))
+    db = Database(load_config(path).database_url)
+    try:
+        with db.transaction() as s:
+            nmr = [json.dumps(t) for t in s.scalars(select(RoundTally.nmr).order_by(RoundTally.id))]
+            via = {
+                tuple(row)
+                for row in s.execute(
+                    select(AuditEntry.action, AuditEntry.actor, AuditEntry.via).where(
+                        AuditEntry.via == "mail"
+                    )
+                )
+            }
+    finally:
+        db.dispose()
     assert "absent, excused" in nmr[1] and "absent, excused" in nmr[2], nmr
     assert "resigned" in nmr[1], nmr
     for action in ("extend", "pause", "resume", "close-round"):
