@@ -39,15 +39,17 @@ def run_migrations_online() -> None:
             compare_type=True,
             render_item=render_item,
         )
-        with context.begin_transaction():
-            context.run_migrations()
-            if sqlite:  # the rebuilt tables must still agree with each other
-                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-                if broken:
-                    raise RuntimeError(f"migration left broken references: {broken[:5]}")
-        connection.commit()
-        if sqlite:
-            driver.execute("PRAGMA foreign_keys=ON")  # as every connection of the pool has
+        try:
+            with context.begin_transaction():
+                context.run_migrations()
+                if sqlite:  # the rebuilt tables must still agree with each other
+                    broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise RuntimeError(f"migration left broken references: {broken[:5]}")
+            connection.commit()
+        finally:
+            if sqlite:  # as every connection of the pool has it, whatever happened
+                driver.execute("PRAGMA foreign_keys=ON")
 
 
 if context.is_offline_mode():

@@ -49,7 +49,6 @@ _ATEXT = frozenset(
 _GAME_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
-
 def _email(value: object) -> str:
     """An address the server can send to as it is: plain ASCII (no SMTPUTF8), no spaces or
     control characters, one @, a dot-atom before it and a domain name after it."""
@@ -583,6 +582,10 @@ class Config:
     settings: Settings
     games: tuple[GameConfig, ...]
     database_url: str
+
+    def find(self, game_id: str) -> GameConfig | None:
+        """The game's table, or None when the config has no game of that id."""
+        return next((game for game in self.games if game.id == game_id), None)
 
     def game(self, game_id: str) -> GameConfig:
         for game in self.games:

@@ -1,10 +1,10 @@
 """Dependencies point inward (STYLE.md): the folder tree is the architecture.
 
-    rules      pure: imports nothing of ours outside rules
-    store, mail    the database and the mail formats: never app, runners or cli
-    app        the use cases: never runners or cli
-    runners    the long-running parts: never cli
-    cli        the command line: anything
+rules      pure: imports nothing of ours outside rules
+store, mail    the database and the mail formats: never app, runners or cli
+app        the use cases: never runners or cli
+runners    the long-running parts: never cli
+cli        the command line: anything
 """
 
 from __future__ import annotations
@@ -18,9 +18,26 @@ RULES = Path(__file__).parents[1] / "snl_pbem" / "rules"
 
 # No I/O, clock, logging, database or mail in the rules engine; randomness only seeded.
 FORBIDDEN = {
-    "os", "io", "sys", "time", "datetime", "logging", "socket", "pathlib", "subprocess",
-    "sqlalchemy", "alembic", "jinja2", "imapclient", "aiosmtpd", "apscheduler", "smtplib",
-    "imaplib", "email", "threading", "asyncio",
+    "os",
+    "io",
+    "sys",
+    "time",
+    "datetime",
+    "logging",
+    "socket",
+    "pathlib",
+    "subprocess",
+    "sqlalchemy",
+    "alembic",
+    "jinja2",
+    "imapclient",
+    "aiosmtpd",
+    "apscheduler",
+    "smtplib",
+    "imaplib",
+    "email",
+    "threading",
+    "asyncio",
 }
 
 
@@ -47,8 +64,11 @@ def test_rules_engine_is_pure() -> None:
 
 def test_rules_engine_never_prints() -> None:
     for path in RULES.rglob("*.py"):
-        calls = [n for n in ast.walk(ast.parse(path.read_text()))
-                 if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("print", "open")]
+        calls = [
+            n
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("print", "open")
+        ]
         assert not calls, f"{path.name} calls print/open"
 
 
@@ -56,10 +76,12 @@ def test_every_package_is_listed_in_pyproject() -> None:
     import tomllib
 
     root = RULES.parents[1]
-    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
-                 ["packages"])
-    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "snl_pbem").rglob(
-        "__init__.py")}
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(p.parent.relative_to(root).parts) for p in (root / "snl_pbem").rglob("__init__.py")
+    }
     assert found <= listed, f"add to pyproject.toml [tool.setuptools] packages: {found - listed}"
 
 
@@ -112,7 +134,14 @@ def test_no_module_left_flat() -> None:
     """Only the shared modules stand at the top of the package; the rest live in a layer."""
     flat = {p.stem for p in PACKAGE.glob("*.py")}
     assert flat <= {
-        "__init__", "config", "errors", "timeutil", "keys", "crashpoints", "ownership", "procs",
+        "__init__",
+        "config",
+        "errors",
+        "timeutil",
+        "keys",
+        "crashpoints",
+        "ownership",
+        "procs",
     }, flat
 
 

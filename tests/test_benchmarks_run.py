@@ -17,7 +17,10 @@ BENCH = Path(__file__).parent / "benchmarks"
 def test_bench_rules_prints_engine_and_baseline() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_rules.py"), "--sizes", "300,600", "--repeats", "1"],
-        capture_output=True, text=True, check=False, timeout=120,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
@@ -31,7 +34,10 @@ def test_run_all_writes_the_report(tmp_path) -> None:
     out = tmp_path / "BENCHMARKS.md"
     done = subprocess.run(
         [sys.executable, str(BENCH / "run_all.py"), "--quick", "--out", str(out)],
-        capture_output=True, text=True, check=False, timeout=900,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr
     text = out.read_text()

@@ -405,7 +405,7 @@ def start_game(
     via: str | None = None,
 ) -> StartReport:
     """Give each player a key (unless the config sets one), open round 1, enqueue welcomes."""
-    config.game(game_id)  # NotFound, naming the games there are, for an id not in the config
+    takes_signups = config.game(game_id).settings.signup != "closed"  # NotFound if not there
     with db.transaction() as session:
         game = session.scalar(select(Game).where(Game.name == game_id).with_for_update())
         if game is None:
@@ -413,7 +413,9 @@ def start_game(
                 f"{game_id}: not in the database yet (run check-config, "
                 "then start again: start syncs the config first)"
             )
-        report = start_in(session, config, game, now, actor=actor, via=via)
+        report = start_in(
+            session, config, game, now, actor=actor, via=via, shift_late_start=takes_signups
+        )
     log.info("%s: started, round 1 deadline %s", game_id, report.round_deadline.isoformat())
     return report
 
@@ -458,10 +460,8 @@ def start_in(
     )
     if not players:
         raise LifecycleError(f"{game_id}: nobody has a seat")
-    specs = {}
-    for candidate in config.games:
-        if candidate.id == game_id:
-            specs = {p.name: p for p in candidate.settings.players}
+    listed = config.find(game_id)
+    specs = {p.name: p for p in listed.settings.players} if listed is not None else {}
     last = Board.from_mapping(game.board).last
     generated = 0
     for player in players:

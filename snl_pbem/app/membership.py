@@ -8,7 +8,7 @@ game row: a sign-up and a round close of the same game are never interleaved.
 Addresses are always confirmed before they are used: a JOIN, an OBSERVE or an ADDRESS
 change mails a code to the address, and only a message from that address carrying the
 code completes it (so nobody can sign up or move someone else). Codes are stored as
-salted hashes, used once, expire, and are void after a few wrong tries. A resignation
+salted hashes, used once, expire, and are void after many wrong tries. A resignation
 is confirmed by a second message naming the game.
 
 A seat is a Player row: its name carries its position and its dice history, so giving
@@ -61,10 +61,7 @@ RESIGN_LIFETIME = timedelta(days=3)
 
 def game_config(config: Config, game: Game) -> GameConfig | None:
     """The game's table in the config (None when it was removed from it)."""
-    for candidate in config.games:
-        if candidate.id == game.name:
-            return candidate
-    return None
+    return config.find(game.name)
 
 
 def signup_mode(config: Config, game: Game) -> str:
@@ -153,13 +150,23 @@ class Confirmed:
 
 
 def check_code(
-    session: Session, address: str, code: str, now: datetime, *, purposes: tuple[str, ...]
+    session: Session,
+    address: str,
+    code: str,
+    now: datetime,
+    *,
+    purposes: tuple[str, ...],
+    game_id: int | None = None,
 ) -> Confirmed | None:
     """The open confirmation for one of ``purposes`` at ``address`` this code completes
     (marked used), or None. A wrong code counts against every such open confirmation of
-    the address; past MAX_WRONG_CODES they are void (a guesser gets a few tries, not
-    millions)."""
-    pending = [c for c in _open_confirmations(session, address, now) if c.purpose in purposes]
+    the address; past MAX_WRONG_CODES they are void (a guesser gets some tries, not
+    millions). ``game_id``: only confirmations for that game."""
+    pending = [
+        c
+        for c in _open_confirmations(session, address, now)
+        if c.purpose in purposes and (game_id is None or c.game_id == game_id)
+    ]
     for confirmation in pending:
         game = session.get(Game, confirmation.game_id)
         if game is None or confirmation.code_hash is None:
@@ -177,6 +184,11 @@ def check_code(
                 "confirmation %d void after %d wrong codes", confirmation.id, MAX_WRONG_CODES
             )
     return None
+
+
+def has_open(session: Session, address: str, now: datetime, purpose: str) -> bool:
+    """Whether a confirmation for ``purpose`` waits at ``address``."""
+    return bool(_open_confirmations(session, address, now, purpose))
 
 
 def unconfirmed_count(session: Session, game: Game, now: datetime) -> int:
@@ -606,9 +618,12 @@ def resign(
     return True
 
 
-def resign_refusal(game: Game, player: Player) -> str | None:
-    """Why ``player`` cannot resign by mail (None: they may)."""
-    if game.state == GamePhase.NEW and player.managed_by == ManagedBy.CONFIG:
+def resign_refusal(config: Config, game: Game, player: Player) -> str | None:
+    """Why ``player`` cannot resign by mail (None: they may). Before the start, a player
+    the config lists is the referee's to take off (a config reload would add them back)."""
+    listed = game_config(config, game)
+    names = {p.name.lower() for p in listed.settings.players} if listed is not None else set()
+    if game.state == GamePhase.NEW and player.name.lower() in names:
         return (
             "The referee listed you in the game's config: ask them to take you off before "
             "the game starts."
@@ -624,6 +639,7 @@ def _leave_before_start(
     for signup in session.scalars(select(Signup).where(Signup.player_id == player.id)):
         signup.state, signup.decided_at, signup.player_id = SignupState.WITHDRAWN, now, None
     name, address = player.name, player.email
+    player.active = False  # for the caller: nothing more is done for them
     session.delete(player)
     session.flush()
     audit(session, now, address.lower(), "resign", game, player=name, via="mail")
@@ -702,7 +718,10 @@ def replace_seat(
     old_email, was_playing = player.email, player.active
     order_key = generate_key()
     player.email = email
-    player.order_key_hash = hash_key(order_key, game.order_key_salt)
+    # before the start the key is made, and mailed, with everyone's at the start
+    player.order_key_hash = (
+        None if game.state == GamePhase.NEW else hash_key(order_key, game.order_key_salt)
+    )
     player.order_key_source = "generated"
     player.active, player.resigned_at, player.absent_until = True, None, None
     player.managed_by = ManagedBy.MAIL
@@ -741,8 +760,25 @@ def replace_seat(
             deadline=game_time(game, round_.deadline) if round_ else "",
             ruleset=ruleset_of(game).name,
         )
+    else:
+        _mail(
+            session,
+            config,
+            game,
+            email,
+            now,
+            "player/signup.txt.j2",
+            name=player.name,
+            outcome=str(SignupState.SEATED),
+            started=False,
+        )
     if was_playing and old_email.lower() != email:
         _mail(session, config, game, old_email, now, "player/replaced.txt.j2", name=player.name)
+    if game.state == GamePhase.NEW:
+        return (
+            f"{game.name}: {player.name}'s seat now belongs to {email} (told; the key comes "
+            "with the welcome at the start)"
+        )
     return f"{game.name}: {player.name}'s seat now belongs to {email} (a new key was mailed)"
 
 

@@ -12,12 +12,13 @@ Answers to a player go to their registered address, never elsewhere.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, time, timedelta
+import re
+from datetime import datetime
 
 from sqlalchemy import select
 
 from snl_pbem.app import membership
-from snl_pbem.app.replies import Context, guest_budget, reply, send, subject
+from snl_pbem.app.replies import Context, guest_budget, guest_help, reply, send, subject
 from snl_pbem.config import address_problem
 from snl_pbem.errors import LifecycleError
 from snl_pbem.mail.commands import Action
@@ -49,7 +50,7 @@ def handle_open(ctx: Context) -> tuple[str, str] | None:
     each is done and answered; None when it holds none of them."""
     actions = [a for a in ctx.commands.actions if a.word in OPEN_WORDS]
     if not actions:
-        return None
+        return _open_problems(ctx)
     address = usable_sender(ctx)
     if address is None:
         log.info("inbound %d: %s from an unclear address: not done", ctx.row.id, actions[0].word)
@@ -63,7 +64,25 @@ def handle_open(ctx: Context) -> tuple[str, str] | None:
         else:
             touched = True
             done.append(_open_action(ctx, action, address, None))
+    if ctx.commands.help:
+        guest_help(ctx, None)
+        done.append("help sent")
     return InboundStatus.PROCESSED, "; ".join(done)
+
+
+def _open_problems(ctx: Context) -> tuple[str, str] | None:
+    """A keyless message whose only commands are misspelt sign-up lines ("JOIN" alone,
+    "CONFIRM k7mq x2pa"): the reasons go back (not the lines: never echo a stranger)."""
+    reasons = [
+        p.reason
+        for p in ctx.commands.problems
+        if p.line.split(maxsplit=1)[0].upper().rstrip(":") in OPEN_WORDS
+    ]
+    address = usable_sender(ctx)
+    if not reasons or address is None or ctx.commands.has_orders:
+        return None
+    _guest_reply(ctx, None, address, "Your message was not done: " + "; ".join(reasons) + ".")
+    return InboundStatus.REJECTED, "sign-up line not understood"
 
 
 def handle_keyed(ctx: Context, game: Game, player: Player) -> list[str]:
@@ -103,6 +122,9 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
     address = usable_sender(ctx)
     if not confirms or address is None:
         return None
+    if not membership.has_open(ctx.session, address, ctx.now, Purpose.ADDRESS):
+        # no address move waits here: a sign-up or observer code sent with GAME and KEY
+        return _confirm(ctx, address, confirms[0].args[0])
     found = membership.check_code(
         ctx.session, address, confirms[0].args[0], ctx.now, purposes=(Purpose.ADDRESS,)
     )
@@ -157,6 +179,7 @@ def _open_action(ctx: Context, action: Action, address: str, player: Player | No
             "Send LIST for the games you can join or follow.",
         )
         return f"{action.word}: unknown game {game_id!r}"
+    ctx.session.refresh(game, with_for_update=True)  # before writing for it, as intake does
     if action.word == "JOIN":
         return _join(ctx, game, address, action.args[1] if len(action.args) > 1 else "")
     if action.word == "OBSERVE":
@@ -340,11 +363,21 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
                 "changed.",
             )
             return "resign: another game named"
-        refusal = membership.resign_refusal(game, player)
+        refusal = membership.resign_refusal(config, game, player)
         if refusal is not None:
             _player_reply(ctx, game, player, refusal)
             return "resign refused"
+        forming = game.state == GamePhase.NEW
         if membership.resign(session, config, game, player, now, named, ctx.row.id):
+            if forming:
+                _player_reply(
+                    ctx,
+                    game,
+                    player,
+                    f"You have left {game.title or game.name} before it started: your seat "
+                    "is free for someone else. Send LIST to see other games.",
+                )
+                return "left before the start"
             _player_reply(
                 ctx,
                 game,
@@ -405,19 +438,28 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
     return "address: code sent"
 
 
+_WHEN = re.compile(r"^(\d{4})-(\d{1,2})-(\d{1,2})(?:[ tT](\d{1,2}):(\d{2}))?$")
+
+
 def _absent_until(game: Game, args: tuple[str, ...]) -> datetime:
-    """ABSENT UNTIL 2026-12-24 (the end of that day in the game's zone) or a time."""
+    """ABSENT UNTIL 2026-12-24 (to the end of that day, 23:59 in the game's zone) or
+    ABSENT UNTIL 2026-12-24 18:00; a month or day may have one digit."""
     text = args[1].strip()
-    tz = zone(game.timezone)
-    if not 2000 <= int(text[:4]) <= 2999:
-        raise ValueError(f"{text!r} is not a date to come (write it year first: 2026-12-24).")
+    found = _WHEN.match(text)
+    wrong = f"{text!r} is not a date to come (write it year first: 2026-12-24)."
+    if found is None:
+        raise ValueError(wrong)
+    year, month, day, hour, minute = found.groups()
+    if not 2000 <= int(year) <= 2999:
+        raise ValueError(wrong)
     try:
-        if len(text) == 10:
-            day = datetime.fromisoformat(text).date()
-            return datetime.combine(day + timedelta(days=1), time(0), tz).astimezone(zone("UTC"))
-        return datetime.fromisoformat(text.replace(" ", "T")).replace(tzinfo=tz)
+        if hour is None:
+            return datetime(int(year), int(month), int(day), 23, 59, tzinfo=zone(game.timezone))
+        return datetime(
+            int(year), int(month), int(day), int(hour), int(minute), tzinfo=zone(game.timezone)
+        )
     except ValueError:
-        raise ValueError(f"{text!r} is not a date (write it year first: 2026-12-24).") from None
+        raise ValueError(wrong) from None
 
 
 def _player_reply(ctx: Context, game: Game, player: Player, message: str, next: str = "") -> None:

@@ -53,8 +53,9 @@ def open_rounds(db: Database) -> list[OpenRound]:
                 if at > round_.opened_at:
                     remind_at = at
             found.append(
-                OpenRound(game.name, round_.number, round_.deadline, round_.held_at is not None,
-                          remind_at)
+                OpenRound(
+                    game.name, round_.number, round_.deadline, round_.held_at is not None, remind_at
+                )
             )
         return found
 
@@ -245,7 +246,11 @@ def hold_round(
 
 def _all_in(session: Session, game: Game, round_: Round) -> bool:
     latest = latest_orders(session, round_.id)
-    players = list(session.scalars(select(Player).where(Player.game_id == game.id)))
+    players = list(  # a resigned seat sends nothing: it is not waited for
+        session.scalars(
+            select(Player).where(Player.game_id == game.id, Player.resigned_at.is_(None))
+        )
+    )
     expected = awaiting(session, game, players)  # classic: only those still racing (C12)
     return all(_valid(latest.get(p.id)) for p in players if p.name in expected)
 

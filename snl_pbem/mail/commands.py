@@ -559,7 +559,7 @@ MAX_ACTIONS = 5
 _ID = re.compile(r"^\[?([a-z0-9][a-z0-9_-]{0,31})\]?$", re.IGNORECASE)
 _CODE = re.compile(r"^[a-z0-9]{4}-?[a-z0-9]{4}$", re.IGNORECASE)
 _DURATION = re.compile(r"^\d{1,4}\s*[smhdw]$|^\d{1,4}\s*(?:days?|hours?|weeks?)$", re.IGNORECASE)
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[ t]\d{1,2}:\d{2})?$", re.IGNORECASE)
+_DATE = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}(?:[ t]\d{1,2}:\d{2})?$", re.IGNORECASE)
 _POLITE = ("", "please", "pls", "thanks", "thank you")
 
 

@@ -97,8 +97,7 @@ def test_a_classic_game_by_email_from_welcome_to_finishing_order(db, tmp_path) -
     assert '"DICE 6": in this game the server throws everyone\'s dice' in refusal
     assert "Your message had no orders (no ROLL line); none are needed" in refusal
     # a ROLL stays a ROLL when a DICE line or a TRAPDOOR NONE comes with it
-    ingest(db, config, mail("a2", "KEY ann-key-123\r\nROLL\r\nDICE 7x\r\nTRAPDOOR NONE"),
-           T0, "t")
+    ingest(db, config, mail("a2", "KEY ann-key-123\r\nROLL\r\nDICE 7x\r\nTRAPDOOR NONE"), T0, "t")
     second = mail_to(db, "ann@example.org", "ack")[-1]
     assert "your ROLL is noted" in second
     assert '"DICE 7x": in this game the server throws' in second
@@ -107,8 +106,9 @@ def test_a_classic_game_by_email_from_welcome_to_finishing_order(db, tmp_path) -
     assert all_in_close_at(db, "c1", T0) is None  # cy has not said ROLL, bob only dice
     # numbers after ROLL are not read (it still says "I am here"); no order lines at all
     # get the classic wording, not the postal one
-    result = ingest(db, config, mail("c1", "KEY cy-key-1234\r\nROLL 6 6", "cy@example.org"),
-                    T0, "t")
+    result = ingest(
+        db, config, mail("c1", "KEY cy-key-1234\r\nROLL 6 6", "cy@example.org"), T0, "t"
+    )
     assert result.detail == "orders for round 1 (ROLL)"
     [rolled] = mail_to(db, "cy@example.org", "ack")
     assert '"ROLL 6 6": the numbers after ROLL are not read: the server throws the dice' in rolled
@@ -192,7 +192,7 @@ def test_close_when_all_in_waits_only_for_those_still_racing(db, tmp_path) -> No
         ('dice = "9d6"', "games[0].dice: '9d6'"),
         ("reenter_needs_max = true", "games[0].reenter_needs_max: true needs max_roll"),
         ('ending = "never"', "games[0].ending: 'never' is not one of"),
-        ('trapdoors = 3', "games[0].trapdoors"),
+        ("trapdoors = 3", "games[0].trapdoors"),
     ],
 )
 def test_a_bad_classic_option_is_a_config_error_naming_the_key(
@@ -211,21 +211,25 @@ def test_a_classic_board_with_a_snake_on_its_last_space_is_refused(tmp_path) -> 
     path.write_text(text)
     with pytest.raises(ConfigError) as error:
         load_config(path)
-    assert "games[0].board: snake 12\u21922: a classic board has no snake or ladder on its " \
+    assert (
+        "games[0].board: snake 12\u21922: a classic board has no snake or ladder on its "
         "last space 12 (C4)" in str(error.value)
+    )
 
 
 def test_a_classic_option_in_a_postal_game_is_refused(tmp_path) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
-        CONFIG.format(url="sqlite:///x.db", options="bump = true").replace(
-            'ruleset = "classic"', 'ruleset = "postal"'
-        ).replace('"11" = 2', '"10" = 2')
+        CONFIG.format(url="sqlite:///x.db", options="bump = true")
+        .replace('ruleset = "classic"', 'ruleset = "postal"')
+        .replace('"11" = 2', '"10" = 2')
     )
     with pytest.raises(ConfigError) as error:
         load_config(path)
-    assert "games[0].bump: an option of the classic game, and this game's ruleset is " \
+    assert (
+        "games[0].bump: an option of the classic game, and this game's ruleset is "
         '"postal" (set ruleset = "classic"' in str(error.value)
+    )
 
 
 def test_each_players_record_across_classic_games(db, tmp_path) -> None:
@@ -246,9 +250,9 @@ def test_each_players_record_across_classic_games(db, tmp_path) -> None:
     with db.transaction() as s:
         kept = {
             g.name: s.scalar(
-                select(RoundTally.record).join(Round).where(
-                    Round.game_id == g.id, Round.number == g.rounds_played
-                )
+                select(RoundTally.record)
+                .join(Round)
+                .where(Round.game_id == g.id, Round.number == g.rounds_played)
             )
             for g in s.scalars(select(Game))
         }

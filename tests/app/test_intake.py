@@ -316,8 +316,9 @@ def test_concurrent_intakes_neither_deadlock_nor_lose_orders(intake) -> None:
             barrier.wait()
             for i in range(8):
                 who = ("ann", "bob", "cy")[(n + i) % 3]
-                raw = mail(f"KEY {who}-key-123\nDICE {1 + i % 6}", f"{who}@example.org",
-                           tag=f"c{n}.{i}")
+                raw = mail(
+                    f"KEY {who}-key-123\nDICE {1 + i % 6}", f"{who}@example.org", tag=f"c{n}.{i}"
+                )
                 statuses.append(ingest(mine, config, raw, OPENED, "t").status)
         finally:
             mine.dispose()
@@ -404,8 +405,17 @@ def test_deep_nesting_and_many_parts_are_cut_off(sqlite_intake) -> None:
     inner = b"Content-Type: text/plain\r\n\r\nKEY ann-key-123\r\nDICE 2\r\n"
     for depth in range(200):
         boundary = f"b{depth}".encode()
-        inner = (b"Content-Type: multipart/mixed; boundary=" + boundary + b"\r\n\r\n--" +
-                 boundary + b"\r\n" + inner + b"\r\n--" + boundary + b"--\r\n")
+        inner = (
+            b"Content-Type: multipart/mixed; boundary="
+            + boundary
+            + b"\r\n\r\n--"
+            + boundary
+            + b"\r\n"
+            + inner
+            + b"\r\n--"
+            + boundary
+            + b"--\r\n"
+        )
     raw = b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <deep@x.org>\r\n" + inner
     result = ingest(db, config, raw, T0, "t")
     assert result.stored and result.status == "rejected"  # no text part within reach
@@ -465,17 +475,21 @@ def test_only_our_own_authentication_results_are_recorded(tmp_path) -> None:
     upgrade(db)
     path = tmp_path / "c.toml"
     config = game_config(path, db.url)
-    path.write_text(path.read_text().replace('referee = "ref@example.org"',
-                                             'referee = "ref@example.org"\n'
-                                             'authserv_id = "mx.example.org"'))
+    path.write_text(
+        path.read_text().replace(
+            'referee = "ref@example.org"',
+            'referee = "ref@example.org"\nauthserv_id = "mx.example.org"',
+        )
+    )
     from snl_pbem.config import load_config
 
     config = load_config(path)
     sync_games(db, config, T0)
     start_game(db, config, "g1", T0)
-    raw = (b"Authentication-Results: evil.example; dkim=pass header.d=example.org\r\n"
-           b"Authentication-Results: mx.example.org; spf=pass smtp.mailfrom=example.org\r\n"
-           ) + mail("KEY ann-key-123\nDICE 2", tag="ar")
+    raw = (
+        b"Authentication-Results: evil.example; dkim=pass header.d=example.org\r\n"
+        b"Authentication-Results: mx.example.org; spf=pass smtp.mailfrom=example.org\r\n"
+    ) + mail("KEY ann-key-123\nDICE 2", tag="ar")
     result = ingest(db, config, raw, T0, "t")
     with db.transaction() as s:
         row = s.get(InboundMessage, result.inbound_id)

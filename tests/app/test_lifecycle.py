@@ -324,8 +324,13 @@ def test_backups_before_close_keep_the_newest(db: Database, make_config, tmp_pat
 def test_missed_deadlines_are_closed_once_in_deadline_order(db: Database, make_config) -> None:
     from snl_pbem.app.rounds import close_due_rounds, due_rounds
 
-    config = make_config([{"id": "late"}, {"id": "early", "first": "2030-01-02T09:00"},
-                          {"id": "future", "first": "2031-01-01T09:00"}])
+    config = make_config(
+        [
+            {"id": "late"},
+            {"id": "early", "first": "2030-01-02T09:00"},
+            {"id": "future", "first": "2031-01-01T09:00"},
+        ]
+    )
     sync_games(db, config, T0)
     for key in ("late", "early", "future"):
         start_game(db, config, key, T0)
@@ -344,8 +349,15 @@ def test_duplicates_are_impossible(db: Database, make_config) -> None:
     from snl_pbem.store import InboundMessage
 
     started(db, make_config())
-    inbound = dict(sha256="a" * 64, source="imap:x", uidvalidity=7, uid=1, received_at=T0,
-                   raw=b"x", status="new")
+    inbound = dict(
+        sha256="a" * 64,
+        source="imap:x",
+        uidvalidity=7,
+        uid=1,
+        received_at=T0,
+        raw=b"x",
+        status="new",
+    )
     with db.transaction() as s:
         s.add(InboundMessage(**inbound))
     for change in ({"uid": 2}, {"sha256": "b" * 64}):  # same bytes / same mailbox UID
@@ -357,5 +369,16 @@ def test_duplicates_are_impossible(db: Database, make_config) -> None:
     close_round(db, "g1", T0)
     with pytest.raises(IntegrityError), db.transaction() as s:
         row = s.scalar(select(TurnRecord))
-        s.add(TurnRecord(game_id=row.game_id, round_id=row.round_id, player_id=row.player_id,
-                         turn=row.turn, die=1, start=0, target=1, final=1, events=""))
+        s.add(
+            TurnRecord(
+                game_id=row.game_id,
+                round_id=row.round_id,
+                player_id=row.player_id,
+                turn=row.turn,
+                die=1,
+                start=0,
+                target=1,
+                final=1,
+                events="",
+            )
+        )

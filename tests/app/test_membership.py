@@ -498,7 +498,7 @@ def test_absent_players_are_not_reminded_and_not_counted(db, life) -> None:
     assert m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nABSENT UNTIL 2029-12-08") == (
         "processed: absent"
     )
-    assert "You are absent until Sun 9 Dec 2029 00:00 GMT" in m.last("ann@example.org")
+    assert "You are absent until Sat 8 Dec 2029 23:59 GMT" in m.last("ann@example.org")
     # max_absent = 1: a second player may not be absent at the same time
     assert "absent refused" in m.send(
         "bob@example.org", "GAME g1\nKEY bob-key-123\nABSENT UNTIL 2029-12-05"
@@ -511,7 +511,7 @@ def test_absent_players_are_not_reminded_and_not_counted(db, life) -> None:
         nmr = s.scalar(select(RoundTally.nmr))
     assert nmr["ann"].endswith("(absent, excused)") and "excused" not in nmr["bob"]
     summary = mail_to(db, "ref@example.org", "referee-summary")[0]
-    assert "ann: absent until Sun 9 Dec 2029 00:00 GMT" in summary
+    assert "ann: absent until Sat 8 Dec 2029 23:59 GMT" in summary
     assert (
         m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nABSENT OFF") == "processed: absent off"
     )
@@ -859,3 +859,78 @@ def test_a_config_player_is_told_to_ask_the_referee_before_the_start(db, tmp_pat
         "processed: resign refused"
     )
     assert "ask them to take you off" in flat(m.last("ann@example.org"))
+    # still so after a NEW KEY made the seat the mail's (a reload would add them back)
+    m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nNEW KEY")
+    key = re.search(r"^    (\S+)\r?$", m.last("bob@example.org", "membership"), re.M).group(1)
+    reply = m.send("bob@example.org", f"GAME g1\nKEY {key}\nRESIGN\nABSENT UNTIL 2029-12-05")
+    assert reply.startswith("processed: resign refused")
+    assert player(db, "g1", "bob") is not None
+
+
+def test_start_from_the_command_line_moves_a_late_sign_up_game(db, life) -> None:
+    config = life()
+    m = Mailer(db, config)
+    m.join("x1@example.net", "appr", "Xavier")
+    with db.transaction() as s:
+        game = s.scalar(select(Game).where(Game.name == "appr").with_for_update())
+        membership.approve_signup(s, config, game, "Xavier", T0, actor="ref", via="cli")
+    late = datetime(2029, 12, 10, 12, 0, tzinfo=UTC)  # first_deadline (4 Dec) long past
+    report = start_game(db, config, "appr", late)
+    assert report.round_deadline == late + timedelta(days=3)
+
+
+def test_an_early_close_does_not_wait_for_a_resigned_seat(db, tmp_path) -> None:
+    from snl_pbem.app.schedule import all_in_close_at
+
+    path = tmp_path / "config.toml"
+    text = CONFIG.format(url=db.url, auto="false").replace(
+        "max_absent = 1", "max_absent = 1\nclose_when_all_in = true"
+    )
+    path.write_text(text)
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    m = Mailer(db, config)
+    m.send("cy@example.org", "GAME g1\nKEY cy-key-123\nRESIGN")
+    m.send("cy@example.org", "GAME g1\nKEY cy-key-123\nRESIGN g1")
+    m.send("ann@example.org", "GAME g1\nKEY ann-key-123\nDICE 4")
+    assert all_in_close_at(db, "g1", T0) is None
+    m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nDICE 2")
+    assert all_in_close_at(db, "g1", T0) is not None
+
+
+def test_replace_before_the_start_tells_the_new_holder(db, tmp_path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG.format(url=db.url, auto="false"))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    with db.transaction() as s:
+        game = s.scalar(select(Game).where(Game.name == "g1").with_for_update())
+        line = membership.replace_seat(
+            s, config, game, "bob", "dora@example.net", T0, actor="referee", via="cli"
+        )
+    assert "key comes with the welcome at the start" in line
+    assert "You have a seat in Running game" in flat(
+        mail_to(db, "dora@example.net", "membership")[0]
+    )
+    start_game(db, config, "g1", T0)
+    (welcome,) = mail_to(db, "dora@example.net", "welcome")
+    key = re.search(r"KEY (\S+)", welcome).group(1)
+    assert verify_key(key, player(db, "g1", "bob").order_key_hash, _salt(db, "g1"))
+
+
+def test_careless_sign_up_lines_get_an_answer(db, life) -> None:
+    m = Mailer(db, life())
+    assert m.send("x1@example.net", "JOIN") == "rejected: sign-up line not understood"
+    assert "JOIN needs the game and your name" in flat(m.last("x1@example.net"))
+    # an observer code sent with GAME and KEY lines out of habit still works
+    m.send("ann@example.org", "OBSERVE g1")
+    reply = m.send(
+        "ann@example.org", f"GAME g1\nKEY ann-key-123\nCONFIRM {m.code('ann@example.org')}"
+    )
+    assert reply == "processed: observing"
+    # one-digit months and days, and an hour, in ABSENT UNTIL
+    assert m.send("bob@example.org", "GAME g1\nKEY bob-key-123\nABSENT UNTIL 2029-12-5 9:30") == (
+        "processed: absent"
+    )
+    assert "until Wed 5 Dec 2029 09:30 GMT" in flat(m.last("bob@example.org"))

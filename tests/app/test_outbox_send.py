@@ -40,10 +40,20 @@ def queue(db: Database, config, to: str, n: int = 1, secret: bool = False) -> No
     with db.transaction() as s:
         game = s.scalar(select(Game))
         for i in range(n):
-            enqueue_mail(s, config, game=game, kind="notice", to=to, now=T0,
-                         template="player/notice.txt.j2", subject=f"note {i}",
-                         player=None, message=f"message number {i}", line_problems=(),
-                         secret=secret)
+            enqueue_mail(
+                s,
+                config,
+                game=game,
+                kind="notice",
+                to=to,
+                now=T0,
+                template="player/notice.txt.j2",
+                subject=f"note {i}",
+                player=None,
+                message=f"message number {i}",
+                line_problems=(),
+                secret=secret,
+            )
 
 
 def rows(db: Database) -> list[OutboxMessage]:
@@ -68,8 +78,7 @@ def test_everything_pending_is_sent_once_and_secrets_scrubbed(intake, smtp_sink)
 def test_temporary_failures_wait_and_permanent_ones_are_reported(intake, smtp_sink) -> None:
     db, config = intake
     drain_once(db, config, smtp_sink)  # the welcomes
-    smtp_sink.handler.script = {"slow@example.org": ["451", "421"],
-                                "gone@example.org": ["550"]}
+    smtp_sink.handler.script = {"slow@example.org": ["451", "421"], "gone@example.org": ["550"]}
     queue(db, config, "slow@example.org", 2)
     queue(db, config, "gone@example.org")
     clock = Clock()
@@ -222,9 +231,26 @@ def test_starttls_and_auth(intake, tmp_path) -> None:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-                    "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
 
@@ -234,16 +260,25 @@ def test_starttls_and_auth(intake, tmp_path) -> None:
 
     handler = SinkHandler()
     port = free_port()
-    controller = Controller(handler, hostname="127.0.0.1", port=port, tls_context=server_tls,
-                            require_starttls=True, authenticator=authenticate,
-                            auth_require_tls=True, auth_required=True)
+    controller = Controller(
+        handler,
+        hostname="127.0.0.1",
+        port=port,
+        tls_context=server_tls,
+        require_starttls=True,
+        authenticator=authenticate,
+        auth_require_tls=True,
+        auth_required=True,
+    )
     controller.start()
     try:
         db, config = intake
         client_tls = ssl.create_default_context(cafile=str(cert))
         client_tls.check_hostname = False
-        good = SmtpSender(SmtpConfig("127.0.0.1", port, "starttls", "snl", "s3cret",
-                                     ssl_context=client_tls), "snl@example.org")
+        good = SmtpSender(
+            SmtpConfig("127.0.0.1", port, "starttls", "snl", "s3cret", ssl_context=client_tls),
+            "snl@example.org",
+        )
         report = drain_outbox(db, config, good, Clock(), worker="tls")
         good.close()
         assert report.sent == 3 and len(handler.delivered) == 3

@@ -21,9 +21,7 @@ REFEREE_KEY = "ref-key-0123456789"
 def with_referee_key(config: Config, key: str | None) -> Config:
     """The same config file with ``mail.referee_key`` set to ``key`` (or without one)."""
     lines = [
-        line
-        for line in config.path.read_text().splitlines()
-        if not line.startswith("referee_key")
+        line for line in config.path.read_text().splitlines() if not line.startswith("referee_key")
     ]
     if key is not None:
         at = lines.index('referee = "ref@example.org"') + 1
@@ -203,8 +201,12 @@ def test_a_reply_to_the_referee_is_threaded_and_goes_to_the_configured_address(r
     from snl_pbem.store import OutboxMessage
 
     db, config = referee
-    raw = mail(as_referee("STATUS"), sender="Ref <REF@Example.org>", tag="thread",
-               headers="Reply-To: mallory@evil.example\r\n")
+    raw = mail(
+        as_referee("STATUS"),
+        sender="Ref <REF@Example.org>",
+        tag="thread",
+        headers="Reply-To: mallory@evil.example\r\n",
+    )
     assert send_mail(db, config, raw).status == "processed"
     with db.transaction() as s:
         [row] = s.scalars(select(OutboxMessage).where(OutboxMessage.kind != "welcome")).all()
@@ -232,13 +234,19 @@ def test_extend_pause_resume_close_and_rollback_by_mail(referee) -> None:
     )
     notices = outbox(db, "deadline")
     assert sorted(to for _, to, _ in notices) == [
-        "ann@example.org", "bob@example.org", "cy@example.org"
+        "ann@example.org",
+        "bob@example.org",
+        "cy@example.org",
     ]
     assert all("the referee extended the deadline." in text for _, _, text in notices)
 
     # several commands run in order; the game comes from the GAME line
-    send_mail(db, config, mail(as_referee("GAME g1", "PAUSE", "RESUME"), tag="pr"),
-              at=T0 + timedelta(hours=1))
+    send_mail(
+        db,
+        config,
+        mail(as_referee("GAME g1", "PAUSE", "RESUME"), tag="pr"),
+        at=T0 + timedelta(hours=1),
+    )
     reply = replies(db)[-1]
     assert reply.index("> PAUSE") < reply.index("> RESUME")
     assert "Done: g1: paused; its deadline stops until RESUME" in reply
@@ -260,8 +268,11 @@ def test_extend_pause_resume_close_and_rollback_by_mail(referee) -> None:
     assert "Done: g1: round 1 reopened (results discarded, orders kept); the game is" in reply
     assert game_row(db).state == "paused" and game_row(db).rounds_played == 0
 
-    actions = [(a, actor, via) for a, actor, via, _ in audit_log(db)
-               if a in ("extend", "pause", "resume", "close-round", "rollback")]
+    actions = [
+        (a, actor, via)
+        for a, actor, via, _ in audit_log(db)
+        if a in ("extend", "pause", "resume", "close-round", "rollback")
+    ]
     assert actions == [
         (a, "ref@example.org", "mail")
         for a in ("extend", "pause", "resume", "close-round", "rollback")
@@ -317,8 +328,9 @@ def test_rollback_by_mail_never_discards_the_next_rounds_orders(referee) -> None
     db, config = referee
     send_mail(db, config, mail(as_referee("CLOSE ROUND"), tag="c"))  # the only game: g1
     later = T0 + timedelta(minutes=5)
-    send_mail(db, config, mail("KEY bob-key-123\nDICE 3", sender="bob@example.org", tag="b"),
-              at=later)
+    send_mail(
+        db, config, mail("KEY bob-key-123\nDICE 3", sender="bob@example.org", tag="b"), at=later
+    )
     send_mail(db, config, mail(as_referee("ROLLBACK g1"), tag="rb"), at=later)
     flat = " ".join(replies(db)[-1].split())
     assert (
@@ -382,8 +394,12 @@ def test_forged_referee_mail_without_the_key_does_nothing_and_costs_one_mail_an_
     db, config = referee
     first = deadline(db)
     for i in range(10):
-        result = send_mail(db, config, mail("GAME g1\nPAUSE\nEXTEND BY 7d", tag=f"f{i}"),
-                           at=T0 + timedelta(minutes=i))
+        result = send_mail(
+            db,
+            config,
+            mail("GAME g1\nPAUSE\nEXTEND BY 7d", tag=f"f{i}"),
+            at=T0 + timedelta(minutes=i),
+        )
         assert result.status == "rejected"
         assert result.detail == (
             "referee command refused: it had no KEY line with the referee's key"
@@ -408,7 +424,8 @@ def test_a_wrong_key_from_the_referees_address_does_nothing(referee) -> None:
     db, config = referee
     result = send_mail(db, config, mail("KEY not-the-key-42\nPAUSE g1", tag="w"))
     assert (result.status, result.detail) == (
-        "rejected", "referee command refused: its KEY was not the referee's key"
+        "rejected",
+        "referee command refused: its KEY was not the referee's key",
     )
     assert game_row(db).state == "running" and replies(db) == []
     [notice] = notices_to_referee(db)
@@ -470,14 +487,22 @@ def test_a_referee_word_in_a_players_orders_never_blocks_orders(referee) -> None
     from mailhelpers import orders_of
 
     db, config = referee
-    raw = mail("KEY ann-key-123\nDICE 4\nPAUSE g1\nEXTEND g1 BY 7d", sender="ann@example.org",
-               subject="[g1] orders", tag="a")
+    raw = mail(
+        "KEY ann-key-123\nDICE 4\nPAUSE g1\nEXTEND g1 BY 7d",
+        sender="ann@example.org",
+        subject="[g1] orders",
+        tag="a",
+    )
     result = send_mail(db, config, raw)
     assert (result.status, result.detail) == ("processed", "orders for round 1 (valid)")
-    send_mail(db, config, mail("KEY bob-key-123\nDICE 2", sender="bob@example.org",
-                               subject="[g1] orders", tag="b"))
+    send_mail(
+        db,
+        config,
+        mail("KEY bob-key-123\nDICE 2", sender="bob@example.org", subject="[g1] orders", tag="b"),
+    )
     assert [(o.player, o.dice, o.valid) for o in orders_of(db)] == [
-        ("ann", "4", True), ("bob", "2", True)
+        ("ann", "4", True),
+        ("bob", "2", True),
     ]
     assert game_row(db).state == "running" and game_row(db).extended_s == 0
     [(_, to, ack), _] = outbox(db, "ack")
@@ -560,10 +585,16 @@ def test_approve_refuse_start_and_replace_by_mail(db: Database, tmp_path: Path) 
     join(db, config, "x1@example.net", "appr", "Xavier")
     join(db, config, "x2@example.net", "appr", "Yo")
 
-    raw = mail(as_referee(
-        "APPROVE appr Xavier", "REFUSE appr Yo", "APPROVE appr Nobody", "START appr",
-        "REPLACE g1 bob dora@example.net",
-    ), tag="who")
+    raw = mail(
+        as_referee(
+            "APPROVE appr Xavier",
+            "REFUSE appr Yo",
+            "APPROVE appr Nobody",
+            "START appr",
+            "REPLACE g1 bob dora@example.net",
+        ),
+        tag="who",
+    )
     detail = send_mail(db, config, raw).detail  # serve plans round 1 at once (STARTED)
     assert detail == "referee's commands: 4 done, 1 not done; the game started"
     flat = " ".join(replies(db)[-1].split())
@@ -586,8 +617,9 @@ def test_approve_refuse_start_and_replace_by_mail(db: Database, tmp_path: Path) 
     [(_, _, seat)] = [m for m in outbox(db, "welcome") if m[1] == "dora@example.net"]
     assert "You now play bob's seat" in seat
     # bob's old key is no more
-    old = send_mail(db, config, mail("GAME g1\nKEY bob-key-123\nDICE 1", sender="bob@example.org",
-                                     tag="old"))
+    old = send_mail(
+        db, config, mail("GAME g1\nKEY bob-key-123\nDICE 1", sender="bob@example.org", tag="old")
+    )
     assert old.status == "rejected"
     done = {(a, actor, via) for a, actor, via, _ in audit_log(db)}
     for action in ("signup-seated", "signup-refused", "start", "replace"):
@@ -607,8 +639,11 @@ def test_approve_by_mail_from_a_forger_does_nothing(db: Database, tmp_path: Path
     result = send_mail(db, config, mail("APPROVE appr Xavier", tag="forged"))  # no key
     assert result.status == "rejected"
     # a joiner approving themselves with a guessed key: refused on its line, nothing done
-    send_mail(db, config, mail("KEY guess-123456\nAPPROVE appr Xavier", sender="x1@example.net",
-                               tag="self"))
+    send_mail(
+        db,
+        config,
+        mail("KEY guess-123456\nAPPROVE appr Xavier", sender="x1@example.net", tag="self"),
+    )
     with db.transaction() as s:
         assert s.scalar(select(Signup.state)) == "waiting"
     assert game_row_named(db, "appr") == "new"

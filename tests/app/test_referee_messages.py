@@ -133,8 +133,10 @@ def test_a_close_at_the_deadline_or_by_the_scheduler_sends_no_notice(
 def test_an_acknowledgement_after_an_extend_shows_the_new_deadline(intake) -> None:
     db, config = intake
     extend(db, "g1", INTAKE_T0, by=timedelta(days=1, seconds=30), config=config)
-    raw = (b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <ext@x.org>\r\n\r\n"
-           b"KEY ann-key-123\r\nDICE 4\r\n")
+    raw = (
+        b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <ext@x.org>\r\n\r\n"
+        b"KEY ann-key-123\r\nDICE 4\r\n"
+    )
     assert ingest(db, config, raw, INTAKE_T0, "t").status == "processed"
     [(_, _, _, ack)] = outbox(db, "ack")
     assert "Deadline: Sat 5 Jan 2030 18:00:30 GMT" in text(ack)
@@ -147,8 +149,10 @@ def test_personal_mail_has_no_list_headers_and_broadcasts_keep_them(intake) -> N
     """The welcome (it holds the key), replies: Auto-Submitted (RFC 3834) but no Precedence
     and no List-Id. Reports and deadline notices go alike to every player: list headers."""
     db, config = intake
-    raw = (b"From: bob@example.org\r\nSubject: [g1]\r\nMessage-ID: <p@x.org>\r\n\r\n"
-           b"KEY bob-key-123\r\nDICE 4\r\n")
+    raw = (
+        b"From: bob@example.org\r\nSubject: [g1]\r\nMessage-ID: <p@x.org>\r\n\r\n"
+        b"KEY bob-key-123\r\nDICE 4\r\n"
+    )
     assert ingest(db, config, raw, INTAKE_T0, "t").status == "processed"
     extend(db, "g1", INTAKE_T0, by=timedelta(hours=1), config=config)
     assert close_round(db, "g1", INTAKE_T0.replace(year=2030, month=2), config=config)

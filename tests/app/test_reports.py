@@ -21,21 +21,25 @@ NAMES = ("ann", "bob", "cy")
 
 
 def orders(db, config, who: str, body: str, tag: str, at=T0) -> None:
-    raw = (f"From: {who}@example.org\r\nSubject: [g1]\r\nMessage-ID: <{tag}@x.org>\r\n\r\n"
-           f"KEY {who}-key-123\r\n{body}\r\n").encode()
+    raw = (
+        f"From: {who}@example.org\r\nSubject: [g1]\r\nMessage-ID: <{tag}@x.org>\r\n\r\n"
+        f"KEY {who}-key-123\r\n{body}\r\n"
+    ).encode()
     assert ingest(db, config, raw, at, "t").status == "processed"
 
 
 def mails(db: Database, kind: str) -> dict[str, str]:
     with db.transaction() as s:
-        rows = s.scalars(select(OutboxMessage).where(OutboxMessage.kind == kind)
-                         .order_by(OutboxMessage.id)).all()
+        rows = s.scalars(
+            select(OutboxMessage).where(OutboxMessage.kind == kind).order_by(OutboxMessage.id)
+        ).all()
     out = {}
     for row in rows:
         msg = email.message_from_bytes(row.message, policy=email.policy.default)
         part = next(p for p in msg.walk() if p.get_content_type() == "text/plain")
-        out[row.recipient.split("@")[0]] = (str(msg["Subject"]) + "\n"
-                                            + part.get_content().replace("\r\n", "\n"))
+        out[row.recipient.split("@")[0]] = (
+            str(msg["Subject"]) + "\n" + part.get_content().replace("\r\n", "\n")
+        )
     return out
 
 
@@ -55,8 +59,19 @@ def test_reports_show_positions_and_nothing_else(intake) -> None:
                 if re.search(rf"\b{other}\b", line):  # only a standings line: place, name, position
                     assert re.fullmatch(rf"\s+\d+=?\s+{other}\s+\d+", line), line
         lowered = text.lower()
-        for secret in ("ladder", "snake", "nominat", "vote", "no orders", "37", "r17", "r18",
-                       "26", "47", "14"):
+        for secret in (
+            "ladder",
+            "snake",
+            "nominat",
+            "vote",
+            "no orders",
+            "37",
+            "r17",
+            "r18",
+            "26",
+            "47",
+            "14",
+        ):
             assert secret not in lowered, (reader, secret)
         assert "Next: round 2 (one turn)." in text and "ROUND 2" in text
     assert "Your dice used in this set of six: 6\nStill open: 1, 2, 3, 4, 5" in reports["ann"]
@@ -69,8 +84,12 @@ def test_reports_show_positions_and_nothing_else(intake) -> None:
 def test_game_over_reveals_the_board_when_configured(tmp_path) -> None:
     db = Database(f"sqlite:///{tmp_path / 's.db'}")
     upgrade(db)
-    config = game_config(tmp_path / "c.toml", db.url, reveal=True,
-                         board='{ rows = 2, columns = 5, ladders = { "2" = 9 } }')
+    config = game_config(
+        tmp_path / "c.toml",
+        db.url,
+        reveal=True,
+        board='{ rows = 2, columns = 5, ladders = { "2" = 9 } }',
+    )
     sync_games(db, config, T0)
     start_game(db, config, "g1", T0)
     now = T0

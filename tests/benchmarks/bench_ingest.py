@@ -55,8 +55,10 @@ def make_config(folder: Path, players: int) -> Path:
         'first_deadline = "2030-01-04T18:00"',
         'round_length = "3d"',
         "players = [",
-        *(f'  {{ name = "p{i}", email = "p{i}@example.org", key = "key-p{i}-0123" }},'
-          for i in range(players)),
+        *(
+            f'  {{ name = "p{i}", email = "p{i}@example.org", key = "key-p{i}-0123" }},'
+            for i in range(players)
+        ),
         "]",
     ]
     path = folder / "config.toml"
@@ -103,8 +105,14 @@ def main() -> None:
             for raw in raws:
                 client.append("INBOX", raw)
             client.logout()
-            mailbox = MailboxConfig(host=dovecot.host, port=dovecot.port, tls="none",
-                                    username=user, password="secret", timeout=60)
+            mailbox = MailboxConfig(
+                host=dovecot.host,
+                port=dovecot.port,
+                tls="none",
+                username=user,
+                password="secret",
+                timeout=60,
+            )
             poller = ImapPoller(mailbox, DatabaseHooks(db, config, clock=lambda: datetime.now(UTC)))
             started = time.perf_counter()
             stored = poller.poll_once()
@@ -112,19 +120,28 @@ def main() -> None:
             poller.close()
             with db.transaction() as s:
                 orders = s.scalar(select(func.count()).select_from(OrderRecord))
-                replies = s.scalar(select(func.count()).select_from(OutboxMessage)
-                                   .where(OutboxMessage.kind == "ack"))
+                replies = s.scalar(
+                    select(func.count())
+                    .select_from(OutboxMessage)
+                    .where(OutboxMessage.kind == "ack")
+                )
             db.dispose()
     finally:
         dovecot.remove()
     assert stored == orders == replies == args.messages, (stored, orders, replies)
     n = args.messages
-    print(f"bench_ingest: Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
-          f"{n} messages from {args.players} players")
-    print(f"  end to end (IMAP fetch, parse, auth, store, reply, MOVE): {ingest_s:7.2f} s "
-          f"= {n / ingest_s:8.0f} orders/s")
-    print(f"  baseline email.message_from_bytes(policy=default):      {parse_s:7.2f} s "
-          f"= {n / parse_s:8.0f} messages/s")
+    print(
+        f"bench_ingest: Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
+        f"{n} messages from {args.players} players"
+    )
+    print(
+        f"  end to end (IMAP fetch, parse, auth, store, reply, MOVE): {ingest_s:7.2f} s "
+        f"= {n / ingest_s:8.0f} orders/s"
+    )
+    print(
+        f"  baseline email.message_from_bytes(policy=default):      {parse_s:7.2f} s "
+        f"= {n / parse_s:8.0f} messages/s"
+    )
     print(f"  ratio: {(n / ingest_s) / (n / parse_s):.2f} of the bare parse rate (goal >= 0.5)")
 
 

@@ -20,23 +20,42 @@ HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
 BENCHES = [
-    ("Rules engine: one two-turn round", "bench_rules.py", [], ["--sizes", "1000,5000",
-                                                                 "--repeats", "1"],
-     "engine within 10x of a bare Python loop, linear in players"),
-    ("Round close (SQLite and PostgreSQL)", "bench_close.py", [], ["--sizes", "1000,5000"],
-     "within 3x of a bare executemany of the same rows, linear in players"),
-    ("Mail intake through Dovecot", "bench_ingest.py", [], ["--messages", "300",
-                                                             "--players", "50"],
-     "end to end at least half the rate of the bare parse"),
-    ("Outbox to an SMTP sink", "bench_send.py", [], ["--messages", "500"],
-     ">= 0.9x a bare smtplib loop on one connection, > 1.5x in parallel"),
+    (
+        "Rules engine: one two-turn round",
+        "bench_rules.py",
+        [],
+        ["--sizes", "1000,5000", "--repeats", "1"],
+        "engine within 10x of a bare Python loop, linear in players",
+    ),
+    (
+        "Round close (SQLite and PostgreSQL)",
+        "bench_close.py",
+        [],
+        ["--sizes", "1000,5000"],
+        "within 3x of a bare executemany of the same rows, linear in players",
+    ),
+    (
+        "Mail intake through Dovecot",
+        "bench_ingest.py",
+        [],
+        ["--messages", "300", "--players", "50"],
+        "end to end at least half the rate of the bare parse",
+    ),
+    (
+        "Outbox to an SMTP sink",
+        "bench_send.py",
+        [],
+        ["--messages", "500"],
+        ">= 0.9x a bare smtplib loop on one connection, > 1.5x in parallel",
+    ),
 ]
 
 
 def postgres_version() -> str:
     try:
-        done = subprocess.run(["pg_config", "--version"], capture_output=True, text=True,
-                              check=False)
+        done = subprocess.run(
+            ["pg_config", "--version"], capture_output=True, text=True, check=False
+        )
         return done.stdout.strip() or "not found"
     except OSError:
         return "not found"
@@ -67,11 +86,22 @@ def main() -> None:
         started = time.monotonic()
         done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False)
         elapsed = time.monotonic() - started
-        output = "\n".join(line for line in done.stdout.splitlines()
-                           if not line.startswith(("INFO", "WARNING")))
+        output = "\n".join(
+            line for line in done.stdout.splitlines() if not line.startswith(("INFO", "WARNING"))
+        )
         shown = " ".join(["python", f"tests/benchmarks/{script}", *command[2:]])
-        lines += [f"## {title}", "", f"Goal: {goal}.", "", f"Reproduce: `{shown}` "
-                  f"({elapsed:.0f} s)", "", "```", output.strip() or "(no output)", "```", ""]
+        lines += [
+            f"## {title}",
+            "",
+            f"Goal: {goal}.",
+            "",
+            f"Reproduce: `{shown}` ({elapsed:.0f} s)",
+            "",
+            "```",
+            output.strip() or "(no output)",
+            "```",
+            "",
+        ]
         if done.returncode != 0:
             lines += ["The benchmark failed:", "", "```", done.stderr[-2000:].strip(), "```", ""]
     args.out.write_text("\n".join(lines))

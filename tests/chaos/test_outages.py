@@ -88,9 +88,7 @@ players = [
         wait_for(lambda: len(smtp_sink.delivered) == 3, WAIT, "the first ack", log_path)
         postgres.restart()  # every connection of the server is dropped
         append("bob", "after")
-        wait_for(
-            lambda: len(smtp_sink.delivered) == 4, WAIT, "the ack after the restart", log_path
-        )
+        wait_for(lambda: len(smtp_sink.delivered) == 4, WAIT, "the ack after the restart", log_path)
         server.send_signal(signal.SIGTERM)
         assert server.wait(WAIT) == 0
     finally:

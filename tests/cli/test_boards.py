@@ -72,8 +72,7 @@ def test_an_unknown_board_name_lists_the_bundled_ones(
 def test_a_config_s_game_may_name_a_bundled_board(tmp_path: Path, capsys) -> None:
     config = tmp_path / "config.toml"
     config.write_text(
-        '[[games]]\nid = "fam"\nboard = "family"\n'
-        '[[games]]\nid = "odd"\nboard = "mountian"\n'
+        '[[games]]\nid = "fam"\nboard = "family"\n[[games]]\nid = "odd"\nboard = "mountian"\n'
     )
     assert main(["board", str(config), "--game", "fam"]) == 0
     family = Board.from_mapping(bundled_table("family"))

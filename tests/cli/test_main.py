@@ -28,10 +28,17 @@ def write(tmp_path: Path, name: str, content: object) -> Path:
 
 
 DESIGN_EXAMPLE = {
-    "board": {"rows": 10, "columns": 10, "layout": "boustrophedon",
-              "snakes": {"16": 6}, "ladders": {"4": 14},
-              "family": [{"kind": "ladder", "column": 3, "shift": 10},
-                         {"kind": "snake", "digit_sum": 8, "shift": -15}]},
+    "board": {
+        "rows": 10,
+        "columns": 10,
+        "layout": "boustrophedon",
+        "snakes": {"16": 6},
+        "ladders": {"4": 14},
+        "family": [
+            {"kind": "ladder", "column": 3, "shift": 10},
+            {"kind": "snake", "digit_sum": 8, "shift": -15},
+        ],
+    },
     "players": ["ann", "bob", "cy"],
     "double_from_round": 7,
     "rounds": [
@@ -41,21 +48,29 @@ DESIGN_EXAMPLE = {
 
 
 def test_adjudicate_the_design_example(tmp_path: Path, capsysbinary) -> None:
-    code, out, err = run(["adjudicate", str(write(tmp_path, "g.json", DESIGN_EXAMPLE))],
-                         capsysbinary)
+    code, out, err = run(
+        ["adjudicate", str(write(tmp_path, "g.json", DESIGN_EXAMPLE))], capsysbinary
+    )
     assert code == 0 and err == ""
     doc = json.loads(out)
     assert doc == {
         "result": None,
-        "rounds": [{
-            "round": 1,
-            "nominations": {"ann": 45, "bob": 2, "cy": 1},
-            "trapdoors": [],
-            "nmr": ["cy"],
-            "turns": [{"turn": 1, "dice": {"ann": 3, "bob": 2, "cy": 1},
-                       "positions": {"ann": 13, "bob": 2, "cy": 1}}],
-            "positions": {"ann": 13, "bob": 2, "cy": 1},
-        }],
+        "rounds": [
+            {
+                "round": 1,
+                "nominations": {"ann": 45, "bob": 2, "cy": 1},
+                "trapdoors": [],
+                "nmr": ["cy"],
+                "turns": [
+                    {
+                        "turn": 1,
+                        "dice": {"ann": 3, "bob": 2, "cy": 1},
+                        "positions": {"ann": 13, "bob": 2, "cy": 1},
+                    }
+                ],
+                "positions": {"ann": 13, "bob": 2, "cy": 1},
+            }
+        ],
     }
     # sorted keys, and the same bytes every time
     assert out.index(b'"nmr"') < out.index(b'"nominations"') < out.index(b'"positions"')
@@ -76,12 +91,17 @@ bob = { dice = [4, 4] }
 [[rounds]]
 ann = { dice = [1, 2] }
 """
-    code, out, _ = run(["adjudicate", "--detail", str(write(tmp_path, "g.toml", toml))],
-                       capsysbinary)
+    code, out, _ = run(
+        ["adjudicate", "--detail", str(write(tmp_path, "g.toml", toml))], capsysbinary
+    )
     assert code == 0
     first, second = json.loads(out)["rounds"]
     assert first["turns"][0]["moves"]["ann"] == {
-        "start": 0, "target": 4, "final": 14, "events": ["ladder 4\u219214"]}
+        "start": 0,
+        "target": 4,
+        "final": 14,
+        "events": ["ladder 4\u219214"],
+    }
     assert first["nmr"] == ["bob"] and "needs 1 die" in first["nmr_reasons"]["bob"]
     assert first["votes"] == {"1": 1, "20": 1} and first["vote_threshold"] == 2
     assert len(second["turns"]) == 2 and second["nmr"] == ["bob"]
@@ -89,8 +109,12 @@ ann = { dice = [1, 2] }
 
 def test_adjudicate_stops_when_the_game_ends(tmp_path: Path, capsysbinary) -> None:
     rounds = [{"ann": {"dice": [d]}} for d in (6, 5, 4, 3, 2, 1)] * 3
-    game = {"board": {"rows": 2, "columns": 10}, "players": ["ann", "bob"], "rounds": rounds,
-            "double_from_round": 99}
+    game = {
+        "board": {"rows": 2, "columns": 10},
+        "players": ["ann", "bob"],
+        "rounds": rounds,
+        "double_from_round": 99,
+    }
     code, out, err = run(["adjudicate", str(write(tmp_path, "g.json", game))], capsysbinary)
     doc = json.loads(out)
     assert code == 0 and doc["result"] == {"winner": "ann"}
@@ -103,14 +127,22 @@ def test_adjudicate_stops_when_the_game_ends(tmp_path: Path, capsysbinary) -> No
     [
         (None, "cannot read"),
         ("{not json", "not valid JSON"),
-        ({"board": {}, "players": ["a"], "rounds": [{"zed": {"dice": [1]}}]},
-         "rounds[0].zed: 'zed' is not one of the players"),
-        ({"board": {"snakes": {"5": 9}}, "players": ["a"]},
-         "board.snakes.5: a snake must lead down"),
-        ({"board": {}, "players": ["a"], "rounds": [{"a": {"dice": 3}}]},
-         "rounds[0].a.dice: expected a list of dice, got 3"),
-        ({"board": {}, "players": ["a"], "rounds": [{"a": {"dice": ["x"]}}]},
-         "rounds[0].a.dice[0]: 'x' is not a whole number"),
+        (
+            {"board": {}, "players": ["a"], "rounds": [{"zed": {"dice": [1]}}]},
+            "rounds[0].zed: 'zed' is not one of the players",
+        ),
+        (
+            {"board": {"snakes": {"5": 9}}, "players": ["a"]},
+            "board.snakes.5: a snake must lead down",
+        ),
+        (
+            {"board": {}, "players": ["a"], "rounds": [{"a": {"dice": 3}}]},
+            "rounds[0].a.dice: expected a list of dice, got 3",
+        ),
+        (
+            {"board": {}, "players": ["a"], "rounds": [{"a": {"dice": ["x"]}}]},
+            "rounds[0].a.dice[0]: 'x' is not a whole number",
+        ),
         ({"board": {}, "players": ["a", "a"]}, "players: named more than once: a"),
         ({"board": {}, "players": ["a"], "double_from_round": 0}, "double_from_round"),
         ({"board": {}, "players": ["a"], "trapdoor_rule": "some"}, "trapdoor_rule"),
@@ -153,19 +185,22 @@ def test_board_text_and_svg(tmp_path: Path, capsysbinary) -> None:
 
 
 def test_board_from_a_bare_table_and_from_a_config(tmp_path: Path, capsysbinary) -> None:
-    bare = write(tmp_path, "b.toml", 'rows = 2\ncolumns = 3\nlayout = "rows"\n'
-                 '[ladders]\n"2" = 5\n')
+    bare = write(tmp_path, "b.toml", 'rows = 2\ncolumns = 3\nlayout = "rows"\n[ladders]\n"2" = 5\n')
     code, out, _ = run(["board", str(bare)], capsysbinary)
     assert code == 0 and b"2^5" in out and b"2 rows x 3 columns, rows layout" in out
-    write(tmp_path, "std.toml", "[board]\nsnakes = { \"9\" = 2 }\n")
-    config = write(tmp_path, "config.toml", """
+    write(tmp_path, "std.toml", '[board]\nsnakes = { "9" = 2 }\n')
+    config = write(
+        tmp_path,
+        "config.toml",
+        """
 [[games]]
 id = "one"
 board = "std.toml"
 [[games]]
 id = "two"
 board = { rows = 3, columns = 3, snakes = { "8" = 1 } }
-""")
+""",
+    )
     code, out, _ = run(["board", str(config)], capsysbinary)
     assert code == 0 and b"== one ==" in out and b"9v2" in out and b"8v1" in out
     code, out, err = run(["board", str(config), "--svg", str(tmp_path / "x.svg")], capsysbinary)
@@ -224,7 +259,8 @@ def test_demo_plays_the_bundled_game(capsysbinary) -> None:
 
 def test_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("snl-pbem")
-    done = subprocess.run([str(script), "adjudicate", str(EXAMPLE)], capture_output=True,
-                          check=False)
+    done = subprocess.run(
+        [str(script), "adjudicate", str(EXAMPLE)], capture_output=True, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["result"] == {"winner": "ann"}

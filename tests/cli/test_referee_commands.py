@@ -62,8 +62,10 @@ def test_ingest_command_replays_saved_mail(make_config, capsys, tmp_path) -> Non
     assert run(capsys, "db", "upgrade", *cfg)[0] == 0
     assert run(capsys, "start", "g1", *cfg)[0] == 0
     eml = tmp_path / "ann.eml"
-    eml.write_bytes(b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <c1@x.org>\r\n\r\n"
-                    b"KEY ann-key-123\r\nDICE 5\r\n")
+    eml.write_bytes(
+        b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <c1@x.org>\r\n\r\n"
+        b"KEY ann-key-123\r\nDICE 5\r\n"
+    )
     code, out, err = run(capsys, "ingest", str(eml), str(eml), str(Path("missing.eml")), *cfg)
     assert code == 2 and "missing.eml: cannot read" in err
     assert f"{eml}: processed (orders for round 1 (valid))" in out
@@ -84,8 +86,10 @@ def test_inbound_set_aside_mail_is_listed_shown_and_retried(
     assert run(capsys, "start", "g1", *cfg)[0] == 0
     assert run(capsys, "inbound", "list", *cfg)[1] == "no incoming mail set aside\n"
     eml = tmp_path / "ann.eml"
-    eml.write_bytes(b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <s1@x.org>\r\n\r\n"
-                    b"KEY ann-key-123\r\nDICE 5\r\n")
+    eml.write_bytes(
+        b"From: ann@example.org\r\nSubject: [g1]\r\nMessage-ID: <s1@x.org>\r\n\r\n"
+        b"KEY ann-key-123\r\nDICE 5\r\n"
+    )
 
     def broken(*_args, **_kwargs):
         raise RuntimeError("a bug in processing")
@@ -104,8 +108,9 @@ def test_inbound_set_aside_mail_is_listed_shown_and_retried(
     monkeypatch.undo()
     code, out, _ = run(capsys, "inbound", "retry", number, *cfg)
     assert code == 0 and f"inbound {number}: processed (orders for round 1 (valid))" in out
-    retries = [(actor, via) for action, actor, via, _ in audit_rows(config)
-               if action == "inbound-retry"]
+    retries = [
+        (actor, via) for action, actor, via, _ in audit_rows(config) if action == "inbound-retry"
+    ]
     assert retries == [("referee", "cli")] * 2  # the one that failed again is audited too
     assert "valid orders from 1 of 3" in run(capsys, "status", "g1", *cfg)[1]
     code, _, err = run(capsys, "inbound", "retry", number, *cfg)
@@ -210,8 +215,9 @@ def test_outbox_failed_mail_is_listed_shown_and_retried(make_config, capsys, smt
     assert (again.status, again.attempts, again.last_error) == ("pending", 0, None)
     [(_, detail)] = [a for a in audit_actions(config) if a[0] == "mail-retry"]
     assert detail["outbox"] == welcome.id and "550" in detail["last_error"]
-    assert [(actor, via) for action, actor, via, _ in audit_rows(config)
-            if action == "mail-retry"] == [("referee", "cli")]
+    assert [
+        (actor, via) for action, actor, via, _ in audit_rows(config) if action == "mail-retry"
+    ] == [("referee", "cli")]
     drain_to(smtp_sink, config)  # the relay works again
     assert [d.recipient for d in smtp_sink.delivered].count("ann@example.org") == 1
     assert next(r for r in outbox_rows(config) if r.id == welcome.id).status == "sent"
@@ -408,8 +414,9 @@ def test_a_pause_is_announced_to_every_active_player(make_config, capsys) -> Non
     cfg = ("--config", str(config.path))
     assert run(capsys, "db", "upgrade", *cfg)[0] == 0
     assert run(capsys, "start", "g1", *cfg)[0] == 0
-    config.path.write_text(config.path.read_text().replace(
-        '  { name = "dee", email = "dee@example.org" },\n', ""))
+    config.path.write_text(
+        config.path.read_text().replace('  { name = "dee", email = "dee@example.org" },\n', "")
+    )
     assert run(capsys, "check-config", *cfg)[0] == 0
     from snl_pbem.app.games import sync_games
     from snl_pbem.config import load_config
@@ -423,7 +430,9 @@ def test_a_pause_is_announced_to_every_active_player(make_config, capsys) -> Non
     assert code == 0 and "players are told" in out
     notices = [r for r in outbox_rows(config) if r.kind == "deadline"]
     assert sorted(r.recipient for r in notices) == [
-        "ann@example.org", "bob@example.org", "cy@example.org"
+        "ann@example.org",
+        "bob@example.org",
+        "cy@example.org",
     ]
     for row in notices:
         msg = email.message_from_bytes(row.message, policy=email.policy.default)
@@ -438,9 +447,7 @@ def test_a_pause_is_announced_to_every_active_player(make_config, capsys) -> Non
     assert len([r for r in outbox_rows(config) if r.kind == "deadline"]) == 3
 
 
-def test_each_referee_command_is_audited_as_given_on_the_command_line(
-    make_config, capsys
-) -> None:
+def test_each_referee_command_is_audited_as_given_on_the_command_line(make_config, capsys) -> None:
     config = make_config()
     cfg = ("--config", str(config.path))
     assert run(capsys, "db", "upgrade", *cfg)[0] == 0
@@ -461,6 +468,7 @@ def test_each_referee_command_is_audited_as_given_on_the_command_line(
     assert mine == dict.fromkeys(
         ("start", "extend", "pause", "resume", "close-round", "rollback"), ("referee", "cli")
     )
-    game_added = [(actor, via) for action, actor, via, _ in audit_rows(config)
-                  if action == "game-added"]
+    game_added = [
+        (actor, via) for action, actor, via, _ in audit_rows(config) if action == "game-added"
+    ]
     assert game_added == [("start", None)]  # the config's own changes: no person's "via"

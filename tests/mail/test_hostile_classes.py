@@ -161,8 +161,10 @@ def test_a_message_the_database_refuses_is_stored_as_a_stub(intake, monkeypatch)
 
 def poisons() -> list[bytes]:
     return [
-        (b"From: ann@example.org\r\nTo: snl@example.org\r\nSubject: x\r\n"
-         b"Message-ID: =?utf-8?q?=00?=\r\n\r\nKEY ann-key-123\r\nDICE 1\r\n"),
+        (
+            b"From: ann@example.org\r\nTo: snl@example.org\r\nSubject: x\r\n"
+            b"Message-ID: =?utf-8?q?=00?=\r\n\r\nKEY ann-key-123\r\nDICE 1\r\n"
+        ),
         html_only("<b>" * 63000, "poison-html"),
         mail("x", tag="cp", extra="Content-Type: text/plain; charset=punycode\r\n"),
     ]
@@ -432,8 +434,9 @@ def test_a_repeated_die_gets_one_consistent_account(sqlite_intake, dice) -> None
 def test_invisible_format_characters_are_removed(sqlite_intake, invisible) -> None:
     db, config = sqlite_intake
     body = f"KEY{invisible} ann-key-123{invisible}\r\nDICE {invisible}4{invisible}\r\n"
-    raw = mail(body, tag=f"inv{ord(invisible)}").replace(b"\r\n\r\n", b"\r\n"
-        b"Content-Type: text/plain; charset=utf-8\r\n\r\n", 1)
+    raw = mail(body, tag=f"inv{ord(invisible)}").replace(
+        b"\r\n\r\n", b"\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n", 1
+    )
     assert ingest(db, config, raw, T0, "t").status == "processed"
     assert [o.dice for o in orders_of(db)] == ["4"]
 
@@ -624,8 +627,13 @@ def test_a_flood_from_one_sender_is_stored_trimmed_and_still_read(sqlite_intake)
         for i in range(cap):
             s.add(
                 InboundMessage(
-                    sha256=f"{i:064d}", source="t", received_at=T0, status="ignored",
-                    attempts=0, raw=b"x", sender="ann@example.org",
+                    sha256=f"{i:064d}",
+                    source="t",
+                    received_at=T0,
+                    status="ignored",
+                    attempts=0,
+                    raw=b"x",
+                    sender="ann@example.org",
                 )
             )
     big = mail("KEY ann-key-123\r\nDICE 4\r\n" + "chat " * 40000, tag="flood")
@@ -834,8 +842,9 @@ def test_a_round_closes_only_once_mail_from_before_its_deadline_is_read(intake) 
     hooks.acquire(source)
     hooks.healthy(source, 1)  # a good poll, begun before the deadline
     # ann's order reached us before the deadline; its processing has not happened yet
-    stored = intake_stored_unprocessed(db, mail("KEY ann-key-123\r\nDICE 4", tag="late"),
-                                       deadline - timedelta(seconds=30))
+    stored = intake_stored_unprocessed(
+        db, mail("KEY ann-key-123\r\nDICE 4", tag="late"), deadline - timedelta(seconds=30)
+    )
     asked = []
     rounds = RoundScheduler(db, config, clock=lambda: now[0])
     rounds.request_poll = lambda: asked.append(now[0])
@@ -856,8 +865,13 @@ def intake_stored_unprocessed(db, raw: bytes, received) -> int:
 
     with db.transaction() as s:
         row = InboundMessage(
-            sha256=hashlib.sha256(raw).hexdigest(), source="lmtp:x", received_at=received,
-            status="new", attempts=0, raw=raw, sender="ann@example.org",
+            sha256=hashlib.sha256(raw).hexdigest(),
+            source="lmtp:x",
+            received_at=received,
+            status="new",
+            attempts=0,
+            raw=raw,
+            sender="ann@example.org",
         )
         s.add(row)
         s.flush()
@@ -872,8 +886,9 @@ def test_imap_never_fetches_an_oversize_message_whole(dovecot, sqlite_intake) ->
     c = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=10)
     c.login(user, "secret")
     limit = config.settings.mail.max_message_size
-    big = mail("KEY ann-key-123\r\nDICE 6\r\n" + ("x" * 998 + "\r\n") * (limit // 1000 + 5),
-               tag="huge")
+    big = mail(
+        "KEY ann-key-123\r\nDICE 6\r\n" + ("x" * 998 + "\r\n") * (limit // 1000 + 5), tag="huge"
+    )
     c.append("INBOX", big)
     c.append("INBOX", good_order())
     c.logout()
@@ -883,8 +898,9 @@ def test_imap_never_fetches_an_oversize_message_whole(dovecot, sqlite_intake) ->
     poller = imap_poller(db, config, hooks)
     assert poller is None  # the fixture reads no mailbox: build one for Dovecot
     poller = ImapPoller(
-        MailboxConfig(dovecot.host, dovecot.port, "none", user, "secret", timeout=10,
-                      max_message_size=limit),
+        MailboxConfig(
+            dovecot.host, dovecot.port, "none", user, "secret", timeout=10, max_message_size=limit
+        ),
         hooks,
     )
     assert poller.poll_once() == 2

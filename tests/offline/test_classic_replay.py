@@ -39,8 +39,7 @@ def test_the_output_shape_and_its_bytes(tmp_path: Path, capsysbinary) -> None:
                 "round": 1,
                 "throws": [
                     {"player": "ann", "dice": [3], "from": 0, "to": 3, "events": []},
-                    {"player": "bob", "dice": [3], "from": 0, "to": 3,
-                     "events": ["bumped:ann"]},
+                    {"player": "bob", "dice": [3], "from": 0, "to": 3, "events": ["bumped:ann"]},
                 ],
                 "positions": {"ann": 0, "bob": 3},
             },
@@ -67,8 +66,13 @@ def test_the_output_shape_and_its_bytes(tmp_path: Path, capsysbinary) -> None:
 def test_a_round_cut_short_by_the_win_is_output_with_the_winner(tmp_path, capsysbinary) -> None:
     """web: "先到第 100 格的一方获胜，棋局立刻结束"; RULES-CLASSIC: "A round cut short by
     finish = "first" is output, with the positions when the game ended"."""
-    game = {"ruleset": "classic", "board": {"rows": 2, "columns": 5}, "ending": "exact",
-            "players": ["ann", "bob", "cy"], "rolls": {"ann": [4, 1], "bob": [4, 6], "cy": [1]}}
+    game = {
+        "ruleset": "classic",
+        "board": {"rows": 2, "columns": 5},
+        "ending": "exact",
+        "players": ["ann", "bob", "cy"],
+        "rolls": {"ann": [4, 1], "bob": [4, 6], "cy": [1]},
+    }
     code, out, _ = adjudicate(tmp_path, capsysbinary, game)
     document = json.loads(out)
     assert code == 0
@@ -80,20 +84,35 @@ def test_a_round_cut_short_by_the_win_is_output_with_the_winner(tmp_path, capsys
 
 
 def test_finish_all_gives_the_order_round_and_rolls(tmp_path: Path, capsysbinary) -> None:
-    game = {"ruleset": "classic", "board": {"rows": 1, "columns": 6}, "players": ["ann", "bob"],
-            "finish": "all", "rolls": {"ann": [6], "bob": [1, 2, 3]}}
+    game = {
+        "ruleset": "classic",
+        "board": {"rows": 1, "columns": 6},
+        "players": ["ann", "bob"],
+        "finish": "all",
+        "rolls": {"ann": [6], "bob": [1, 2, 3]},
+    }
     code, out, _ = adjudicate(tmp_path, capsysbinary, game)
     assert json.loads(out)["result"] == {
-        "order": [{"player": "ann", "round": 1, "rolls": 1},
-                  {"player": "bob", "round": 3, "rolls": 3}]
+        "order": [
+            {"player": "ann", "round": 1, "rolls": 1},
+            {"player": "bob", "round": 3, "rolls": 3},
+        ]
     }
     code, text, _ = adjudicate(tmp_path, capsysbinary, game, "--text")
     assert code == 0 and b"Finishing order: ann (round 1, 1 rolls), bob (round 3, 3 rolls)" in text
 
 
 def test_a_seed_plays_the_servers_dice_the_same_every_time(tmp_path, capsysbinary) -> None:
-    game = {"ruleset": "classic", "board": BOARD, "players": ["ann", "bob", "cy"], "seed": 7,
-            "dice": "2d6", "max_roll": "roll_again", "bump": True, "finish": "all"}
+    game = {
+        "ruleset": "classic",
+        "board": BOARD,
+        "players": ["ann", "bob", "cy"],
+        "seed": 7,
+        "dice": "2d6",
+        "max_roll": "roll_again",
+        "bump": True,
+        "finish": "all",
+    }
     code, out, _ = adjudicate(tmp_path, capsysbinary, game)
     document = json.loads(out)
     assert code == 0 and [o["player"] for o in document["result"]["order"]]
@@ -114,7 +133,7 @@ def test_a_seed_plays_the_servers_dice_the_same_every_time(tmp_path, capsysbinar
         ({"dice": "2d6", "rolls": {"ann": [[1, 9]]}}, "rolls.ann[0][1]: 9 is not a die value"),
         ({"board": {"rows": 10, "columns": 10, "ladders": {"100": 5}}}, "board"),
         ({"board": {"rows": 10, "columns": 10, "snakes": {"100": 5}}}, "last space 100"),
-        ({"ruleset": "chess"}, "ruleset: 'chess' is not \"postal\" or \"classic\""),
+        ({"ruleset": "chess"}, 'ruleset: \'chess\' is not "postal" or "classic"'),
         ({"trapdoor_rule": "all"}, "trapdoor_rule: unknown key"),
         ({"seed": "x"}, "seed: 'x' is not a whole number"),
         ({"rolls": {"ann": [3.0]}}, "rolls.ann[0]: 3.0 is not a die value"),
@@ -124,8 +143,13 @@ def test_a_seed_plays_the_servers_dice_the_same_every_time(tmp_path, capsysbinar
 def test_a_bad_classic_file_exits_2_with_one_line_naming_the_key(
     tmp_path: Path, capsysbinary, change: dict, named: str
 ) -> None:
-    game = {"ruleset": "classic", "board": BOARD, "players": ["ann", "bob"],
-            "rolls": {"ann": [1]}, **change}
+    game = {
+        "ruleset": "classic",
+        "board": BOARD,
+        "players": ["ann", "bob"],
+        "rolls": {"ann": [1]},
+        **change,
+    }
     code, out, err = adjudicate(tmp_path, capsysbinary, game)
     assert (code, out) == (2, b"")
     assert len(err.strip().splitlines()) == 1 and named in err, err
@@ -134,8 +158,13 @@ def test_a_bad_classic_file_exits_2_with_one_line_naming_the_key(
 def test_rolls_win_over_a_seed_and_missing_lists_stop_play(tmp_path, capsysbinary) -> None:
     """RULES-CLASSIC: "A player missing from rolls has no throws" and "Without rolls, seed
     makes the server's throws"."""
-    game = {"ruleset": "classic", "board": BOARD, "players": ["ann", "bob"], "seed": 5,
-            "rolls": {"ann": [2, 2]}}
+    game = {
+        "ruleset": "classic",
+        "board": BOARD,
+        "players": ["ann", "bob"],
+        "seed": 5,
+        "rolls": {"ann": [2, 2]},
+    }
     code, out, _ = adjudicate(tmp_path, capsysbinary, game)
     document = json.loads(out)
     assert code == 0 and document["rounds"] == [] and document["result"] is None

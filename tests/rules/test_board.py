@@ -10,7 +10,10 @@ from snl_pbem.rules import Board, BoardError, FeatureKind, Layout
 def test_boustrophedon_below() -> None:
     board = Board.build()
     assert (board.below(45), board.below(20), board.below(11), board.below(10)) == (
-        36, 1, 10, None,
+        36,
+        1,
+        10,
+        None,
     )
     assert board.cell(1) == (1, 1) and board.cell(20) == (2, 1) and board.cell(100) == (10, 1)
     assert all(board.below(n) is None or board.below(n) < n for n in board.spaces())
@@ -31,15 +34,17 @@ def test_explicit_grid_with_empty_cells() -> None:
 
 
 def test_families_select_by_every_property() -> None:
-    board = Board.from_mapping({
-        "family": [
-            {"kind": "ladder", "row": 1, "last_digit": 2, "shift": 30},
-            {"kind": "ladder", "multiple_of": 25, "shift": 3},
-            {"kind": "snake", "spaces": [66, 77], "shift": -60},
-            {"kind": "snake", "column": 10, "row": 10, "shift": -9},
-        ],
-        "snakes": {"99": 1},
-    })
+    board = Board.from_mapping(
+        {
+            "family": [
+                {"kind": "ladder", "row": 1, "last_digit": 2, "shift": 30},
+                {"kind": "ladder", "multiple_of": 25, "shift": 3},
+                {"kind": "snake", "spaces": [66, 77], "shift": -60},
+                {"kind": "snake", "column": 10, "row": 10, "shift": -9},
+            ],
+            "snakes": {"99": 1},
+        }
+    )
     assert board.ladders == {2: 32, 25: 28, 50: 53, 75: 78, 100: 103}
     assert board.snakes == {66: 6, 77: 17, 91: 82, 99: 1}
     assert board.feature_at(66) is not None and board.feature_at(66).kind is FeatureKind.SNAKE
@@ -56,13 +61,17 @@ def test_last_space_may_be_a_snake_and_ladders_may_lead_past_it() -> None:
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({"snakes": {"45": 5}, "ladders": {"45": 60}},
-         "space 45 is both a snake head (board.snakes.45) and a ladder foot (board.ladders.45)"),
+        (
+            {"snakes": {"45": 5}, "ladders": {"45": 60}},
+            "space 45 is both a snake head (board.snakes.45) and a ladder foot (board.ladders.45)",
+        ),
         ({"snakes": {"101": 5}}, "board.snakes.101: space 101 is not on the board (1..100)"),
         ({"ladders": {"0": 5}}, "board.ladders.0: space 0 is not on the board"),
         ({"ladders": {"10": 20}, "snakes": {"20": 10}}, "loop: 10 -> 20 -> 10"),
-        ({"ladders": {"10": 30, "12": 50}, "snakes": {"30": 12, "50": 10}},
-         "board: snakes and ladders loop: 10 -> 30 -> 12 -> 50 -> 10"),
+        (
+            {"ladders": {"10": 30, "12": 50}, "snakes": {"30": 12, "50": 10}},
+            "board: snakes and ladders loop: 10 -> 30 -> 12 -> 50 -> 10",
+        ),
         ({"grid": [[3, 4], [1, 1]]}, "spaces given more than once in the grid: 1"),
         ({"grid": [[3, 5], [1, 2]]}, "spaces missing from the grid: 4"),
         ({"grid": [[4, 3], [1]]}, "grid row 2 (from the top) has 1 cells, not 2"),
@@ -77,15 +86,23 @@ def test_last_space_may_be_a_snake_and_ladders_may_lead_past_it() -> None:
         ({"snakes": {"x": 2}}, "board.snakes.x: 'x' is not a space number"),
         ({"family": [{"kind": "ladder", "shift": 3}]}, "needs at least one selector"),
         ({"family": [{"kind": "worm", "row": 1, "shift": 3}]}, "'worm' is not 'snake' or"),
-        ({"family": [{"kind": "snake", "column": 11, "shift": -3}]},
-         "board.family[0].column: 11 is not between 1 and 10"),
-        ({"family": [{"kind": "snake", "digit_sum": 1, "last_digit": 5, "shift": -3}]},
-         "selects no space on this board"),
-        ({"family": [{"kind": "snake", "row": 2, "shift": -3, "size": 2}]},
-         "board.family[0].size: unknown key"),
-        ({"snakes": {"30": 10}, "family": [{"kind": "snake", "spaces": [30], "shift": -5}]},
-         "space 30 is given different snake destinations: 10 (board.snakes.30), "
-         "25 (board.family[0])"),
+        (
+            {"family": [{"kind": "snake", "column": 11, "shift": -3}]},
+            "board.family[0].column: 11 is not between 1 and 10",
+        ),
+        (
+            {"family": [{"kind": "snake", "digit_sum": 1, "last_digit": 5, "shift": -3}]},
+            "selects no space on this board",
+        ),
+        (
+            {"family": [{"kind": "snake", "row": 2, "shift": -3, "size": 2}]},
+            "board.family[0].size: unknown key",
+        ),
+        (
+            {"snakes": {"30": 10}, "family": [{"kind": "snake", "spaces": [30], "shift": -5}]},
+            "space 30 is given different snake destinations: 10 (board.snakes.30), "
+            "25 (board.family[0])",
+        ),
         ([1, 2], "board: expected a table of board settings, got a list"),
     ],
 )

@@ -233,7 +233,7 @@ def test_a_whole_life_cycle_through_serve(
         orders("ann", 2, 3)
         orders("bob", 5, 3)
         post.send("eve@example.org", f"GAME club\r\nKEY {eve_key}\r\nROUND 3\r\nDICE 6")
-        post.send("dee@example.org", f"GAME club\r\nKEY {keys['dee']}\r\nROUND 3\r\nDICE 6")
+        post.send("dee@example.org", f"GAME club\r\nKEY {keys['dee']}\r\nROUND 3\r\nDICE 3")
         for who in ("ann", "bob", "eve"):
             post.wait(f"{who}@example.org", "Orders received for round 3", 1, log)
         sent.append(
@@ -244,7 +244,8 @@ def test_a_whole_life_cycle_through_serve(
             name: post.wait(f"{name}@example.org", "Round 3 report", 1, log)[0]
             for name in ("ann", "bob", "cy", "eve")
         }
-        run("status", "club", config=path)
+        shown = run("status", "club", config=path)
+        assert shown.returncode == 0 and "round 4" in shown.stdout, shown.stdout
     finally:
         server.terminate()
         server.wait(WAIT)
@@ -256,13 +257,18 @@ def test_a_whole_life_cycle_through_serve(
     expected = offline["rounds"][-1]["positions"]
     for name, report in reports.items():
         assert report_positions(report) == expected, (name, report)
-    # dee's old key bought nothing after the seat changed hands (no ack, no order)
+    # dee's old key bought nothing after the seat changed hands: eve's DICE 6 counted (the
+    # offline check above), one acknowledgement went to the seat, and the old key was refused
+    assert len(post.texts("eve@example.org", "Orders received for round 3")) == 1
     assert not post.texts("dee@example.org", "Orders received for round 3")
     # the private record: cy excused twice, dee's seat resigned in round 2
     db = Database(load_config(path).database_url)
     try:
         with db.transaction() as s:
             nmr = [json.dumps(t) for t in s.scalars(select(RoundTally.nmr).order_by(RoundTally.id))]
+            wrong_keys = list(
+                s.scalars(select(AuditEntry.detail).where(AuditEntry.action == "wrong-key"))
+            )
             via = {
                 tuple(row)
                 for row in s.execute(
@@ -273,6 +279,7 @@ def test_a_whole_life_cycle_through_serve(
             }
     finally:
         db.dispose()
+    assert any(d.get("address") == "dee@example.org" for d in wrong_keys), wrong_keys
     assert "absent, excused" in nmr[1] and "absent, excused" in nmr[2], nmr
     assert "resigned" in nmr[1], nmr
     for action in ("extend", "pause", "resume", "close-round"):

@@ -42,16 +42,23 @@ def setup(tmp_path, extra: str = "", **kwargs):
 
 
 def order(db, config, who: str, dice: str, at, tag: str) -> None:
-    raw = (f"From: {who}@example.org\r\nSubject: [g1]\r\nMessage-ID: <{tag}@x.org>\r\n\r\n"
-           f"KEY {who}-key-123\r\nDICE {dice}\r\n").encode()
+    raw = (
+        f"From: {who}@example.org\r\nSubject: [g1]\r\nMessage-ID: <{tag}@x.org>\r\n\r\n"
+        f"KEY {who}-key-123\r\nDICE {dice}\r\n"
+    ).encode()
     ingest(db, config, raw, at, "t")
 
 
 def kinds(db) -> list[tuple[str, str]]:
     with db.transaction() as s:
-        return [(m.kind, m.recipient.split("@")[0]) for m in s.scalars(
-            select(OutboxMessage).where(OutboxMessage.kind != "welcome")
-            .order_by(OutboxMessage.id))]
+        return [
+            (m.kind, m.recipient.split("@")[0])
+            for m in s.scalars(
+                select(OutboxMessage)
+                .where(OutboxMessage.kind != "welcome")
+                .order_by(OutboxMessage.id)
+            )
+        ]
 
 
 def test_plan_deadline_and_reminder_then_close(tmp_path) -> None:
@@ -59,7 +66,9 @@ def test_plan_deadline_and_reminder_then_close(tmp_path) -> None:
     clock = Clock()
     rs = RoundScheduler(db, config, clock=clock)
     assert [(p.job_id, p.run_at) for p in rs.plan()] == [
-        ("close:g1:1", DEADLINE), ("remind:g1:1", DEADLINE - timedelta(hours=24))]
+        ("close:g1:1", DEADLINE),
+        ("remind:g1:1", DEADLINE - timedelta(hours=24)),
+    ]
     order(db, config, "ann", "4", T0, "a")
     order(db, config, "bob", "4 4", T0, "b")  # invalid
     clock.now = DEADLINE - timedelta(hours=25)  # a reminder job from before an extend
@@ -139,8 +148,10 @@ def test_close_when_all_in_after_the_settle_time(tmp_path) -> None:
 
 def imap_game(tmp_path):
     """A started game whose server reads an IMAP mailbox (healthy_within 30 minutes)."""
-    imap = ('\n[mail.imap]\nhost = "127.0.0.1"\nport = 1\ntls = "none"\nusername = "u"\n'
-            'password = "p"\nhealthy_within = "30m"\n')
+    imap = (
+        '\n[mail.imap]\nhost = "127.0.0.1"\nport = 1\ntls = "none"\nusername = "u"\n'
+        'password = "p"\nhealthy_within = "30m"\n'
+    )
     db = Database(f"sqlite:///{tmp_path / 's.db'}")
     upgrade(db)
     path = tmp_path / "c.toml"
@@ -269,29 +280,39 @@ def test_a_game_filled_by_mail_has_round_1_planned_at_once(tmp_path) -> None:
     server.rounds.rebuild()
 
     def mail(who: str, body: str) -> str:
-        raw = (f"From: {who}@example.net\r\nSubject: hi\r\nMessage-ID: <{who}{len(body)}"
-               f"{body[:4]}@x.net>\r\n\r\n{body}\r\n").encode()
+        raw = (
+            f"From: {who}@example.net\r\nSubject: hi\r\nMessage-ID: <{who}{len(body)}"
+            f"{body[:4]}@x.net>\r\n\r\n{body}\r\n"
+        ).encode()
         result = ingest(db, config, raw, T0, "t")
         server._after_ingest(result)
         return result.detail
 
     def code(who: str) -> str:
         with db.transaction() as s:
-            text = s.scalars(select(OutboxMessage.message).where(
-                OutboxMessage.recipient == f"{who}@example.net", OutboxMessage.kind == "code"
-            )).one().decode()
+            text = (
+                s.scalars(
+                    select(OutboxMessage.message).where(
+                        OutboxMessage.recipient == f"{who}@example.net",
+                        OutboxMessage.kind == "code",
+                    )
+                )
+                .one()
+                .decode()
+            )
         return text.split("CONFIRM ")[1].split()[0]
 
     def planned() -> list[tuple[str, object]]:
-        return [(j.id, j.trigger.run_date) for j in server.rounds.scheduler.get_jobs()
-                if j.id.startswith("close:")]
+        return [
+            (j.id, j.trigger.run_date)
+            for j in server.rounds.scheduler.get_jobs()
+            if j.id.startswith("close:")
+        ]
 
     for who in ("xa", "xb"):
         assert mail(who, f"JOIN full2 {who}") == "join: code sent"
     assert mail("xa", f"CONFIRM {code('xa')}") == "joined full2 as xa: seated"
     assert planned() == []
-    assert mail("xb", f"CONFIRM {code('xb')}") == (
-        "joined full2 as xb: seated; the game started"
-    )
+    assert mail("xb", f"CONFIRM {code('xb')}") == ("joined full2 as xb: seated; the game started")
     # the first deadline (T0) had come: round 1 is one round length after the start
     assert planned() == [("close:full2:1", T0 + timedelta(hours=1))]

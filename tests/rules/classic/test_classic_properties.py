@@ -112,8 +112,11 @@ def reachable_end(board: Board, options: dict[str, object]) -> bool:
 
 
 @given(classic_boards(), option_sets(), st.integers(0, 2**32), st.integers(1, 4))
-@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
-          max_examples=150, deadline=None)
+@settings(
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+    max_examples=150,
+    deadline=None,
+)
 def test_positions_stay_on_the_board_and_a_finished_piece_never_moves(
     board: Board, options: dict[str, object], seed: int, players: int
 ) -> None:
@@ -122,8 +125,9 @@ def test_positions_stay_on_the_board_and_a_finished_piece_never_moves(
     for _ in range(60):
         if state.over:
             break
-        played = play_round(board, opts, state, seeded_throws(seed, state.rounds_played + 1,
-                                                              opts.dice))
+        played = play_round(
+            board, opts, state, seeded_throws(seed, state.rounds_played + 1, opts.dice)
+        )
         assert played is not None
         result, after = played
         for throw in result.throws:
@@ -141,8 +145,12 @@ def test_positions_stay_on_the_board_and_a_finished_piece_never_moves(
 
 
 @given(classic_boards(), option_sets(finish="all"), st.integers(0, 2**32), st.integers(1, 4))
-@settings(suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
-          max_examples=60, deadline=None, derandomize=True)
+@settings(
+    suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow],
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+)
 def test_under_finish_all_every_piece_finishes(
     board: Board, options: dict[str, object], seed: int, players: int
 ) -> None:
@@ -151,8 +159,9 @@ def test_under_finish_all_every_piece_finishes(
     opts = parse_options(options)
     state = ClassicState.start(PLAYERS[:players])
     while not state.over and state.rounds_played < MAX_ROUNDS:
-        played = play_round(board, opts, state, seeded_throws(seed, state.rounds_played + 1,
-                                                              opts.dice))
+        played = play_round(
+            board, opts, state, seeded_throws(seed, state.rounds_played + 1, opts.dice)
+        )
         assert played is not None
         state = played[1]
     assert state.over, (options, state.positions)

@@ -159,8 +159,9 @@ def test_c4_exact_a_roll_too_high_does_not_move_the_piece() -> None:
 
 def test_c4_exact_a_too_high_maximum_still_rolls_again() -> None:
     """RULES-CLASSIC C4: under exact "the throw still counts, C6 still applies"."""
-    rounds, _ = play({"ann": [6, 2], "bob": [1]}, state=near_end(98), ending="exact",
-                     max_roll="roll_again")
+    rounds, _ = play(
+        {"ann": [6, 2], "bob": [1]}, state=near_end(98), ending="exact", max_roll="roll_again"
+    )
     assert throws_of(rounds)[:2] == [
         ("ann", (6,), 98, 98, ("no_move",)),
         ("ann", (2,), 98, 100, ("finished",)),
@@ -179,17 +180,22 @@ def test_c4_bounce_back_onto_a_snake_follows_the_snake() -> None:
     """board-creator: "If a bounce-back move finishes on a snake head or at the foot of a
     ladder, that snake or ladder is followed as normal"; web: "退到蛇头照样滑"."""
     board = Board.from_mapping({"rows": 10, "columns": 10, "snakes": {"96": 60}})
-    rounds, _state = play({"ann": [6], "bob": [1]}, board=board, state=near_end(98),
-                         ending="bounce_back")
+    rounds, _state = play(
+        {"ann": [6], "bob": [1]}, board=board, state=near_end(98), ending="bounce_back"
+    )
     assert throws_of(rounds)[0] == ("ann", (6,), 98, 60, ("bounce", "snake"))
 
 
 def test_c4_bounce_back_never_goes_below_space_1() -> None:
     """RULES-CLASSIC C4: "(never below space 1)"."""
     tiny = Board.from_mapping({"rows": 1, "columns": 4})
-    rounds, _ = play({"ann": [[6, 6, 6, 6]], "bob": [[1, 1, 1, 1]]}, board=tiny,
-                     state=ClassicState(("ann", "bob"), {"ann": 3, "bob": 0}),
-                     dice="4d6", ending="bounce_back")
+    rounds, _ = play(
+        {"ann": [[6, 6, 6, 6]], "bob": [[1, 1, 1, 1]]},
+        board=tiny,
+        state=ClassicState(("ann", "bob"), {"ann": 3, "bob": 0}),
+        dice="4d6",
+        ending="bounce_back",
+    )
     assert throws_of(rounds)[0] == ("ann", (6, 6, 6, 6), 3, 1, ("bounce",))
 
 
@@ -232,8 +238,11 @@ def test_c5_a_qualifying_maximum_does_not_move_then_the_next_throw_does() -> Non
 def test_c5_with_two_dice_the_maximum_is_a_double_six() -> None:
     """board-creator: "This means the maximum value on every die: for example, 6 with one
     six-sided die, double-six with two six-sided dice"."""
-    rounds, _ = play({"ann": [[6, 5], [6, 6], [1, 2]], "bob": [[1, 1], [2, 2]]},
-                     dice="2d6", start_rule="max_to_enter")
+    rounds, _ = play(
+        {"ann": [[6, 5], [6, 6], [1, 2]], "bob": [[1, 1], [2, 2]]},
+        dice="2d6",
+        start_rule="max_to_enter",
+    )
     ann = [t for t in throws_of(rounds) if t[0] == "ann"]
     assert ann == [
         ("ann", (6, 5), 0, 0, ("waiting",)),
@@ -246,8 +255,13 @@ def test_c5_square1_places_the_piece_on_1_where_its_ladder_acts() -> None:
     """web: "起步后放在第 1 格（经典盘第 1 格正好是梯子脚，会直接爬到 38）" (once started, the
     piece is placed on square 1; on the classic board that is a ladder foot: straight up
     to 38)."""
-    rounds, state = play({"ann": [6], "bob": [2]}, board=WEB_CLASSIC,
-                         start_rule="max_to_enter", enter_on="square1", max_roll="roll_again")
+    rounds, state = play(
+        {"ann": [6], "bob": [2]},
+        board=WEB_CLASSIC,
+        start_rule="max_to_enter",
+        enter_on="square1",
+        max_roll="roll_again",
+    )
     assert throws_of(rounds)[0] == ("ann", (6,), 0, 38, ("entered", "ladder"))
     assert [t[0] for t in throws_of(rounds)] == ["ann", "bob"]  # the turn ended there
     assert state.positions == {"ann": 38, "bob": 0}
@@ -269,8 +283,9 @@ def test_c5_a_piece_back_on_0_must_qualify_again() -> None:
 def test_c5_the_qualifying_throw_is_no_maximum_for_c6() -> None:
     """board-creator: "A maximum roll used to qualify a player to leave the Waiting Area is
     separate from these rules.": two sixes after it are not a third in a row."""
-    rounds, state = play({"ann": [6, 6, 6, 1], "bob": [1]}, start_rule="max_to_enter",
-                         max_roll="forfeit_after_three")
+    rounds, state = play(
+        {"ann": [6, 6, 6, 1], "bob": [1]}, start_rule="max_to_enter", max_roll="forfeit_after_three"
+    )
     ann = [t for t in throws_of(rounds) if t[0] == "ann"]
     assert [t[4] for t in ann] == [("entered",), (), (), ()]
     assert state.positions["ann"] == 13
@@ -280,8 +295,12 @@ def test_c5_exact_entering_without_moving_leaves_the_piece_waiting() -> None:
     """RULES-CLASSIC C5: "A piece that entered but did not move from 0 (C4 exact) is still
     waiting"."""
     tiny = Board.from_mapping({"rows": 1, "columns": 4})
-    rounds, _ = play({"ann": [6, 5, 2, 6, 4], "bob": [1, 1]}, board=tiny,
-                     start_rule="max_to_enter", ending="exact")
+    rounds, _ = play(
+        {"ann": [6, 5, 2, 6, 4], "bob": [1, 1]},
+        board=tiny,
+        start_rule="max_to_enter",
+        ending="exact",
+    )
     ann = [t for t in throws_of(rounds) if t[0] == "ann"]
     assert ann[:3] == [
         ("ann", (6,), 0, 0, ("entered",)),
@@ -325,8 +344,13 @@ def test_c6_three_maximums_to_square_1_and_nothing_acts_there() -> None:
     """board-creator: "three maximum rolls in succession cause the player to forfeit the
     turn and return to square 1"; RULES-CLASSIC C6: "nothing acts where it goes (no
     feature, no bump)"."""
-    rounds, state = play({"ann": [6, 6, 6], "bob": [1]}, board=WEB_CLASSIC,
-                         max_roll="forfeit_after_three", forfeit_to="square1", bump=True)
+    rounds, state = play(
+        {"ann": [6, 6, 6], "bob": [1]},
+        board=WEB_CLASSIC,
+        max_roll="forfeit_after_three",
+        forfeit_to="square1",
+        bump=True,
+    )
     assert throws_of(rounds)[2] == ("ann", (6,), 12, 1, ("forfeit",))
     assert state.positions["ann"] == 1  # the ladder on 1 did not act
 
@@ -334,8 +358,9 @@ def test_c6_three_maximums_to_square_1_and_nothing_acts_there() -> None:
 def test_c6_the_third_maximum_forfeits_even_when_it_would_finish() -> None:
     """RULES-CLASSIC C6: "the third maximum in a row in one turn is not moved, even when it
     would finish"."""
-    rounds, state = play({"ann": [6, 6, 6], "bob": [1]}, state=near_end(85),
-                         max_roll="forfeit_after_three")
+    rounds, state = play(
+        {"ann": [6, 6, 6], "bob": [1]}, state=near_end(85), max_roll="forfeit_after_three"
+    )
     assert throws_of(rounds)[2] == ("ann", (6,), 97, 0, ("forfeit",))
     assert not state.over
 
@@ -343,8 +368,13 @@ def test_c6_the_third_maximum_forfeits_even_when_it_would_finish() -> None:
 def test_c6_a_piece_that_finishes_throws_no_more() -> None:
     """RULES-CLASSIC C6: "A piece that finishes throws no more."; board-creator: "When a
     player reaches the final square, that player has finished and takes no further turns." """
-    rounds, _state = play({"ann": [6, 6], "bob": [1]}, state=near_end(94), max_roll="roll_again",
-                         finish="all", all_used=False)
+    rounds, _state = play(
+        {"ann": [6, 6], "bob": [1]},
+        state=near_end(94),
+        max_roll="roll_again",
+        finish="all",
+        all_used=False,
+    )
     assert [t for t in throws_of(rounds) if t[0] == "ann"] == [
         ("ann", (6,), 94, 100, ("finished",))
     ]
@@ -373,8 +403,14 @@ def test_c7_square1_placement_bumps_where_the_ladder_ends() -> None:
     """RULES-CLASSIC C7: "Placement on space 1 by C5 is a landing: it bumps where the piece
     comes to rest (on the classic board, at 38 after the ladder)"."""
     start = ClassicState(("ann", "bob"), {"ann": 0, "bob": 38})
-    rounds, _state = play({"ann": [6], "bob": [1]}, board=WEB_CLASSIC, state=start, bump=True,
-                         start_rule="max_to_enter", enter_on="square1")
+    rounds, _state = play(
+        {"ann": [6], "bob": [1]},
+        board=WEB_CLASSIC,
+        state=start,
+        bump=True,
+        start_rule="max_to_enter",
+        enter_on="square1",
+    )
     assert throws_of(rounds)[0] == ("ann", (6,), 0, 38, ("entered", "ladder", "bumped:bob"))
 
 
@@ -394,8 +430,13 @@ def test_c7_pieces_may_share_square_1_after_a_forfeit_there() -> None:
     """RULES-CLASSIC C7: "(pieces can share space 1 after a forfeit there ...)", and C6: the
     forfeit's piece goes there with "nothing acts where it goes (no feature, no bump)"."""
     start = ClassicState(("ann", "bob"), {"ann": 0, "bob": 1})
-    rounds, state = play({"ann": [6, 6, 6], "bob": [2]}, state=start, bump=True,
-                         max_roll="forfeit_after_three", forfeit_to="square1")
+    rounds, state = play(
+        {"ann": [6, 6, 6], "bob": [2]},
+        state=start,
+        bump=True,
+        max_roll="forfeit_after_three",
+        forfeit_to="square1",
+    )
     assert throws_of(rounds)[2] == ("ann", (6,), 12, 1, ("forfeit",))
     assert state.positions == {"ann": 1, "bob": 3}
 
@@ -437,8 +478,9 @@ def test_c8_needs_forfeit_after_three_to_the_start_naming_both_keys() -> None:
         parse_options({"reenter_needs_max": True, "max_roll": "roll_again"})
     assert "reenter_needs_max" in str(error.value) and "max_roll" in str(error.value)
     with pytest.raises(GameSetupError) as error:
-        parse_options({"reenter_needs_max": True, "max_roll": "forfeit_after_three",
-                       "forfeit_to": "square1"})
+        parse_options(
+            {"reenter_needs_max": True, "max_roll": "forfeit_after_three", "forfeit_to": "square1"}
+        )
     assert "forfeit_to" in str(error.value)
 
 
@@ -505,10 +547,15 @@ def test_c11_a_round_replayed_from_its_state_and_seed_gives_the_same_throws() ->
     opts = parse_options({"bump": True, "max_roll": "roll_again", "finish": "all"})
     state = ClassicState.start(("ann", "bob", "cy"))
     for _ in range(5):
-        first = play_round(CLASSIC_SHEET, opts, state, seeded_throws(7, state.rounds_played + 1,
-                                                                      opts.dice))
-        again = play_round(CLASSIC_SHEET, opts, ClassicState.from_json(state.as_json()),
-                           seeded_throws(7, state.rounds_played + 1, opts.dice))
+        first = play_round(
+            CLASSIC_SHEET, opts, state, seeded_throws(7, state.rounds_played + 1, opts.dice)
+        )
+        again = play_round(
+            CLASSIC_SHEET,
+            opts,
+            ClassicState.from_json(state.as_json()),
+            seeded_throws(7, state.rounds_played + 1, opts.dice),
+        )
         assert first is not None and again is not None and first == again
         state = first[1]
 
@@ -577,13 +624,19 @@ def test_c8_an_entry_that_did_not_move_still_owes_its_maximum() -> None:
     waiting", and C8: a piece sent to 0 by C6 "must throw a maximum to re-enter"."""
     rounds, state = play(
         {"ann": [[6, 6], [6, 6], [6, 6], [6, 6], [6, 5], [1, 2]], "bob": [[1, 1], [1, 1], [1, 1]]},
-        board=TEN, dice="2d6", max_roll="forfeit_after_three", reenter_needs_max=True,
+        board=TEN,
+        dice="2d6",
+        max_roll="forfeit_after_three",
+        reenter_needs_max=True,
         ending="exact",
     )
     ann = [t for t in throws_of(rounds) if t[0] == "ann"]
     assert [t[4] for t in ann] == [
-        ("no_move",), ("no_move",), ("forfeit",),  # three double sixes: back to the start
-        ("entered",), ("no_move",),  # re-entered, but 11 cannot move from 0 to 10 exactly
+        ("no_move",),
+        ("no_move",),
+        ("forfeit",),  # three double sixes: back to the start
+        ("entered",),
+        ("no_move",),  # re-entered, but 11 cannot move from 0 to 10 exactly
         ("waiting",),  # so 1+2 does not move her: she still owes a double six
     ]
     assert state.positions["ann"] == 0 and "ann" in state.reenter
@@ -595,8 +648,14 @@ def test_c8_reentry_throws_again_whatever_enter_on_says() -> None:
     start = ClassicState(("ann", "bob"), {"ann": 0, "bob": 0}, reenter=frozenset({"ann"}))
     rounds, state = play(
         {"ann": [[6, 6], [6, 6], [6, 6], [2, 3]], "bob": [[1, 1]]},
-        board=TEN, state=start, dice="2d6", start_rule="max_to_enter", enter_on="square1",
-        max_roll="forfeit_after_three", reenter_needs_max=True, ending="exact",
+        board=TEN,
+        state=start,
+        dice="2d6",
+        start_rule="max_to_enter",
+        enter_on="square1",
+        max_roll="forfeit_after_three",
+        reenter_needs_max=True,
+        ending="exact",
     )
     ann = [t for t in throws_of(rounds) if t[0] == "ann"]
     assert ann == [
@@ -612,13 +671,20 @@ def test_c5_a_qualifying_throw_mid_turn_breaks_a_run_of_maximums() -> None:
     """RULES-CLASSIC C5: the qualifying throw "never counts as a maximum for C6"; read as
     no maximum at all, it ends a run of them (C6: "the third maximum in a row")."""
     board = Board.from_mapping({"rows": 10, "columns": 10, "snakes": {"12": 0}})
-    rounds, state = play({"ann": [6, 6, 6, 6, 6, 1], "bob": [1]}, board=board,
-                         start_rule="max_to_enter", max_roll="forfeit_after_three")
+    rounds, state = play(
+        {"ann": [6, 6, 6, 6, 6, 1], "bob": [1]},
+        board=board,
+        start_rule="max_to_enter",
+        max_roll="forfeit_after_three",
+    )
     ann = [t for t in throws_of(rounds) if t[0] == "ann"]
     assert [t[4] for t in ann] == [
-        ("entered",), (), ("snake",),  # 0 -> 6 -> 12 -> 0: two maximums in a row
+        ("entered",),
+        (),
+        ("snake",),  # 0 -> 6 -> 12 -> 0: two maximums in a row
         ("entered",),  # qualifying again: not a third maximum, and the run starts over
-        (), (),
+        (),
+        (),
     ]
     assert state.positions["ann"] == 7
 
@@ -627,7 +693,6 @@ def test_c7_pieces_bumped_together_are_named_in_the_player_lists_order() -> None
     """RULES-CLASSIC C7: "each of them goes back to the waiting area (space 0), one bump
     each": named in the player list's order, whatever order the state was stored in."""
     start = ClassicState(("bob", "cy", "ann"), {"ann": 5, "cy": 5, "bob": 4})
-    rounds, state = play({"bob": [1], "cy": [2], "ann": [3]}, players=(), state=start,
-                         bump=True)
+    rounds, state = play({"bob": [1], "cy": [2], "ann": [3]}, players=(), state=start, bump=True)
     assert throws_of(rounds)[0] == ("bob", (1,), 4, 5, ("bumped:cy", "bumped:ann"))
     assert state.record("bob").bumps_given == 2

@@ -26,10 +26,16 @@ def test_c12_roll_is_the_order_and_dice_are_refused_with_the_reason() -> None:
 
 def test_c9_a_finished_player_has_nothing_more_to_send() -> None:
     """RULES-CLASSIC C9: "a finished player takes no more turns"."""
-    finished = ClassicState(("ann", "bob"), {"ann": 10, "bob": 3}, finished={"ann": 4},
-                            rounds_played=4)
-    stored = Stored(("ann", "bob"), {"ann": 10, "bob": 3}, {"ann": (), "bob": ()},
-                    rounds_played=4, extra={"state": finished.as_json()})
+    finished = ClassicState(
+        ("ann", "bob"), {"ann": 10, "bob": 3}, finished={"ann": 4}, rounds_played=4
+    )
+    stored = Stored(
+        ("ann", "bob"),
+        {"ann": 10, "bob": 3},
+        {"ann": (), "bob": ()},
+        rounds_played=4,
+        extra={"state": finished.as_json()},
+    )
     reading = CLASSIC.read_orders(SETTINGS, stored, "ann", Orders(), 1)
     assert reading.valid and reading.ack["finished"] == 4 and reading.summary == "finished"
     assert CLASSIC.awaiting(SETTINGS, stored) == ("bob",)

@@ -34,18 +34,31 @@ def test_open_values_follow_the_current_set() -> None:
     [
         ((), (7,), 1, [DiceProblemKind.NOT_A_DIE], "7 is not a die value (1 to 6)"),
         ((), (0,), 1, [DiceProblemKind.NOT_A_DIE], "0 is not a die value"),
-        ((3,), (3,), 1, [DiceProblemKind.ALREADY_USED],
-         "3 is already used in this set of six (still open: 1, 2, 4, 5, 6)"),
+        (
+            (3,),
+            (3,),
+            1,
+            [DiceProblemKind.ALREADY_USED],
+            "3 is already used in this set of six (still open: 1, 2, 4, 5, 6)",
+        ),
         ((1,), (4, 4), 2, [DiceProblemKind.REPEATED], "4 is given twice in one set of six"),
-        ((), (1, 2), 1, [DiceProblemKind.WRONG_COUNT],
-         "this round needs 1 die, one per turn; 2 given"),
+        (
+            (),
+            (1, 2),
+            1,
+            [DiceProblemKind.WRONG_COUNT],
+            "this round needs 1 die, one per turn; 2 given",
+        ),
         ((), (), 2, [DiceProblemKind.WRONG_COUNT], "this round needs 2 dice, one per turn; 0"),
         ((1, 2, 3, 4, 6), (6, 5), 2, [DiceProblemKind.ALREADY_USED], "(still open: 5)"),
     ],
 )
 def test_invalid_dice_give_every_reason(
-    played: tuple[int, ...], dice: tuple[int, ...], turns: int,
-    kinds: list[DiceProblemKind], text: str,
+    played: tuple[int, ...],
+    dice: tuple[int, ...],
+    turns: int,
+    kinds: list[DiceProblemKind],
+    text: str,
 ) -> None:
     check = check_dice(played, dice, turns)
     assert not check.valid
@@ -98,8 +111,12 @@ def test_most_voted_tie_is_broken_by_lot_repeatably() -> None:
 
 def test_most_voted_in_a_game_depends_on_the_seed_only() -> None:
     state = state_at({"a": 10, "b": 10, "c": 10, "d": 10})
-    orders = {"a": OrderSet((1,), 40), "b": OrderSet((2,), 40),
-              "c": OrderSet((3,), 60), "d": OrderSet((4,), 60)}
+    orders = {
+        "a": OrderSet((1,), 40),
+        "b": OrderSet((2,), 40),
+        "c": OrderSet((3,), 60),
+        "d": OrderSet((4,), 60),
+    }
     picks = set()
     for seed in range(20):
         rules = GameRules(plain_board(), trapdoor_rule=TrapdoorRule.MOST_VOTED, seed=seed)
@@ -118,8 +135,14 @@ def test_a_state_holding_only_the_current_set_plays_the_same() -> None:
         {"a": (1, 2, 3, 4, 5, 6, 2, 5), "b": (6, 5, 4, 3, 2, 1, 1, 3)},
         rounds_played=4,
     )
-    short = type(full)(full.players, full.positions, {"a": (2, 5), "b": (1, 3)},
-                       rounds_played=4, turns_played=8, played_from=6)
+    short = type(full)(
+        full.players,
+        full.positions,
+        {"a": (2, 5), "b": (1, 3)},
+        rounds_played=4,
+        turns_played=8,
+        played_from=6,
+    )
     orders = {"a": OrderSet((4, 1)), "b": OrderSet((1, 4))}  # b repeats 1: R18
     long_result, _ = adjudicate_round(rules, full, orders)
     short_result, short_next = adjudicate_round(rules, short, orders)

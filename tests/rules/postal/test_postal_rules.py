@@ -61,7 +61,13 @@ def test_r2_board_numbered_1_to_100_in_any_coherent_arrangement() -> None:
     # Players discover it for themselves: nothing of the board reaches a player's report.
     report = player_report(GameRules(own), GameState.start(["ann"]), "ann")
     assert {f.name for f in dataclasses.fields(report)} == {
-        "round", "positions", "used", "open", "next_round", "next_round_turns", "result",
+        "round",
+        "positions",
+        "used",
+        "open",
+        "next_round",
+        "next_round_turns",
+        "result",
     }
 
 
@@ -70,18 +76,29 @@ def test_r3_consistent_families_of_snakes_and_ladders() -> None:
     in a particular column might be the feet of ladders moving the player ten spaces;
     mouths of snakes might be those spaces whose digits add up to eight, sending players
     back fifteen. ('up', 'down' ... will be true in a numerical sense.)"""
-    board = Board.from_mapping({
-        "family": [
-            {"kind": "ladder", "column": 3, "shift": 10},
-            {"kind": "snake", "digit_sum": 8, "shift": -15},
-        ]
-    })
+    board = Board.from_mapping(
+        {
+            "family": [
+                {"kind": "ladder", "column": 3, "shift": 10},
+                {"kind": "snake", "digit_sum": 8, "shift": -15},
+            ]
+        }
+    )
     # Column 3 of a boustrophedon board: 3, 18, 23, 38, 43, 58, 63, 78, 83, 98.
-    assert board.ladders == {3: 13, 18: 28, 23: 33, 38: 48, 43: 53, 58: 68, 63: 73,
-                             78: 88, 83: 93, 98: 108}
+    assert board.ladders == {
+        3: 13,
+        18: 28,
+        23: 33,
+        38: 48,
+        43: 53,
+        58: 68,
+        63: 73,
+        78: 88,
+        83: 93,
+        98: 108,
+    }
     # Digit sum 8: 8, 17, 26, 35, 44, 53, 62, 71, 80; 8 - 15 < 1 becomes 0 (the start).
-    assert board.snakes == {8: 0, 17: 2, 26: 11, 35: 20, 44: 29, 53: 38, 62: 47, 71: 56,
-                            80: 65}
+    assert board.snakes == {8: 0, 17: 2, 26: 11, 35: 20, 44: 29, 53: 38, 62: 47, 71: 56, 80: 65}
     with pytest.raises(BoardError, match="a ladder must lead up"):
         Board.from_mapping({"ladders": {"30": 12}})
     with pytest.raises(BoardError, match="shift must be negative"):
@@ -103,17 +120,20 @@ def test_r5_winner_travelled_furthest_past_100_and_ties_draw() -> None:
     wins. Ties for this honour result in a draw."""
     board = plain_board()
     state = state_at({"ann": 97, "bob": 98, "cy": 95}, rounds_played=3)
-    result, after = play(board, state, {n: OrderSet((d,)) for n, d in
-                                        (("ann", 6), ("bob", 6), ("cy", 5))})
+    result, after = play(
+        board, state, {n: OrderSet((d,)) for n, d in (("ann", 6), ("bob", 6), ("cy", 5))}
+    )
     assert result.result is not None and result.result.winners == ("bob",)
     assert after.result == result.result
-    tie, _ = play(board, state, {n: OrderSet((d,)) for n, d in
-                                 (("ann", 6), ("bob", 5), ("cy", 4))})
+    tie, _ = play(board, state, {n: OrderSet((d,)) for n, d in (("ann", 6), ("bob", 5), ("cy", 4))})
     assert tie.result is not None and tie.result.is_draw
     assert tie.result.winners == ("ann", "bob")
     # The game ends after the turn: in a two-turn round the second turn is not played.
-    two, over = play(board, state_at({"ann": 97, "bob": 10}, rounds_played=7),
-                     {"ann": OrderSet((4, 5)), "bob": OrderSet((1, 2))})
+    two, over = play(
+        board,
+        state_at({"ann": 97, "bob": 10}, rounds_played=7),
+        {"ann": OrderSet((4, 5)), "bob": OrderSet((1, 2))},
+    )
     assert len(two.turns) == 1 and two.result is not None and two.result.winners == ("ann",)
     assert over.played == {"ann": (4,), "bob": (1,)}
     with pytest.raises(GameSetupError, match="game is over"):
@@ -148,7 +168,8 @@ def test_r7_single_turn_rounds_then_two_turn_rounds() -> None:
     assert [rules.turns_in_round(r) for r in range(1, 10)] == [1] * 6 + [2] * 3
     assert GameRules(plain_board(), double_from_round=3).turns_in_round(3) == 2
     result, state = adjudicate_round(
-        rules, state_at({"ann": 20}, {"ann": (1, 2, 3, 4, 5, 6)}, 6),
+        rules,
+        state_at({"ann": 20}, {"ann": (1, 2, 3, 4, 5, 6)}, 6),
         {"ann": OrderSet((2, 4))},
     )
     assert result.turns_ordered == 2 and [t.turn for t in result.turns] == [7, 8]
@@ -180,18 +201,21 @@ def test_r9_two_votes_suffice_with_eight_players_or_fewer() -> None:
         assert result.trapdoors == expected, count
     # Every registered player counts, even one who sent nothing.
     five = {f"p{i}": 10 * (i + 1) for i in range(5)}
-    result, _ = play(plain_board(), state_at(five),
-                     {"p0": OrderSet((1,), 77), "p1": OrderSet((2,), 77)})
+    result, _ = play(
+        plain_board(), state_at(five), {"p0": OrderSet((1,), 77), "p1": OrderSet((2,), 77)}
+    )
     assert result.tally.threshold == 2 and result.trapdoors == (77,)
 
 
 def test_r10_one_nomination_serves_both_turns() -> None:
     """R10: In two-turn rounds each player may nominate a single trapdoor number. This
     trapdoor nomination will apply to both turns in the round."""
-    state = state_at({"ann": 40, "bob": 30, "cy": 30}, rounds_played=6,
-                     played=dict.fromkeys(("ann", "bob", "cy"), (1, 2, 3, 4, 5, 6)))
-    orders = {"ann": OrderSet((1, 4), 45), "bob": OrderSet((1, 2), 45),
-              "cy": OrderSet((1, 2), 45)}
+    state = state_at(
+        {"ann": 40, "bob": 30, "cy": 30},
+        rounds_played=6,
+        played=dict.fromkeys(("ann", "bob", "cy"), (1, 2, 3, 4, 5, 6)),
+    )
+    orders = {"ann": OrderSet((1, 4), 45), "bob": OrderSet((1, 2), 45), "cy": OrderSet((1, 2), 45)}
     result, _ = play(plain_board(), state, orders)
     assert result.trapdoors == (45,)
     # ann reaches 45 only on the second turn, and still falls.
@@ -228,7 +252,8 @@ def test_r13_snake_or_ladder_acts_after_a_fall() -> None:
     assert board.resolve(45, {45}).final == 6
     assert board.resolve(36, {36}).final == 65  # 36 falls to 25, which climbs to 65
     assert [str(e) for e in board.resolve(36, {36}).events] == [
-        "trapdoor 36\u219225", "ladder 25\u219265",
+        "trapdoor 36\u219225",
+        "ladder 25\u219265",
     ]
 
 
@@ -249,8 +274,9 @@ def test_r15_the_same_trapdoor_only_once_a_turn() -> None:
     assert outcome.final == 45
     assert [str(e) for e in outcome.events] == ["trapdoor 45\u219236", "ladder 36\u219245"]
     # Next turn the trapdoor works again (once per turn, not once per round).
-    state = state_at({"a": 41, "b": 1, "c": 1},
-                     dict.fromkeys("abc", (1, 2, 3, 5, 6, 4)), rounds_played=6)
+    state = state_at(
+        {"a": 41, "b": 1, "c": 1}, dict.fromkeys("abc", (1, 2, 3, 5, 6, 4)), rounds_played=6
+    )
     result, _ = play(board, state, {"a": OrderSet((4, 6), 45), "b": OrderSet((1, 2), 45)})
     assert [t.moves["a"].final for t in result.turns] == [45, 51]
 
@@ -260,17 +286,21 @@ def test_r16_default_nomination_is_the_target_space() -> None:
     them to (prior to any ladders, snakes or trapdoors) counts as their nomination. For
     two-turn rounds the target of the first move is the nomination for both turns."""
     board = plain_board(ladders={4: 14})
-    result, _ = play(board, state_at({"ann": 1, "bob": 20}),
-                     {"ann": OrderSet((3,)), "bob": OrderSet((2,), 70)})
+    result, _ = play(
+        board, state_at({"ann": 1, "bob": 20}), {"ann": OrderSet((3,)), "bob": OrderSet((2,), 70)}
+    )
     assert result.nominations == {"ann": 4, "bob": 70}
     assert result.defaulted == {"ann"}
-    two, _ = play(board, state_at({"ann": 10}, rounds_played=6,
-                                  played={"ann": (1, 2, 3, 4, 5, 6)}),
-                  {"ann": OrderSet((5, 6))})
+    two, _ = play(
+        board,
+        state_at({"ann": 10}, rounds_played=6, played={"ann": (1, 2, 3, 4, 5, 6)}),
+        {"ann": OrderSet((5, 6))},
+    )
     assert two.nominations == {"ann": 15}
     # A target past the last space nominates nothing; an invalid space is no nomination.
-    past, _ = play(board, state_at({"ann": 97, "bob": 3}),
-                   {"ann": OrderSet((5,)), "bob": OrderSet((1,), 101)})
+    past, _ = play(
+        board, state_at({"ann": 97, "bob": 3}), {"ann": OrderSet((5,)), "bob": OrderSet((1,), 101)}
+    )
     assert past.nominations == {"ann": None, "bob": 4}
 
 
@@ -291,13 +321,20 @@ def test_r18_repeated_die_is_no_orders_but_nomination_stands() -> None:
     """R18: If a player submits the same die throw twice in a set of six turns, the player
     will be treated as if they had failed to submit orders. However, any trapdoor
     nomination submitted by the player will stand."""
-    state = state_at({"ann": 20, "bob": 30, "cy": 5},
-                     dict.fromkeys(("ann", "bob", "cy"), (5, 2)), rounds_played=2)
-    result, _ = play(plain_board(), state, {
-        "ann": OrderSet((2,), 33),         # 2 already used in this set
-        "bob": OrderSet((4,), 33),
-        "cy": OrderSet((9,)),              # not a die value: invalid too
-    })
+    state = state_at(
+        {"ann": 20, "bob": 30, "cy": 5},
+        dict.fromkeys(("ann", "bob", "cy"), (5, 2)),
+        rounds_played=2,
+    )
+    result, _ = play(
+        plain_board(),
+        state,
+        {
+            "ann": OrderSet((2,), 33),  # 2 already used in this set
+            "bob": OrderSet((4,), 33),
+            "cy": OrderSet((9,)),  # not a die value: invalid too
+        },
+    )
     assert result.nmr["ann"].cause is NmrCause.INVALID_DICE
     assert "2 is already used" in str(result.nmr["ann"])
     assert result.turns[0].moves["ann"].die == 1  # the lowest legal value, R17
@@ -311,8 +348,9 @@ def test_r19_reports_show_positions_only() -> None:
     only show the spaces occupied by the players at the end of each round."""
     rules = GameRules(plain_board(snakes={47: 26}))
     state = state_at({"ann": 40, "bob": 41}, {"ann": (6,), "bob": (1,)}, rounds_played=1)
-    result, after = adjudicate_round(rules, state, {"ann": OrderSet((5,), 45),
-                                                    "bob": OrderSet((4,), 45)})
+    result, after = adjudicate_round(
+        rules, state, {"ann": OrderSet((5,), 45), "bob": OrderSet((4,), 45)}
+    )
     assert result.trapdoors == (45,)
     report = player_report(rules, after, "ann")
     assert report.positions == {"ann": 36, "bob": 36}

@@ -67,13 +67,15 @@ def random_orders(rng: random.Random, state: GameState, turns: int) -> dict:
         if roll < 0.15:
             orders[name] = None
         elif roll < 0.3:
-            orders[name] = OrderSet(tuple(rng.randint(0, 7) for _ in range(rng.randint(0, 3))),
-                                    rng.choice([None, rng.randint(-5, 110)]))
+            orders[name] = OrderSet(
+                tuple(rng.randint(0, 7) for _ in range(rng.randint(0, 3))),
+                rng.choice([None, rng.randint(-5, 110)]),
+            )
         else:
             played = list(state.played[name])
             dice = []
             for _ in range(turns):
-                used = played[len(played) - len(played) % 6:]
+                used = played[len(played) - len(played) % 6 :]
                 dice.append(rng.choice([v for v in range(1, 7) if v not in used]))
                 played.append(dice[-1])
             orders[name] = OrderSet(tuple(dice), rng.choice([None, rng.randint(1, 100)]))
@@ -96,7 +98,7 @@ def test_every_completed_set_is_a_permutation(seed: int, players: int, board: Bo
     for name, played in state.played.items():
         assert len(played) == state.turns_played, name
         for start in range(0, len(played) - len(played) % 6, 6):
-            assert sorted(played[start:start + 6]) == [1, 2, 3, 4, 5, 6]
+            assert sorted(played[start : start + 6]) == [1, 2, 3, 4, 5, 6]
 
 
 @given(st.integers(0, 2**32), st.integers(2, 10))

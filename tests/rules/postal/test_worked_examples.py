@@ -11,9 +11,15 @@ def test_example_1_trapdoor_at_45() -> None:
     """1. Trapdoor at 45, no snake or ladder on 36: 41 plays 4 -> 45 -> falls to 36."""
     rules = GameRules(plain_board())
     state = state_at({"ann": 41, "bob": 10, "cy": 12})
-    result, _ = adjudicate_round(rules, state, {
-        "ann": OrderSet((4,)), "bob": OrderSet((1,), 45), "cy": OrderSet((2,), 45),
-    })
+    result, _ = adjudicate_round(
+        rules,
+        state,
+        {
+            "ann": OrderSet((4,)),
+            "bob": OrderSet((1,), 45),
+            "cy": OrderSet((2,), 45),
+        },
+    )
     assert result.trapdoors == (45,)
     assert result.positions["ann"] == 36
 
@@ -25,7 +31,9 @@ def test_example_2_back_onto_a_used_trapdoor_by_ladder() -> None:
     outcome = board.resolve(41 + 4, {45, 36})
     assert outcome.final == 45
     assert [str(e) for e in outcome.events] == [
-        "trapdoor 45\u219236", "trapdoor 36\u219225", "ladder 25\u219245",
+        "trapdoor 45\u219236",
+        "trapdoor 36\u219225",
+        "ladder 25\u219245",
     ]
 
 
@@ -52,7 +60,11 @@ def test_example_5_straddling_a_set_boundary() -> None:
     result, after = adjudicate_round(rules, state, {"ann": OrderSet((5, 5))})
     assert not result.nmr and [t.turn for t in result.turns] == [6, 7]
     assert after.played["ann"] == (1, 2, 3, 4, 6, 5, 5) and after.open_values("ann") == (
-        1, 2, 3, 4, 6,
+        1,
+        2,
+        3,
+        4,
+        6,
     )
 
 
@@ -72,12 +84,24 @@ def test_example_7_overshoot_decides_the_winner() -> None:
     two reached 104, a draw between them."""
     rules = GameRules(plain_board())
     state = state_at({"ann": 97, "bob": 98, "cy": 95})
-    result, _ = adjudicate_round(rules, state, {
-        "ann": OrderSet((6,)), "bob": OrderSet((6,)), "cy": OrderSet((5,)),
-    })
+    result, _ = adjudicate_round(
+        rules,
+        state,
+        {
+            "ann": OrderSet((6,)),
+            "bob": OrderSet((6,)),
+            "cy": OrderSet((5,)),
+        },
+    )
     assert result.positions == {"ann": 103, "bob": 104, "cy": 100}
     assert result.result is not None and result.result.winners == ("bob",)
-    draw, _ = adjudicate_round(rules, state_at({"ann": 98, "bob": 98, "cy": 95}), {
-        "ann": OrderSet((6,)), "bob": OrderSet((6,)), "cy": OrderSet((5,)),
-    })
+    draw, _ = adjudicate_round(
+        rules,
+        state_at({"ann": 98, "bob": 98, "cy": 95}),
+        {
+            "ann": OrderSet((6,)),
+            "bob": OrderSet((6,)),
+            "cy": OrderSet((5,)),
+        },
+    )
     assert draw.result is not None and draw.result.winners == ("ann", "bob")
