@@ -1225,6 +1225,8 @@ def seats_of(db: Database, game_id: str, now: datetime) -> Seats:
             if is_absent(player, now):
                 assert player.absent_until is not None
                 notes.append(f"absent until {game_time(game, player.absent_until)}")
+            if player.absences:
+                notes.append(f"{player.absences} absence(s) declared")
             rows.append(SeatRow(player.name, player.email, tuple(notes)))
         return Seats(
             game.name,

@@ -101,8 +101,8 @@ def is_referee_mail(ctx: Context) -> bool:
     words = [a for a in commands.actions if a.word in REFEREE_ACTIONS]
     if not words:
         return False
-    if ctx.mail.sender == _referee(ctx):  # the referee's address, without the key
-        return True
+    if ctx.mail.sender == _referee(ctx) and not (commands.order_keys and commands.has_orders):
+        return True  # the referee's address, without the key (and not a player's orders)
     keys = commands.order_keys
     ctx.commands = replace(
         commands,

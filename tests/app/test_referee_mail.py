@@ -654,3 +654,17 @@ def game_row_named(db: Database, name: str) -> str:
 
     with db.transaction() as s:
         return s.scalar(select(Game.state).where(Game.name == name))
+
+
+def test_a_referee_who_plays_keeps_their_orders(referee) -> None:
+    """Orders with a player's key from the referee's address, a referee word beside them:
+    the orders count (the word is refused on its line); without orders it would be the
+    referee's mail, refused whole for want of the referee key."""
+    from mailhelpers import orders_of
+
+    db, config = referee
+    raw = mail("KEY ann-key-123\nDICE 4\nPAUSE g1", subject="[g1] orders", tag="rp")
+    result = send_mail(db, config, raw)
+    assert (result.status, result.detail) == ("processed", "orders for round 1 (valid)")
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "4")]
+    assert game_row(db).state == "running"
