@@ -123,8 +123,9 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
     if not confirms or address is None:
         return None
     if not membership.has_open(ctx.session, address, ctx.now, Purpose.ADDRESS):
-        # no address move waits here: a sign-up or observer code sent with GAME and KEY
-        return _confirm(ctx, address, confirms[0].args[0])
+        # no address move waits here: a sign-up or observer code sent with GAME and KEY out
+        # of habit; only for this message's game (it holds that game's lock, no other)
+        return _confirm(ctx, address, confirms[0].args[0], game)
     found = membership.check_code(
         ctx.session, address, confirms[0].args[0], ctx.now, purposes=(Purpose.ADDRESS,)
     )
@@ -247,9 +248,16 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
     return f"{purpose}: code sent"
 
 
-def _confirm(ctx: Context, address: str, code: str) -> str:
+def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) -> str:
+    """CONFIRM of a sign-up or observer code (``locked``: only one for that game, whose row
+    the caller holds locked)."""
     found = membership.check_code(
-        ctx.session, address, code, ctx.now, purposes=(Purpose.JOIN, Purpose.OBSERVE)
+        ctx.session,
+        address,
+        code,
+        ctx.now,
+        purposes=(Purpose.JOIN, Purpose.OBSERVE),
+        game_id=locked.id if locked is not None else None,
     )
     if found is None:
         _guest_reply(
