@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import (
@@ -41,7 +41,17 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, GameConfig, address_problem
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.keys import ALPHABET, generate_key, hash_key
-from snl_pbem.store import AuditEntry, Confirmation, Database, Game, Observer, Player, Signup
+from snl_pbem.store import (
+    AuditEntry,
+    Confirmation,
+    Database,
+    Game,
+    Observer,
+    Player,
+    Round,
+    Signup,
+    TurnRecord,
+)
 from snl_pbem.store.states import GamePhase, MailKind, ManagedBy, Purpose, SignupState
 
 log = logging.getLogger("snl_pbem.membership")
@@ -1118,35 +1128,25 @@ def listed_games(session: Session, config: Config) -> list[Listed]:
 
 
 def standings_by_round(session: Session, game: Game) -> list[tuple[int, list[tuple[str, int]]]]:
-    """HISTORY: every closed round's positions (what each round's report showed, R19)."""
-    from snl_pbem.store import Round, TurnRecord
-
-    names = dict(
-        session.execute(select(Player.id, Player.name).where(Player.game_id == game.id)).all()
+    """HISTORY: every closed round's positions (what each round's report showed, R19), in
+    one query: each player's final position on the last turn of each round."""
+    last = (
+        select(TurnRecord.round_id, func.max(TurnRecord.turn).label("turn"))
+        .where(TurnRecord.game_id == game.id)
+        .group_by(TurnRecord.round_id)
+        .subquery()
     )
-    last_turns = dict(
-        session.execute(
-            select(TurnRecord.round_id, func.max(TurnRecord.turn))
-            .where(TurnRecord.game_id == game.id)
-            .group_by(TurnRecord.round_id)
-        ).all()
-    )
-    rounds = session.execute(
-        select(Round.id, Round.number).where(Round.game_id == game.id).order_by(Round.number)
+    rows = session.execute(
+        select(Round.number, Player.name, TurnRecord.final)
+        .join(last, and_(TurnRecord.round_id == last.c.round_id, TurnRecord.turn == last.c.turn))
+        .join(Round, Round.id == TurnRecord.round_id)
+        .join(Player, Player.id == TurnRecord.player_id)
+        .order_by(Round.number)
     ).all()
-    out = []
-    for round_id, number in rounds:
-        turn = last_turns.get(round_id)
-        if turn is None:
-            continue
-        positions = session.execute(
-            select(TurnRecord.player_id, TurnRecord.final).where(
-                TurnRecord.round_id == round_id, TurnRecord.turn == turn
-            )
-        ).all()
-        row = sorted(((names[pid], final) for pid, final in positions), key=lambda x: (-x[1], x[0]))
-        out.append((number, row))
-    return out
+    by_round: dict[int, list[tuple[str, int]]] = {}
+    for number, name, final in rows:
+        by_round.setdefault(number, []).append((name, final))
+    return [(number, sorted(row, key=lambda x: (-x[1], x[0]))) for number, row in by_round.items()]
 
 
 def seat_lines(session: Session, game: Game, now: datetime) -> list[str]:
