@@ -9,17 +9,23 @@ One message is one order set for one game::
     TRAPDOOR 37        (optional)
 
 plus ``STATUS``, ``HELP`` and ``CLEAR``. Case does not matter; ``:`` or ``=``
-may follow the word; ``4 2``, ``4,2`` and ``4 and 2`` all read. Quoted lines
-(``>``), everything after a ``-- `` signature line or a reply header ("On …
-wrote:", "-----Original Message-----") are ignored, and only the first 50
-non-blank lines are read. Lines that are plainly chat ("Thanks!") are listed
-as ignored; a line that looks like a misspelt command is an error.
+may follow the word; ``4 2``, ``4,2`` and ``4 and 2`` all read, and a comment
+after the dice ("DICE 4 2 (my lucky numbers)", "- lucky", "# ...") is listed as
+ignored. Quoted lines (``>``), everything after a ``-- `` signature line or a
+reply header in any language (a header block, an attribution line, a separator:
+known by their shape, see :func:`read_lines`) are ignored, and only the first 50
+non-blank lines are read. Inline PGP clear-signed text is read without its
+armour. Lines that are plainly chat ("Thanks!") are listed as ignored; a line
+that looks like a misspelt command is an error.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import re
+import sys
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -215,18 +221,225 @@ def _quoted(line: str) -> bool:
     return line.startswith(">") or line.startswith("|")
 
 
-def _reply_header(lines: list[str], index: int) -> int:
-    """How many lines the reply header starting at ``index`` takes (0: none there).
+_RULE_CHARS = "-_=*~\u2013\u2014\u2500\u2501 "
+"""What a rule line is drawn with: hyphens, underscores, equals signs, box-drawing lines."""
+_DIGIT = re.compile(r"\d")
+_ADDRESS = re.compile(r"[^\s@<>()\[\]]@[^\s@<>()\[\].]+\.[^\s@<>()\[\]]")
+"""An e-mail address somewhere in a text (ann@example.org, <ann@example.org>,
+[mailto:ann@example.org]). Each try stops at the next ``@`` or space: linear in the text."""
+_YEAR = re.compile(r"(?<![0-9])(?:19|20|25)[0-9]{2}(?![0-9])|[0-9]\s?[年년]")
+"""A year (2026, the Thai 2569, 2026年 / 2026년), in digits made ASCII (see _plain): not
+any four digits, so that a phone number or a postcode is not a date."""
+_TIME = re.compile(r"(?<![0-9.])[0-9]{1,2}\s?[:\uff1a.]\s?[0-9]{2}(?![0-9.])")
+"""A time of day: 9:00, 09:00, 9.00 (Finnish, Danish), not 30.11.2026."""
 
-    A header may be wrapped over up to three lines ("On Mon, 30 Nov 2026 at 09:00, Ann <"
-    / "ann@example.org> wrote:"); an Outlook header block is "From:" followed by "Sent:"
-    or "Date:" (in many languages) within the next lines."""
+
+def _plain(text: str) -> str:
+    """A text's words without addresses (ann2026@example.org holds no date), its digits
+    of any script made ASCII (٢٠٢٦ is 2026)."""
+    plain = " ".join(word for word in text.split() if "@" not in word)
+    return plain if plain.isascii() else plain.translate(_ascii_digits())
+
+
+@functools.cache
+def _ascii_digits() -> dict[int, int]:
+    """A str.translate table from every decimal digit of Unicode to its ASCII digit (made
+    once, when a message first needs it: 660 digits, about 0.2 s)."""
+    return {
+        code: ord("0") + unicodedata.decimal(chr(code))
+        for code in range(sys.maxunicode + 1)
+        if chr(code).isdecimal() and code > 0x7F
+    }
+
+
+MAX_LABEL_CHARS = 40
+MAX_BLOCK_LABELS = 8
+"""A run of more ``Label: value`` lines than this is the player's list, not a reply header
+(Outlook's longest block is From, Sent, To, Cc, Subject, Importance, Attachments)."""
+MAX_ATTRIBUTION_CHARS = 400
+
+
+def _label_line(line: str) -> str | None:
+    """The value of a ``Label: value`` line, or None when the line is not one.
+
+    The label is one to four words of any script, without digits, brackets or ``@``,
+    followed by ``:`` or the full-width colon (U+FF1A) and optionally set in bold (``*From:*``).
+    A command word always wins (``DICE: 4 2``, ``KEY: abc-123``, ``GAME: g1`` are the
+    player's orders, never a header line), and so does a URL."""
+    head = line[: MAX_LABEL_CHARS + 8]
+    found = [i for i in (head.find(":"), head.find("\uff1a")) if i > 0]
+    if not found:
+        return None
+    colon = min(found)
+    label = line[:colon].strip(" *_\t")
+    words = label.split()
+    if not 1 <= len(words) <= 4 or len(label) > MAX_LABEL_CHARS:
+        return None
+    if not any(ch.isalpha() for ch in label) or any(
+        ch.isdigit() or ch in '@<>()[]{}/\\|=#"' for ch in label
+    ):
+        return None
+    value = line[colon + 1 :].strip(" *_\t")
+    if value.startswith("//") or _command_word(label):
+        return None
+    return value
+
+
+def _command_word(line: str) -> bool:
+    """Whether a line begins with one of the order language's words (DESIGN.md)."""
+    match = _FIRST_WORD.match(line)
+    return match is not None and match.group(0).upper() in COMMAND_WORDS
+
+
+_FIRST_WORD = re.compile(r"[A-Za-z]+")
+
+
+def _has_date(text: str) -> bool:
+    """A year or a time of day in a header value."""
+    plain = _plain(text)
+    return _YEAR.search(plain) is not None or _TIME.search(plain) is not None
+
+
+def _is_attribution(text: str) -> bool:
+    """A Gmail-style attribution line by its shape alone, whatever its words: it names an
+    address, holds a year and a time of day, and ends with a colon ("2026年11月30日(月)
+    9:00 Ann Lee <ann@example.org>:", "2026년 11월 30일 (월) 오전 9:00, Ann
+    <ann@example.org>님이 작성:"). Every client's attribution has all three; a line a
+    player writes rarely does."""
+    text = text.rstrip()
+    if len(text) > MAX_ATTRIBUTION_CHARS or not text.endswith((":", "\uff1a")):
+        return False
+    if _ADDRESS.search(text) is None:
+        return False
+    plain = _plain(text)
+    return _YEAR.search(plain) is not None and _TIME.search(plain) is not None
+
+
+def _rule(line: str) -> bool:
+    """A separator line: a rule of underscores or dashes ("______", "----------"), or a
+    rule with a title in any language ("-----Original Message-----", "-----原始邮件-----",
+    "---------- Пересылаемое сообщение ----------")."""
+    if len(line) >= 5 and not line.strip(_RULE_CHARS):
+        return True
+    title = line.strip("-=_* ")
+    left = len(line) - len(line.lstrip("-=_*"))
+    right = len(line) - len(line.rstrip("-=_*"))
+    return left >= 2 and right >= 2 and 0 < len(title) <= 60
+
+
+class _Scan:
+    """The lines of a message with what each one is, worked out once (so that looking
+    ahead from every line stays linear in the message)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.values = [_label_line(line) if line and not _quoted(line) else None for line in lines]
+        self.commands = [bool(line) and _command_word(line) for line in lines]
+
+    def next_text(self, index: int, within: int) -> int | None:
+        """The first non-blank line after ``index``, at most ``within`` lines on."""
+        for k in range(index + 1, min(index + 1 + within, len(self.lines))):
+            if self.lines[k]:
+                return k
+        return None
+
+    def block(self, start: int, after_separator: bool) -> int:
+        """How many lines the reply header block starting at ``start`` takes (0: none).
+
+        A block is known by its shape: a run of ``Label: value`` lines (a wrapped value may
+        continue on a line of its own) that names an e-mail address and a date or time,
+        three lines or more, or two right after a separator line. Clients leave a blank
+        line below it; a run that goes straight on into an order line ("DICE: 4") is the
+        player's own list, whatever it looks like. The known words of
+        Outlook's "From:" and "Sent:" are a hint that lowers the bar: with them two lines
+        are enough, without an address or date ("From: cy" / "Sent: Monday")."""
+        lines, values = self.lines, self.values
+        if values[start] is None or (start > 0 and values[start - 1] is not None):
+            return 0  # a run is judged from its first line only
+        labels: list[int] = []
+        address = date = False
+        wrapped = 0
+        k = start
+        while k < len(lines) and len(labels) <= MAX_BLOCK_LABELS:
+            value = values[k]
+            if value is None:
+                continuing = (
+                    lines[k]
+                    and wrapped < 2
+                    and not _quoted(lines[k])
+                    and not self.commands[k]
+                    and k + 1 < len(lines)
+                    and values[k + 1] is not None
+                )
+                if not continuing:
+                    break
+                wrapped += 1
+                address = address or _ADDRESS.search(lines[k]) is not None
+                k += 1
+                continue
+            labels.append(k)
+            address = address or _ADDRESS.search(value) is not None
+            date = date or _has_date(value)
+            k += 1
+        if len(labels) > MAX_BLOCK_LABELS or len(labels) < 2:
+            return 0
+        if k < len(lines) and self.commands[k]:
+            return 0  # it runs straight into an order line: the player's own list
+        hinted = _HEADER_FROM.match(lines[start]) is not None and (
+            _HEADER_SENT.match(lines[labels[1]]) is not None
+        )
+        shaped = address and date and len(labels) >= (2 if after_separator else 3)
+        return k - start if hinted or shaped else 0
+
+    def attribution(self, index: int) -> int:
+        """How many lines (one to three: clients wrap it) a Gmail-style attribution line by
+        shape takes at ``index`` (0: none). Its first line has a digit (the date), no
+        line of it is a command, and only its last line ends with a colon."""
+        lines = self.lines
+        line = lines[index]
+        if self.commands[index] or len(line) > MAX_ATTRIBUTION_CHARS or not _DIGIT.search(line):
+            return 0
+        joined = line
+        for extra in range(3):
+            if extra:
+                k = index + extra
+                if joined.endswith((":", "\uff1a")):
+                    break
+                if k >= len(lines) or not lines[k] or _quoted(lines[k]) or self.commands[k]:
+                    break
+                joined = f"{joined} {lines[k]}"
+            if len(joined) > MAX_ATTRIBUTION_CHARS:
+                break
+            if _is_attribution(joined):
+                return extra + 1
+        return 0
+
+
+def _reply_header(scan: _Scan, index: int, top: bool) -> tuple[int, bool]:
+    """``(size, by_shape_alone)``: how many lines the reply header starting at ``index``
+    takes (0: none there), and whether it is a lone attribution line known by its shape
+    alone (see :func:`read_lines` for what follows from that).
+
+    In order: a separator whose words are known ("-----Original Message-----"); any rule
+    line followed by a header block; a reply header line with a known "wrote" word,
+    wrapped over up to three lines ("On Mon, 30 Nov 2026 at 09:00, Ann <" /
+    "ann@example.org> wrote:"); a header block by its shape (not at the very top of a
+    message, where nothing was written above it); an attribution line by its shape."""
+    lines = scan.lines
     line = lines[index]
-    if _SEPARATORS.match(line):
-        if not line.startswith("_"):
-            return 1
-        following = [x for x in lines[index + 1 : index + 4] if x]
-        return 1 if following and _HEADER_FROM.match(following[0]) else 0
+    # (a separator with words is short: the pattern is not tried on long lines)
+    known_separator = len(line) <= 120 and _SEPARATORS.match(line) is not None
+    if known_separator and not line.startswith("_"):
+        return 1, False
+    if known_separator or _rule(line):
+        following = scan.next_text(index, 3)
+        if following is not None:
+            size = scan.block(following, after_separator=True)
+            if size:
+                return following - index + size, False
+            if line.startswith("_") and _HEADER_FROM.match(lines[following]):
+                return 1, False
+        return 0, False
     joined = line
     for extra in range(3 if _INTRO.match(line) else 1):
         if extra:
@@ -234,22 +447,83 @@ def _reply_header(lines: list[str], index: int) -> int:
                 break
             joined = f"{joined} {lines[index + extra]}"
         if _is_reply_header(joined):
-            return extra + 1
+            return extra + 1, False
+    if not top:
+        size = scan.block(index, after_separator=False)
+        if size:
+            return size, False
     if _HEADER_FROM.match(line):
-        following = [x for x in lines[index + 1 : index + 5] if x]
-        if following and _HEADER_SENT.match(following[0]):
+        following_lines = [x for x in lines[index + 1 : index + 5] if x]
+        below = index + 1
+        while (
+            below < min(len(lines), index + 1 + MAX_BLOCK_LABELS)
+            and lines[below]
+            and (_HEADER_SENT.match(lines[below]) or scan.values[below] is not None)
+        ):
+            below += 1
+        if below < len(lines) and scan.commands[below]:
+            return 0, False  # "From: ..." / "Date: ..." straight above "DICE: 4": not a header
+        if following_lines and _HEADER_SENT.match(following_lines[0]):
             size = 1
             for x in lines[index + 1 : index + 8]:
                 if x and not (_HEADER_SENT.match(x) or _HEADER_FROM.match(x)):
                     break
                 size += 1
-            return size
-    return 0
+            return size, False
+    size = scan.attribution(index)
+    return size, size > 0
 
 
 MAX_SCANNED_LINES = 5000
 """Lines looked at for the player's own (quoted ones included); the rest is not read."""
 _ORDER_LINE = re.compile(r"^(game|key|dice|die|trapdoor|round|roll)\b", re.IGNORECASE)
+_PGP_BEGIN_SIGNED = "-----BEGIN PGP SIGNED MESSAGE-----"
+_PGP_ARMOUR = {
+    "-----BEGIN PGP SIGNATURE-----": "-----END PGP SIGNATURE-----",
+    "-----BEGIN PGP PUBLIC KEY BLOCK-----": "-----END PGP PUBLIC KEY BLOCK-----",
+}
+_PGP_HEADER = re.compile(r"^(?:hash|charset|version|comment|messageid)\s*:", re.IGNORECASE)
+_BASE64ISH = re.compile(r"^=?[A-Za-z0-9+/=]+$")
+
+
+def _unarmoured(raw_lines: list[str]) -> list[str]:
+    """The lines of an inline PGP clear-signed message as the player wrote them (RFC 4880,
+    7): the armour lines, its ``Hash:`` header and the signature block go, and the
+    signed text's dash-escaped lines ("- DICE 4", "- -- ") lose their escape. A signature
+    block ends at its END line, or at the first line that is not armour (a truncated
+    signature never hides what follows it). Quoted armour is left to the quote rules."""
+    if not any("BEGIN PGP" in raw for raw in raw_lines):
+        return raw_lines
+    out: list[str] = []
+    state = ""  # "", "headers" (after BEGIN SIGNED), "signed", or the END line awaited
+    for raw in raw_lines:
+        line = clean_line(raw[:1000])
+        if state in ("headers", "signed") and line in _PGP_ARMOUR:
+            state = _PGP_ARMOUR[line]
+            continue
+        if state == "headers":
+            if _PGP_HEADER.match(line):
+                continue
+            state = "signed"
+            if not line:
+                continue  # the blank line that ends the armour headers
+        if state.startswith("-----END"):
+            if line == state:
+                state = ""
+                continue
+            if not line or _BASE64ISH.match(line) or _PGP_HEADER.match(line):
+                continue
+            state = ""
+        if state == "signed" and raw.startswith("- "):
+            raw = raw[2:]
+        if not state and line == _PGP_BEGIN_SIGNED:
+            state = "headers"
+            continue
+        if not state and line in _PGP_ARMOUR:
+            state = _PGP_ARMOUR[line]
+            continue
+        out.append(raw)
+    return out
 
 
 def command_lines(text: str) -> tuple[list[str], int]:
@@ -269,24 +543,51 @@ def read_lines(text: str) -> tuple[list[str], int, str | None]:
     by ``>`` lines is skipped with them, and a reply header or separator followed by
     text that is not marked as quoted (Outlook, "-----Ursprüngliche Nachricht-----",
     forwarded mail) ends the reading: everything below it is the old message. The
-    signature line ``-- `` ends it too (a bare ``--`` only when no order line follows)."""
+    signature line ``-- `` ends it too (a bare ``--`` only when no order line follows).
+
+    Reply headers are known by their shape, in any language; the known words of some
+    languages are hints that lower the bar, never the rule (see :func:`_reply_header`):
+
+    - A header block (``差出人:`` / ``送信日時:`` / ``宛先:`` / ``件名:``, ``보낸 사람:`` ...,
+      with or without a rule of underscores above it) ends the reading whenever text
+      follows it unmarked. Nothing a player writes looks like it by accident: three or
+      more ``Label: value`` lines, none a command, naming an address and a date. At the
+      very top of a message, with nothing written above it and no rule, a block by shape
+      alone is read as the player's own lines (no client puts one there).
+    - An attribution line by shape alone (an address, a year and a time, a colon at the
+      end) followed by unmarked text ends the reading only when the player has already
+      written an order line above it. That is the top-posted reply ("DICE 2", then the
+      attribution, then the old "DICE 4"): nothing below may replace the new orders. A
+      player may also write such a line above their own orders ("Sent from the office on
+      30.11.2026 at 9:00, ann@example.org:"); with no order above it, what follows it is
+      read, because losing an honest player's orders is worse than reading an old copy of
+      them, which the reply shows in full. A quote (``>``) after it is skipped as usual.
+    """
     raw_lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    raw_lines = raw_lines[:MAX_SCANNED_LINES]
+    raw_lines = _unarmoured(raw_lines[:MAX_SCANNED_LINES])
     lines = [clean_line(raw[:1000]) for raw in raw_lines]
+    scan = _Scan(lines)
+    # is there an order line, not quoted, below each line? (for a bare "--"), worked out once
+    order_below = [False] * (len(lines) + 1)
+    for k in range(len(lines) - 1, -1, -1):
+        line = lines[k]
+        order_below[k] = order_below[k + 1] or bool(
+            line and not _quoted(line) and _ORDER_LINE.match(line)
+        )
     kept: list[str] = []
     dropped = 0
+    orders_above = seen = False  # an order line kept; any line (quoted or not) above
     index = 0
     while index < len(lines):
         raw, line = raw_lines[index], lines[index]
-        if raw.rstrip("\n") == "-- " or (
-            raw.rstrip("\n") == "--"
-            and not any(_ORDER_LINE.match(x) for x in lines[index + 1 :] if x and not _quoted(x))
-        ):
+        if raw.rstrip("\n") == "-- " or (raw.rstrip("\n") == "--" and not order_below[index + 1]):
             break  # RFC 3676 signature separator (a bare "--" divider above orders is not one)
         if not line or _quoted(line):
+            seen = seen or bool(line)
             index += 1
             continue
-        header_size = _reply_header(lines, index)
+        header_size, by_shape_alone = _reply_header(scan, index, top=not seen)
+        seen = True
         if header_size:
             after = index + header_size
             while after < len(lines) and not lines[after]:
@@ -294,12 +595,14 @@ def read_lines(text: str) -> tuple[list[str], int, str | None]:
             if after < len(lines) and _quoted(lines[after]):
                 index = after  # a marked quote: skip it and read on below it
                 continue
-            # an unmarked quote: the rest is the old message
-            return kept, dropped, line[:MAX_LINE_LENGTH] if after < len(lines) else None
+            if not by_shape_alone or orders_above:
+                # an unmarked quote: the rest is the old message
+                return kept, dropped, line[:MAX_LINE_LENGTH] if after < len(lines) else None
         if len(kept) >= MAX_COMMAND_LINES:
             dropped += 1
         else:
             kept.append(line[:MAX_LINE_LENGTH])
+            orders_above = orders_above or _ORDER_LINE.match(line) is not None
         index += 1
     return kept, dropped, None
 
@@ -473,11 +776,39 @@ def _round(b: _Builder, line: str, rest: str) -> None:
     return None
 
 
+_COMMENT = re.compile(r"[(\[#]|\s[-\u2013\u2014]+\s|\s//")
+"""Where a comment after the dice may begin: a bracket, ``#``, ``//`` or a dash between
+spaces ("DICE 4 2 (my lucky numbers)", "DICE 4 2 - lucky", "DICE 4, 2 # comment")."""
+
+
+def _dice_comment(rest: str) -> tuple[str, str]:
+    """``(values, comment)``: the die values and a comment written after them, if any.
+
+    A comment must hold a letter, so "DICE 4 - 2" stays an unreadable order rather than
+    a die and a remark; and nothing after a closing bracket may be a number ("DICE 4 (and)
+    2" is not DICE 4)."""
+    found = _COMMENT.search(rest)
+    if found is None or not rest[: found.start()].strip():
+        return rest, ""
+    comment = rest[found.start() :].strip()
+    if not any(ch.isalpha() for ch in comment):
+        return rest, ""
+    if comment[0] in "([":
+        close = comment.rfind(")" if comment[0] == "(" else "]")
+        if close < 0 or _DIGIT.search(comment[close + 1 :]):
+            return rest, ""
+    return rest[: found.start()], comment
+
+
 def _dice(b: _Builder, line: str, rest: str) -> None:
     tokens = [t.strip(".!()") for t in _SPLIT.split(rest) if t.strip(".!()")]
     if tokens and not any(ch.isdigit() or ch.isnumeric() for ch in tokens[0]) and len(tokens) > 2:
         return _chat(b, line)  # "Die hard fan of this game"
     b.once("DICE", line)  # a later DICE line counts, read or not (unreadable: invalid, R18)
+    rest, comment = _dice_comment(rest)
+    if comment:
+        b.ignored.append(comment)  # not an order: the reply lists it as ignored
+        tokens = [t.strip(".!()") for t in _SPLIT.split(rest) if t.strip(".!()")]
     if not tokens:
         b.problems.append(LineProblem(line, "DICE needs one value per turn, e.g. DICE 4 2"))
         b.values["dice"] = ()
