@@ -253,6 +253,14 @@ class LmtpSettings(_Section):
     redelivery_grace: Duration = timedelta(minutes=6)
     """After ``serve`` starts, no round closes for this long, so that mail the MTA kept
     queued while snl-pbem was down (Postfix retries after 300 s) is delivered first."""
+    max_sessions: Annotated[int, Field(ge=2, le=10000)] = 100
+    """Open sessions at most (Postfix opens up to 20); at most half the process's file
+    handles whatever is set. At the cap a new connection is still served: the session
+    longest without a delivery is closed with 421 (never one storing a message), so idle
+    connections cannot keep the MTA out. See snl_pbem.mail.sessions.Sessions."""
+    idle_timeout: PositiveDuration = timedelta(minutes=5)
+    """A session that sends no command for this long, or does not end its message within
+    it, is closed with 421 (RFC 5321 §4.5.3.2.7: at least 5 minutes)."""
 
 
 class SmtpSettings(_Secret):

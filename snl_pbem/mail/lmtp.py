@@ -6,6 +6,8 @@ reply codes live in one table:
 - ``550`` for a recipient that is not the game address;
 - ``552`` for a message over the size cap (aiosmtpd's own check, before storing);
 - ``451`` when the message could not be stored (database busy): the MTA retries;
+- ``421`` to a session closed to make room for a new one, or idle too long
+  (snl_pbem.mail.sessions, which bounds the sessions);
 - ``250`` only once the message is committed to the database.
 
 ``deliver`` is the service layer's ``ingest``; this module knows nothing of games.
@@ -15,12 +17,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import socket
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from snl_pbem.mail.sessions import (
+    IDLE_TIMEOUT,
+    MAX_SESSIONS,
+    GuardedLMTP,
+    GuardedSMTP,
+    Listener,
+    Sessions,
+    Throttle,
+    ThrottleFilter,
+    listening_sockets,
+    session_limit,
+    storing,
+)
 
 log = logging.getLogger("snl_pbem.lmtp")
 
@@ -29,6 +45,7 @@ STATUS = {
     "recipient_ok": "250 2.1.5 OK",
     "not_here": "550 5.1.1 <{address}>: not the game address; nothing is delivered here",
     "temporary": "451 4.3.0 Temporary failure storing the message; please try again later",
+    "error": "500 5.5.0 Error: {name}",
 }
 
 Deliver = Callable[[bytes, str], object]
@@ -42,6 +59,7 @@ class GameAddressHandler:
         self.address = address.lower()
         self.deliver = deliver
         self.lmtp = lmtp
+        self.throttle = Throttle(log)
 
     async def handle_RCPT(
         self,
@@ -52,7 +70,7 @@ class GameAddressHandler:
         rcpt_options: list[str],
     ) -> str:
         if address.strip("<>").lower() != self.address:
-            log.info("refused recipient %s from %s", address, session.peer)
+            self.throttle(logging.INFO, "rcpt", f"refused recipient {address} from {session.peer}")
             return STATUS["not_here"].format(address=address)
         envelope.rcpt_tos.append(address)
         return STATUS["recipient_ok"]
@@ -64,15 +82,23 @@ class GameAddressHandler:
         replies = max(1, len(envelope.rcpt_tos)) if self.lmtp else 1
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(None, self.deliver, raw, f"lmtp:{peer}")
+            with storing(server):
+                await loop.run_in_executor(None, self.deliver, raw, f"lmtp:{peer}")
         except Exception as exc:
             log.error("could not store a message from %s: %s: %s", peer, type(exc).__name__, exc)
             return "\r\n".join([STATUS["temporary"]] * replies)
         return "\r\n".join([STATUS["stored"]] * replies)
 
+    async def handle_exception(self, error: Exception) -> str:
+        """aiosmtpd logs a traceback per failing command otherwise: once per interval here."""
+        name = type(error).__name__
+        self.throttle(logging.ERROR, f"exc:{name}", f"LMTP session error: {name}", exc_info=error)
+        return STATUS["error"].format(name=name)
+
 
 class ReceiverController(Controller):
-    """Runs the receiver in its own thread and event loop (aiosmtpd's Controller)."""
+    """Runs the receiver in its own thread and event loop (aiosmtpd's Controller), with
+    bounded sessions (``max_sessions``) and an idle timeout (``idle_timeout`` seconds)."""
 
     def __init__(
         self,
@@ -82,18 +108,57 @@ class ReceiverController(Controller):
         *,
         max_size: int,
         lmtp: bool = True,
+        max_sessions: int = MAX_SESSIONS,
+        idle_timeout: float = IDLE_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         self.max_size = max_size
         self.use_lmtp = lmtp
+        self.idle_timeout = idle_timeout
         super().__init__(handler, hostname=host, port=port, **kwargs)
+        throttle = Throttle(log)
+        limit = session_limit(max_sessions)
+        if limit < max_sessions:
+            log.warning(
+                "LMTP: at most %d sessions, not %d: half the process's file handles",
+                limit,
+                max_sessions,
+            )
+        self.sessions = Sessions(limit, throttle)
+        self.fqdn = socket.getfqdn()  # once: aiosmtpd would look it up for every connection
+        self.loop.set_exception_handler(self._loop_error)
+        aiosmtpd_log = logging.getLogger("mail.log")
+        if not any(isinstance(f, ThrottleFilter) for f in aiosmtpd_log.filters):
+            aiosmtpd_log.addFilter(ThrottleFilter())
 
     def factory(self) -> SMTP:
-        server_class = LMTP if self.use_lmtp else SMTP
+        server_class = GuardedLMTP if self.use_lmtp else GuardedSMTP
         return server_class(
             self.handler,
+            sessions=self.sessions,
             data_size_limit=self.max_size,
             enable_SMTPUTF8=True,
             decode_data=False,
+            hostname=self.fqdn,
             ident="snl-pbem",
+            timeout=self.idle_timeout,
+        )
+
+    def _create_server(self) -> Awaitable[asyncio.AbstractServer]:
+        return self._listen()
+
+    async def _listen(self) -> asyncio.AbstractServer:
+        sockets = listening_sockets(self.hostname, self.port)
+        return Listener(self.loop, sockets, self._factory_invoker, self.sessions)
+
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Whatever else asyncio reports from this loop: once per kind per interval."""
+        exc = context.get("exception")
+        message = str(context.get("message", "error"))
+        kind = type(exc).__name__ if exc is not None else ""
+        self.sessions.throttle(
+            logging.ERROR,
+            f"loop:{message}:{kind}",
+            f"LMTP: {message}: {kind} {exc or ''}".strip(),
+            exc_info=exc,
         )

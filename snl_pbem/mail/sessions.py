@@ -1,0 +1,360 @@
+"""Bounded sessions for the LMTP receiver (snl_pbem.mail.lmtp), so that whoever can
+connect cannot keep the MTA out.
+
+The review of issue 20 held 1,100 idle half-open sessions: they used up the process's
+1,024 file handles, a real delivery timed out and was never stored, and asyncio logged
+110,846 tracebacks (47 MB) in 35 s. Here:
+
+- :class:`Sessions` caps the open sessions and, at the cap, closes the idlest to serve
+  a new connection (why that keeps the MTA's delivery in, there);
+- :class:`GuardedSMTP` closes a session silent for aiosmtpd's ``timeout`` (our
+  ``idle_timeout``) and never waits on a peer that does not read;
+- :class:`Listener` accepts connections in place of ``loop.create_server``, whose
+  accept loop, out of handles, logs a traceback per connection waiting;
+- :class:`Throttle` logs each kind of failure once per interval, with a count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import resource
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from aiosmtpd.lmtp import LMTP
+from aiosmtpd.smtp import SMTP
+
+CLOSING = {
+    "busy": "421 4.3.2 {host} Too many connections; closing this one, please try again",
+    "idle": "421 4.4.2 {host} Idle too long; closing the connection",
+}
+"""What a session is told as it is closed (RFC 5321 §3.8: 421, then close)."""
+
+MAX_SESSIONS = 100
+"""Open sessions at most, by default. Postfix opens at most 20 to one destination
+(``default_destination_concurrency_limit``), so 100 leaves room for a second MTA."""
+IDLE_TIMEOUT = 300.0
+"""Seconds a session may wait for the client, by default: RFC 5321 §4.5.3.2.7 asks a
+server to wait at least 5 minutes for the next command (the client's own limits, 5
+minutes for the greeting, MAIL and RCPT replies, 2 for DATA, 3 per data block and 10
+for the end of data, bound how long it waits for us)."""
+LOG_INTERVAL = 60.0
+"""A repeated warning (accept failures, sessions closed) is logged once per interval."""
+ACCEPT_BATCH = 32
+"""Connections accepted per turn of the event loop, so that sessions keep being served."""
+RESOURCE_ERRORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+
+
+class Throttle:
+    """Logs each kind of event at most once per ``interval``, saying how many were left
+    unlogged: a flood of failures (every accept of a flood of connections fails alike)
+    is a few lines, never one per event."""
+
+    def __init__(self, logger: logging.Logger, interval: float = LOG_INTERVAL) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._last: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
+
+    def __call__(self, level: int, key: str, message: str, *, exc_info: Any = None) -> None:
+        now = time.monotonic()
+        last = self._last.get(key, now - self.interval)
+        if now - last < self.interval:
+            self._unlogged[key] = self._unlogged.get(key, 0) + 1
+            return
+        unlogged = self._unlogged.pop(key, 0)
+        if unlogged:
+            message += f" ({unlogged} more like it in the last {now - last:.0f} s)"
+        self._last[key] = now
+        self.logger.log(level, "%s", message, exc_info=exc_info)
+
+
+class ThrottleFilter(logging.Filter):
+    """For aiosmtpd's own logger (``mail.log``), which logs per session and per bad
+    command: each message format at most once per interval."""
+
+    def __init__(self, interval: float = LOG_INTERVAL) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = f"{record.levelno}:{record.msg}"
+        if now - self._last.get(key, -self.interval) < self.interval:
+            return False
+        self._last[key] = now
+        return True
+
+
+class Sessions:
+    """The open sessions, least recent progress first; touched in the loop's thread only.
+
+    At the cap, a new connection is always served: the session that has gone longest
+    without progress (since it connected, or since its last message was stored) is
+    told ``421`` and closed, unless its message is being stored right now. An attacker
+    holding any number of idle or slow sessions therefore only closes their own oldest
+    ones, and a real delivery from a second connection gets through; to close the MTA's
+    session the attacker would have to open ``limit`` new connections within the few
+    milliseconds of one delivery. Only when every session is storing a message is the
+    new one told ``421`` (the MTA tries again): only deliveries can fill the cap.
+    """
+
+    def __init__(self, limit: int, throttle: Throttle) -> None:
+        self.limit = limit
+        self.throttle = throttle
+        self._order: dict[GuardedSMTP, None] = {}
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def admit(self, session: GuardedSMTP) -> bool:
+        """Make room for ``session`` if need be; False if there is none to make."""
+        while len(self._order) >= self.limit:
+            if not self.shed(1):
+                return False
+        self._order[session] = None
+        return True
+
+    def shed(self, count: int) -> int:
+        """Close up to ``count`` sessions, least recent progress first, never one whose
+        message is being stored; how many were closed."""
+        victims = [s for s in self._order if not s.storing][:count]
+        for victim in victims:
+            self.drop(victim)
+            victim.close_with("busy")
+        if victims:
+            self.throttle(
+                logging.WARNING,
+                "shed",
+                f"LMTP: closed {len(victims)} idle session(s) to make room for new connections"
+                f" ({len(self._order)} open, at most {self.limit})",
+            )
+        return len(victims)
+
+    def progressed(self, session: GuardedSMTP) -> None:
+        if session in self._order:
+            del self._order[session]
+            self._order[session] = None
+
+    def drop(self, session: GuardedSMTP) -> None:
+        self._order.pop(session, None)
+
+    def close_all(self) -> None:
+        for session in list(self._order):
+            self.drop(session)
+            session.abort()
+
+
+class GuardedSMTP(SMTP):
+    """aiosmtpd's session, counted in :class:`Sessions`, closed without waiting on a
+    client that does not read (``abort``: a ``close`` would wait to flush our replies to
+    a half-open peer, and keep its file handle)."""
+
+    def __init__(self, handler: Any, *, sessions: Sessions, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.sessions = sessions
+        self.storing = False
+        self._admitted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if self._admitted:  # STARTTLS makes a connection anew: the same session
+            return
+        self._admitted = True
+        if not self.sessions.admit(self):
+            self.close_with("busy")
+
+    def connection_lost(self, error: Exception | None) -> None:
+        self.sessions.drop(self)
+        super().connection_lost(error)
+
+    def _timeout_cb(self) -> None:
+        """aiosmtpd's ``timeout``: the client said nothing for that long (no command,
+        or its message not ended within it); never while we store its message."""
+        if self.transport is None:
+            return
+        self.sessions.throttle(
+            logging.INFO, "idle", f"LMTP: closed a session idle for {self._timeout_duration:.0f} s"
+        )
+        self.close_with("idle")
+
+    def close_with(self, reason: str) -> None:
+        """Say ``421`` (if the socket takes it at once) and close without waiting."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if isinstance(transport, asyncio.WriteTransport):
+            transport.write(CLOSING[reason].format(host=self.hostname).encode() + b"\r\n")
+        self.abort()
+
+    def abort(self) -> None:
+        transport = self.transport
+        if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
+            transport.abort()
+
+    @contextmanager
+    def store(self) -> Iterator[None]:
+        """While the handler stores a message: the session is neither idle nor shed."""
+        self.storing = True
+        if self._timeout_handle is not None:
+            self._timeout_handle.cancel()
+        try:
+            yield
+        finally:
+            self.storing = False
+            if self.transport is not None:
+                self.sessions.progressed(self)
+                self._reset_timeout()
+
+
+class GuardedLMTP(LMTP, GuardedSMTP):
+    """The LMTP dialect (LHLO) of a guarded session."""
+
+
+@contextmanager
+def storing(server: SMTP) -> Iterator[None]:
+    if isinstance(server, GuardedSMTP):
+        with server.store():
+            yield
+    else:
+        yield
+
+
+class Listener(asyncio.AbstractServer):
+    """Our own accept loop, in place of ``loop.create_server``.
+
+    asyncio's accept loop, out of file handles (``EMFILE``), logs a traceback for every
+    connection waiting and schedules one more retry for each (110,846 tracebacks in 35 s
+    in the review). Here a resource error pauses accepting for a moment, closes the
+    idlest sessions to free handles, and is logged once per interval."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        sockets: list[socket.socket],
+        factory: Callable[[], asyncio.BaseProtocol],
+        sessions: Sessions,
+    ) -> None:
+        self.loop = loop
+        self.socks = sockets
+        self.factory = factory
+        self.sessions = sessions
+        self.serving = True
+        self.connecting = 0
+        """Connections accepted, their sessions not yet made."""
+        for sock in sockets:
+            self._resume(sock)
+
+    def _resume(self, sock: socket.socket) -> None:
+        if self.serving and sock.fileno() >= 0:
+            self.loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(ACCEPT_BATCH):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                self._cannot_accept(sock, exc)
+                return
+            conn.setblocking(False)
+            self.loop.create_task(self._serve(conn))
+
+    def _cannot_accept(self, sock: socket.socket, exc: OSError) -> None:
+        """Out of handles: a quarter of the sessions (the idlest) go, and accepting resumes
+        in a moment; at once would fail again before their handles are released."""
+        self.loop.remove_reader(sock.fileno())
+        shed = 0
+        if exc.errno in RESOURCE_ERRORS:
+            shed = self.sessions.shed(max(8, len(self.sessions) // 4))
+        self.sessions.throttle(
+            logging.WARNING,
+            f"accept:{exc.errno}",
+            f"LMTP: cannot accept connections: {exc.strerror or exc}"
+            f" ({len(self.sessions)} sessions open; closed {shed} idle ones)",
+        )
+        soon = shed or self.connecting  # handles are being freed, or about to be in use
+        self.loop.call_later(0.05 if soon else 1.0, self._resume, sock)
+
+    async def _serve(self, conn: socket.socket) -> None:
+        self.connecting += 1
+        try:
+            await self.loop.connect_accepted_socket(self.factory, sock=conn)
+        except Exception as exc:  # the peer went away before we were ready
+            conn.close()
+            self.sessions.throttle(
+                logging.INFO, "connect", f"LMTP: a connection failed: {type(exc).__name__}"
+            )
+        finally:
+            self.connecting -= 1
+
+    # -- asyncio.AbstractServer, as aiosmtpd's Controller uses it ----------------------
+
+    def close(self) -> None:
+        self.serving = False
+        for sock in self.socks:
+            if sock.fileno() >= 0:
+                self.loop.remove_reader(sock.fileno())
+                sock.close()
+        self.sessions.close_all()
+
+    async def wait_closed(self) -> None:
+        for _ in range(3):  # the sessions closed above, and their tasks, finish
+            await asyncio.sleep(0)
+
+    async def start_serving(self) -> None:
+        """Serving already: the sockets are read from the start."""
+
+    async def serve_forever(self) -> None:
+        while self.serving:
+            await asyncio.sleep(1.0)
+
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self.loop
+
+    def is_serving(self) -> bool:
+        return self.serving
+
+    @property
+    def sockets(self) -> tuple[socket.socket, ...]:
+        return tuple(self.socks)
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for every address of ``host`` (as asyncio's
+    ``create_server`` binds them)."""
+    found = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(found):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(128)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def session_limit(wanted: int) -> int:
+    """``wanted``, but never more than half the process's file handles: the database, the
+    parse workers and the mail out need theirs (``ulimit -n``; systemd's default is 1,024)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(2, min(wanted, soft // 2))
