@@ -8,8 +8,14 @@ game row: a sign-up and a round close of the same game are never interleaved.
 Addresses are always confirmed before they are used: a JOIN, an OBSERVE or an ADDRESS
 change mails a code to the address, and only a message from that address carrying the
 code completes it (so nobody can sign up or move someone else). Codes are stored as
-salted hashes, used once, expire, and are void after many wrong tries. A resignation
-is confirmed by a second message naming the game.
+salted hashes, used once, and expire; wrong tries are slowed, never voiding (a forger
+writing in someone's name must not be able to spoil the code they wait for). A
+resignation is confirmed by a second message naming the game.
+
+Nobody may take two seats, nor pass for another player: names are unique by their
+skeleton (``name_skeleton``: punctuation, case and look-alike digits do not make a new
+name), and addresses by their mailbox (``mailbox``: ``ann+2@example.org`` is
+``ann@example.org``).
 
 A seat is a Player row: its name carries its position and its dice history, so giving
 the seat to someone else (``replace_seat``) changes only the address and the key.
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import (
@@ -57,15 +63,29 @@ from snl_pbem.store.states import GamePhase, MailKind, ManagedBy, Purpose, Signu
 log = logging.getLogger("snl_pbem.membership")
 
 CODE_LIFETIME = timedelta(days=3)
-MAX_WRONG_CODES = 100
-"""Wrong codes from an address (one counted per message) before its open confirmations
-are void. A code has about 39 bits, so guessing is hopeless either way (mail stored from
-one address is capped at a few hundred a day); voiding after many bounds it outright, and
-is high enough that a forger sending wrong codes in someone's name cannot easily void
-theirs."""
+CODE_TRIES_PER_HOUR = 5
+"""Wrong codes counted against one open code in an hour (one per message). Past them the
+code rests: codes from its address are not checked against it (and do not count) until
+the hour since the first of those tries has passed; it is never void, so a forger sending
+wrong codes in its owner's name only delays her, and her right code works after the
+rest. The arithmetic: a code is 8 characters of a 31-letter alphabet, 31**8 = 8.5e11
+(39.6 bits); at 5 tries an hour for the 72 hours it lives, 360 tries find it with a
+chance of 360 / 8.5e11, about 4 in 10 billion; and the guesses must come from the very
+address the code went to."""
+CODE_TRY_WINDOW = timedelta(hours=1)
 MAX_UNCONFIRMED_PER_GAME = 20
-"""Sign-ups of one game waiting for their code at once, at most (a JOIN flood from many
-addresses fills this, not the outbox)."""
+"""Sign-up codes one game sends in SIGNUP_WINDOW, at most. Past it a JOIN is refused
+with a reason (try again later) and the referee is told; codes already sent stay good
+(a flood of sign-ups nobody confirms must neither void the honest ones waiting nor keep
+the game shut for the codes' three days)."""
+SIGNUP_WINDOW = timedelta(hours=1)
+ADDRESS_CODES_PER_PLAYER_PER_DAY = 3
+"""ADDRESS codes one player may have sent in a day (each goes to an address that has not
+shown it wants our mail: with a stolen or a careless key, no more than a few)."""
+ADDRESS_CODES_PER_GAME_PER_DAY = 20
+"""ADDRESS codes for all players of one game together in a day."""
+FLOOD_NOTICE_EVERY = timedelta(hours=1)
+"""The referee hears of a sign-up flood on a game at most this often."""
 RESIGN_LIFETIME = timedelta(days=3)
 
 
@@ -169,30 +189,95 @@ def check_code(
     game_id: int | None = None,
 ) -> Confirmed | None:
     """The open confirmation for one of ``purposes`` at ``address`` this code completes
-    (marked used), or None. A wrong code counts against every such open confirmation of
-    the address; past MAX_WRONG_CODES they are void (a guesser gets some tries, not
-    millions). ``game_id``: only confirmations for that game."""
+    (marked used), or None. A wrong code counts one try against each such open code that
+    is not resting; a code with CODE_TRIES_PER_HOUR tries in its hour rests (it is not
+    checked at all) until that hour has passed (``resting``). ``game_id``: only
+    confirmations for that game. The rows are not locked (a CONFIRM with a key already
+    holds its game's lock, and rows locked before a game would invite a deadlock): two
+    messages at the very same moment may count one try, which a bound of a few tries an
+    hour over 39 bits can spare."""
     pending = [
         c
         for c in _open_confirmations(session, address, now)
-        if c.purpose in purposes and (game_id is None or c.game_id == game_id)
+        if c.purpose in purposes
+        and (game_id is None or c.game_id == game_id)
+        and c.code_hash is not None
     ]
-    for confirmation in pending:
+    awake = [c for c in pending if _rests_until(c, now) is None]
+    for confirmation in awake:
         game = session.get(Game, confirmation.game_id)
         if game is None or confirmation.code_hash is None:
             continue
         if secrets.compare_digest(_code_hash(code, game), confirmation.code_hash):
             confirmation.used_at = now
             return Confirmed(confirmation, game)
-    for confirmation in pending:
-        if confirmation.code_hash is None:
-            continue
-        confirmation.wrong += 1
-        if confirmation.wrong >= MAX_WRONG_CODES:
-            confirmation.expires_at = now
+    for confirmation in awake:
+        tries, since = _tries(confirmation, now)
+        confirmation.wrong += 1  # every counted try, for the record
+        confirmation.payload = {  # a new dict: JSON columns see assignment, not mutation
+            **confirmation.payload,
+            "tries": tries + 1,
+            "tries_from": since.isoformat(),
+        }
+        if tries + 1 >= CODE_TRIES_PER_HOUR:
             log.warning(
-                "confirmation %d void after %d wrong codes", confirmation.id, MAX_WRONG_CODES
+                "confirmation %d rests: %d wrong codes within %s",
+                confirmation.id,
+                tries + 1,
+                CODE_TRY_WINDOW,
             )
+    return None
+
+
+def _tries(confirmation: Confirmation, now: datetime) -> tuple[int, datetime]:
+    """Wrong tries counted in the code's current hour, and when that hour began (a new
+    hour begins at the first try after the last one ended)."""
+    since = confirmation.payload.get("tries_from")
+    if isinstance(since, str):
+        began = datetime.fromisoformat(since)
+        if began.tzinfo is None:
+            began = began.replace(tzinfo=now.tzinfo)
+        if now - began < CODE_TRY_WINDOW:
+            return int(confirmation.payload.get("tries", 0)), began
+    return 0, now
+
+
+def _rests_until(confirmation: Confirmation, now: datetime) -> datetime | None:
+    """When a resting code is checked again (None: it is checked now)."""
+    tries, since = _tries(confirmation, now)
+    return since + CODE_TRY_WINDOW if tries >= CODE_TRIES_PER_HOUR else None
+
+
+def resting(
+    session: Session,
+    address: str,
+    now: datetime,
+    *,
+    purposes: tuple[str, ...],
+    game_id: int | None = None,
+) -> tuple[Game, datetime] | None:
+    """A resting open code at ``address`` (its game, and when it is checked again), for
+    the answer to a code that did not match: the owner's right code may have been among
+    the unchecked ones, so she is told when to send it again."""
+    for confirmation in _open_confirmations(session, address, now):
+        if confirmation.purpose not in purposes or (
+            game_id is not None and confirmation.game_id != game_id
+        ):
+            continue
+        until = _rests_until(confirmation, now)
+        game = session.get(Game, confirmation.game_id)
+        if until is not None and game is not None:
+            return game, until
+    return None
+
+
+def pending_code(
+    session: Session, game: Game, address: str, now: datetime, purpose: str
+) -> Confirmation | None:
+    """The open code for ``purpose`` in ``game`` that waits at ``address`` (the first)."""
+    for confirmation in _open_confirmations(session, address, now, purpose):
+        if confirmation.game_id == game.id:
+            return confirmation
     return None
 
 
@@ -222,56 +307,128 @@ def unconfirmed_count(session: Session, game: Game, now: datetime) -> int:
 
 MAX_NAME = 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 .'_-]*$")
+_LOOK_ALIKE = str.maketrans("0123456789", "olzeasbtbg")
+RESERVED_NAMES = ("referee", "standby", "you")
+
+
+def name_skeleton(name: str) -> str:
+    """What a name looks like in a report, for uniqueness: case-folded, look-alike digits
+    read as the letters they resemble (0 o, 1 l, 2 z, 3 e, 4 a, 5 s, 6 b, 7 t, 8 b, 9 g),
+    everything but letters dropped (spaces, dots, hyphens, apostrophes), and the pairs a
+    reader mixes up made one (rn m, vv w, i l). So 'Dee.', 'D3e', 'De e' and 'DEE' are
+    all 'Dee', and 'Bi11' is 'Bill'. It refuses a few honest names too ('Li' beside
+    'Ll'): a second name is cheap, a player passing for another is not."""
+    letters = "".join(ch for ch in name.casefold().translate(_LOOK_ALIKE) if "a" <= ch <= "z")
+    return letters.replace("rn", "m").replace("vv", "w").replace("i", "l")
 
 
 def _name_problem(session: Session, game: Game, name: str) -> str | None:
     """Why ``name`` cannot be a joiner's name. Names chosen by mail are plain ASCII letters,
     digits, spaces and . ' _ - (no look-alike letters from other scripts, so nobody can
-    pass for another player in the reports), at most MAX_NAME long (the reports' columns)."""
+    pass for another player in the reports), at most MAX_NAME long (the reports' columns),
+    and unique in the game by their skeleton (``name_skeleton``), among seats and the
+    sign-ups waiting or on standby."""
     if not name or len(name) > MAX_NAME or not _NAME.match(name) or "  " in name:
         return (
             f"A name is 1 to {MAX_NAME} plain letters (A to Z), digits, spaces, dots, "
             "hyphens or apostrophes, e.g. JOIN spring26 Ann Lee"
         )
-    if name.lower() in ("referee", "standby", "you"):
+    skeleton = name_skeleton(name)
+    if skeleton in {name_skeleton(reserved) for reserved in RESERVED_NAMES}:
         return f"{name!r} cannot be a player's name here: choose another"
-    taken = session.scalar(
-        select(func.count())
-        .select_from(Player)
-        .where(Player.game_id == game.id, func.lower(Player.name) == name.lower())
-    ) or session.scalar(
-        select(func.count())
-        .select_from(Signup)
-        .where(
-            Signup.game_id == game.id,
-            func.lower(Signup.name) == name.lower(),
-            Signup.state.in_((SignupState.WAITING, SignupState.STANDBY)),
+    names = list(session.scalars(select(Player.name).where(Player.game_id == game.id))) + list(
+        session.scalars(
+            select(Signup.name).where(
+                Signup.game_id == game.id,
+                Signup.state.in_((SignupState.WAITING, SignupState.STANDBY)),
+            )
         )
     )
-    if taken:
-        return f"The name {name!r} is taken in {game.name}: choose another"
+    for taken in names:
+        if taken.lower() == name.lower():
+            return f"The name {name!r} is taken in {game.name}: choose another"
+        if name_skeleton(taken) == skeleton:
+            return (
+                f"The name {name!r} looks too like one taken in {game.name} (names must "
+                "differ in their letters, not only in case, spaces, punctuation or digits "
+                "that look like letters): choose another"
+            )
     return None
+
+
+GMAIL_DOMAINS = ("gmail.com", "googlemail.com")
+NO_PERSON = frozenset(("mailerdaemon", "postmaster", "noreply", "donotreply", "nobody"))
+"""Local parts (without + tag, dots, hyphens or underscores) of addresses no person reads
+mail at: a code sent there is backscatter, or mail to a robot that may answer it."""
+
+
+def mailbox(address: str) -> str:
+    """The mailbox ``address`` delivers to, for one seat per person: lower case, without a
+    ``+tag`` (``ann+2@example.org`` is ``ann@example.org``: nearly every provider delivers
+    it so), and at Gmail without dots (``a.nn@gmail.com`` is ``ann@gmail.com``, as Gmail
+    documents; googlemail.com is gmail.com). Elsewhere dots are kept: a provider may give
+    ``a.nn`` and ``ann`` to two people, and we cannot know which do. Used to compare, never
+    to send: mail goes to the address as written."""
+    local, _, domain = address.lower().rpartition("@")
+    local = local.split("+", 1)[0] or local
+    if domain in GMAIL_DOMAINS:
+        local, domain = local.replace(".", "") or local, GMAIL_DOMAINS[0]
+    return f"{local}@{domain}"
+
+
+def no_person(address: str) -> bool:
+    """Whether ``address`` is a robot's (mailer-daemon@, postmaster@, noreply@...)."""
+    local = address.lower().rpartition("@")[0].split("+", 1)[0]
+    return re.sub(r"[-._]", "", local) in NO_PERSON
+
+
+def _same_domain(column: Any, address: str) -> Any:
+    """A filter for the addresses that may share ``address``'s mailbox (its domain's)."""
+    domain = address.lower().rpartition("@")[2]
+    domains = GMAIL_DOMAINS if domain in GMAIL_DOMAINS else (domain,)
+    return or_(*(func.lower(column).endswith("@" + d, autoescape=True) for d in domains))
 
 
 def _address_taken(session: Session, game: Game, address: str) -> str | None:
-    player = session.scalar(
+    """Why ``address`` cannot sign up for ``game``: its mailbox (``mailbox``) holds a
+    seat, or has signed up already, under this or another form of the address."""
+    box = mailbox(address)
+    for player in session.scalars(
         select(Player).where(
-            Player.game_id == game.id, func.lower(Player.email) == address.lower(), Player.active
+            Player.game_id == game.id, Player.active, _same_domain(Player.email, address)
         )
-    )
-    if player is not None:
-        return f"{address} already plays in {game.name} (as {player.name})"
-    waiting = session.scalar(
+    ):
+        if player.email.lower() == address.lower():
+            return f"{address} already plays in {game.name} (as {player.name})"
+        if mailbox(player.email) == box:
+            return (
+                f"{address} is another form of an address that already plays in "
+                f"{game.name} (as {player.name}): one seat per mailbox"
+            )
+    for waiting in session.scalars(
         select(Signup).where(
             Signup.game_id == game.id,
-            func.lower(Signup.email) == address.lower(),
             Signup.state.in_((SignupState.WAITING, SignupState.STANDBY)),
+            _same_domain(Signup.email, address),
         )
-    )
-    if waiting is not None:
+    ):
+        if mailbox(waiting.email) != box:
+            continue
         where = "the standby list" if waiting.state == SignupState.STANDBY else "the referee's list"
-        return f"{address} has already signed up for {game.name} ({waiting.name}, on {where})"
+        if waiting.email.lower() == address.lower():
+            return f"{address} has already signed up for {game.name} ({waiting.name}, on {where})"
+        return (
+            f"{address} is another form of an address that has signed up for {game.name} "
+            f"({waiting.name}, on {where}): one seat per mailbox"
+        )
     return None
+
+
+def own_address(config: Config, address: str) -> bool:
+    """Whether ``address`` is one of the game's own (``+tag`` forms too: the server's
+    mailbox gets them, and would read its own mail as orders or loop)."""
+    own = (config.settings.mail.address, config.settings.mail.referee)
+    return mailbox(address) in {mailbox(a) for a in own}
 
 
 def join_refusal(
@@ -283,37 +440,97 @@ def join_refusal(
         return f"{game.name} does not take sign-ups by mail: ask the referee."
     if game.state == GamePhase.OVER:
         return f"{game.name} is over."
-    if address.lower() in (
-        config.settings.mail.address.lower(),
-        config.settings.mail.referee.lower(),
-    ):
-        return "The game's own addresses cannot join."
+    if own_address(config, address) or no_person(address):
+        return "The game's own addresses, and robots' (postmaster, no-reply...), cannot join."
     problem = _address_taken(session, game, address) or _name_problem(session, game, name)
     if problem:
         return problem + "."
     return None
 
 
-def request_join(session: Session, game: Game, address: str, name: str, now: datetime) -> str:
-    """A code for ``address`` to confirm its sign-up (after ``join_refusal`` said None).
-    Past MAX_UNCONFIRMED_PER_GAME unconfirmed sign-ups, the oldest is void: a flood of
-    sign-ups nobody confirms cannot shut the game to people who do (they confirm within
-    minutes, a flood's codes never)."""
-    surplus = unconfirmed_count(session, game, now) - MAX_UNCONFIRMED_PER_GAME + 1
-    if surplus > 0:
-        for oldest in session.scalars(
-            select(Confirmation)
+def join_codes_sent(session: Session, game: Game, now: datetime) -> int:
+    """Sign-up codes ``game`` sent in the last SIGNUP_WINDOW (used or not)."""
+    return (
+        session.scalar(
+            select(func.count())
+            .select_from(Confirmation)
             .where(
                 Confirmation.game_id == game.id,
                 Confirmation.purpose == Purpose.JOIN,
-                Confirmation.used_at.is_(None),
-                Confirmation.expires_at > now,
+                Confirmation.created_at > now - SIGNUP_WINDOW,
             )
-            .order_by(Confirmation.id)
-            .limit(surplus)
-        ):
-            oldest.expires_at = now
+        )
+        or 0
+    )
+
+
+def join_code_refusal(session: Session, game: Game, now: datetime) -> str | None:
+    """Why no sign-up code goes out for ``game`` now: MAX_UNCONFIRMED_PER_GAME were sent
+    within the hour. The newcomer is refused rather than an older code voided (an honest
+    joiner confirms within minutes; a flood's codes never, and evicting them would let the
+    flood void the honest ones instead). The caller holds the game's lock, so two JOINs at
+    once cannot both take the last place."""
+    if join_codes_sent(session, game, now) < MAX_UNCONFIRMED_PER_GAME:
+        return None
+    return (
+        f"{game.name} has had many sign-ups in the last hour, more than it takes at once. "
+        "Please send your JOIN again in an hour."
+    )
+
+
+def request_join(session: Session, game: Game, address: str, name: str, now: datetime) -> str:
+    """A code for ``address`` to confirm its sign-up (after ``join_refusal`` and
+    ``join_code_refusal`` said None). Codes sent earlier stay good."""
     return _ask(session, game, Purpose.JOIN, address, now, {"name": name})
+
+
+def flood_noticed(session: Session, config: Config, game: Game, now: datetime, what: str) -> bool:
+    """Tell the referee that a sign-up limit held ``game``'s joiners back (``what``: which
+    one), at most once per FLOOD_NOTICE_EVERY per game; True when told now."""
+    recent = session.scalar(
+        select(func.count())
+        .select_from(AuditEntry)
+        .where(
+            AuditEntry.game_id == game.id,
+            AuditEntry.action == "signup-flood",
+            AuditEntry.at > now - FLOOD_NOTICE_EVERY,
+        )
+    )
+    if recent:
+        return False
+    audit(session, now, "intake", "signup-flood", game, limit=what)
+    _tell_referee(
+        session,
+        config,
+        game,
+        now,
+        "many sign-ups",
+        f"{game.name} is getting more sign-up requests than its limits let through "
+        f"({what}). Those over the limit are refused with a short reason (try again "
+        "later); codes already sent stay good. If it goes on, it is likely a flood of "
+        'forged JOINs: you may set signup = "closed" or "approval" for a while. '
+        "You hear of it at most once an hour.",
+    )
+    return True
+
+
+def noted(session: Session, address: str, about: str, now: datetime, within: timedelta) -> bool:
+    """Whether a note ``about`` something went to ``address`` within ``within`` (a few
+    answers to keyless mail are sent at most once an hour each; the audit log remembers
+    them). Else records one now and returns False: the caller sends it."""
+    if session.scalar(
+        select(func.count())
+        .select_from(AuditEntry)
+        .where(
+            AuditEntry.action == "guest-note",
+            AuditEntry.at > now - within,
+            AuditEntry.detail["to"].as_string() == address.lower(),
+            AuditEntry.detail["about"].as_string() == about,
+        )
+    ):
+        return True
+    audit(session, now, "intake", "guest-note", None, to=address.lower(), about=about)
+    return False
 
 
 @dataclass(frozen=True)
@@ -968,31 +1185,66 @@ def new_key(session: Session, game: Game, player: Player, now: datetime) -> str:
 def address_refusal(
     session: Session, config: Config, game: Game, player: Player, new: str
 ) -> str | None:
+    """Why ``player`` cannot move to ``new``: not an address the server can send to; the
+    game's own, or its ``+tag`` (our mailbox would read its own code as mail to it); a
+    robot's (mailer-daemon@, postmaster@, noreply@: nobody there can confirm, and a code
+    there is backscatter); or the mailbox of another player or sign-up of the game (one
+    seat per mailbox, as for JOIN: ``mailbox``)."""
     new = new.lower()
-    own = {config.settings.mail.address.lower(), config.settings.mail.referee.lower()}
     problem = address_problem(new)
     if problem is not None:
         return problem + "."
-    if new in own:
+    if own_address(config, new):
         return "That is one of the game's own addresses: give your own."
+    if no_person(new):
+        return "Nobody reads mail at that address (it is a mail robot's): give your own."
     if new == player.email.lower():
         return "That is already your address."
-    other = session.scalar(
-        select(Player).where(
-            Player.game_id == game.id, func.lower(Player.email) == new, Player.id != player.id
+    box = mailbox(new)
+    for other in session.scalars(
+        select(Player.email).where(
+            Player.game_id == game.id, Player.id != player.id, _same_domain(Player.email, new)
         )
-    )
-    if other is not None:
-        return "That address belongs to another player of this game."
-    waiting = session.scalar(
-        select(Signup.id).where(
+    ):
+        if mailbox(other) == box:
+            return "That address belongs to another player of this game."
+    for waiting in session.scalars(
+        select(Signup.email).where(
             Signup.game_id == game.id,
-            func.lower(Signup.email) == new,
             Signup.state.in_((SignupState.WAITING, SignupState.STANDBY)),
+            _same_domain(Signup.email, new),
+        )
+    ):
+        if mailbox(waiting) == box:
+            return "That address has signed up for this game."
+    return None
+
+
+def address_code_refusal(session: Session, game: Game, player: Player, now: datetime) -> str | None:
+    """Why no ADDRESS code goes out now: ADDRESS_CODES_PER_PLAYER_PER_DAY for this player,
+    or ADDRESS_CODES_PER_GAME_PER_DAY for the game, in the last day. (One stolen key once
+    mailed 260 strangers a code in 260 seconds; the address's own budget bounds each
+    stranger, these bound the key and the game.)"""
+    sent = list(
+        session.scalars(
+            select(Confirmation.payload).where(
+                Confirmation.game_id == game.id,
+                Confirmation.purpose == Purpose.ADDRESS,
+                Confirmation.created_at > now - timedelta(days=1),
+            )
         )
     )
-    if waiting is not None:
-        return "That address has signed up for this game."
+    mine = sum(1 for payload in sent if payload.get("player_id") == player.id)
+    if mine >= ADDRESS_CODES_PER_PLAYER_PER_DAY:
+        return (
+            f"You asked for {mine} address codes in the last day, the most a player may: "
+            "try again tomorrow. Nothing changed."
+        )
+    if len(sent) >= ADDRESS_CODES_PER_GAME_PER_DAY:
+        return (
+            f"{game.name} has sent as many address codes today as it may: try again "
+            "tomorrow, or ask the referee. Nothing changed."
+        )
     return None
 
 

@@ -5,24 +5,42 @@ and HISTORY (with the player's key, like orders). What each does is
 
 Answers to mail without a key go to the From address (the only one that can have asked)
 on the guests' budgets (``replies.GUEST_LIMITS``): a few a day to one address, a bound
-for all of them together; a code is mailed only to the address it must come back from.
-Answers to a player go to their registered address, never elsewhere.
+per domain for codes, a bound for all of them together; a code is mailed only to the
+address it must come back from. Answers to a player go to their registered address, never
+elsewhere.
+
+A flood starves no one: whatever a forger sends in an honest address's name lands in that
+address's own mailbox, so the answers that matter to its owner (a code is pending, too
+many codes today, a wrong code, codes resting, try again in an hour) are notes sent at
+most once an hour each (``_note``), which no other answer uses up: the owner's next
+request in a new hour is answered again, never met with silence. A repeated JOIN or
+OBSERVE for a game whose code still waits sends no new code (and cannot void the one
+waiting): it reminds.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
 from snl_pbem.app import membership
-from snl_pbem.app.replies import Context, guest_budget, guest_help, reply, send, subject
+from snl_pbem.app.games import game_time
+from snl_pbem.app.replies import (
+    Context,
+    guest_budget,
+    guest_help,
+    guest_limit,
+    reply,
+    send,
+    subject,
+)
 from snl_pbem.config import address_problem
 from snl_pbem.errors import LifecycleError
 from snl_pbem.mail.commands import Action
-from snl_pbem.store import Game, Player
+from snl_pbem.store import Confirmation, Game, Player
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, Purpose
 from snl_pbem.timeutil import zone
 
@@ -32,6 +50,8 @@ OPEN_WORDS = frozenset(("LIST", "JOIN", "CONFIRM", "OBSERVE", "UNOBSERVE"))
 """Commands anyone may send, without a key."""
 KEYED_WORDS = frozenset(("RESIGN", "ABSENT", "NEW KEY", "ADDRESS", "HISTORY"))
 """Commands of a player, with GAME and KEY like orders."""
+NOTE_EVERY = timedelta(hours=1)
+"""Each kind of note goes to one address at most this often (``_note``)."""
 STARTED = "the game started"
 """Ends the intake's note of a CONFIRM whose seat filled the game (starts = "when_full"):
 ``serve`` then plans round 1's deadline at once instead of at its next rescan."""
@@ -126,6 +146,7 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
         # no address move waits here: a sign-up or observer code sent with GAME and KEY out
         # of habit; only for this message's game (it holds that game's lock, no other)
         return _confirm(ctx, address, confirms[0].args[0], game)
+    rest = membership.resting(ctx.session, address, ctx.now, purposes=(Purpose.ADDRESS,))
     found = membership.check_code(
         ctx.session, address, confirms[0].args[0], ctx.now, purposes=(Purpose.ADDRESS,)
     )
@@ -134,10 +155,12 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
             ctx,
             game,
             player,
-            "That code is not right, has expired, or is not for this address. Send ADDRESS "
-            "again to get a new one.",
+            _resting_text(*rest)
+            if found is None and rest is not None
+            else "That code is not right, has expired, or is not for this address. Send "
+            "ADDRESS again to get a new one.",
         )
-        return "address code refused"
+        return "address code refused" + (" (codes resting)" if rest and found is None else "")
     old = membership.move_address(ctx.session, ctx.config, game, player, address, ctx.now)
     _player_reply(
         ctx,
@@ -227,8 +250,59 @@ def _join(ctx: Context, game: Game, address: str, name: str) -> str:
 
 
 def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) -> str:
-    if not guest_budget(ctx, address, MailKind.CODE):
-        return f"{purpose}: no code sent (budget)"
+    """A code for a JOIN or OBSERVE, or the reason none goes: a code for it already waits
+    at the address (a reminder, no new code: a forged repeat can neither void the code
+    nor spend the address's codes), the game's sign-ups are full for the hour, or a budget
+    holds (the address's, its domain's, all addresses'). Never silence, except that each
+    reason goes to one address at most once an hour."""
+    word = "JOIN" if purpose == Purpose.JOIN else "OBSERVE"
+    pending = membership.pending_code(ctx.session, game, address, ctx.now, purpose)
+    if pending is not None:
+        return _remind(ctx, game, address, purpose, name, pending)
+    if purpose == Purpose.JOIN:
+        refusal = membership.join_code_refusal(ctx.session, game, ctx.now)
+        if refusal is not None:
+            membership.flood_noticed(
+                ctx.session,
+                ctx.config,
+                game,
+                ctx.now,
+                f"at most {membership.MAX_UNCONFIRMED_PER_GAME} sign-up codes an hour for one game",
+            )
+            _note(ctx, game, address, f"signups-full {game.name}", refusal)
+            return "join: no code sent (the game's sign-ups for the hour)"
+    limit = guest_limit(ctx, address, MailKind.CODE)
+    if limit == "address":
+        _note(
+            ctx,
+            game,
+            address,
+            "codes-over-budget",
+            "You asked for too many codes today; try again tomorrow. Codes already sent to "
+            "this address still work.",
+        )
+        return f"{purpose}: no code sent (budget: address)"
+    if limit is not None:
+        domain = address.rpartition("@")[2]
+        membership.flood_noticed(
+            ctx.session,
+            ctx.config,
+            game,
+            ctx.now,
+            f"codes to addresses at {domain}" if limit == "domain" else "codes in all",
+        )
+        _note(
+            ctx,
+            game,
+            address,
+            "codes-busy",
+            f"Many requests came from addresses at {domain} in the last hour, more than "
+            f"we answer at once: please send your {word} again in an hour."
+            if limit == "domain"
+            else "We have sent as many codes as we may in the last hour: please send your "
+            f"{word} again in an hour.",
+        )
+        return f"{purpose}: no code sent (budget: {limit})"
     if purpose == Purpose.JOIN:
         code = membership.request_join(ctx.session, game, address, name, ctx.now)
     else:
@@ -248,26 +322,103 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
     return f"{purpose}: code sent"
 
 
+def _remind(
+    ctx: Context, game: Game, address: str, purpose: str, name: str, pending: Confirmation
+) -> str:
+    """A JOIN or OBSERVE repeated while its code waits: a note that it waits (at most once
+    an hour), and no new code. The code cannot be sent again (it is kept only hashed), so
+    the note says where to find it; a JOIN under another name waits for the code to be
+    used or to expire (a forger could otherwise rename the owner's sign-up)."""
+    wanted = str(pending.payload.get("name", ""))
+    what = (
+        f"to join {game.name} as {wanted!r}"
+        if purpose == Purpose.JOIN
+        else (f"to follow {game.name}")
+    )
+    other = purpose == Purpose.JOIN and wanted.lower() != name.lower()
+    told = _note(
+        ctx,
+        game,
+        address,
+        f"code-pending {game.name}",
+        f"A code {what} was sent to this address on {game_time(game, pending.created_at)} "
+        f"and works until {game_time(game, pending.expires_at)}. Look for the message "
+        f'"[{game.name}] Your confirmation code" and send its CONFIRM line back from this '
+        "address. No new code is sent while it waits.",
+        "If you did not ask for it, ignore it. To join under another name, let it "
+        "expire, then send JOIN again."
+        if other
+        else "If you did not ask for it, ignore it: nothing happens.",
+    )
+    return f"{purpose}: a code already waits (" + ("reminded)" if told else "reminded lately)")
+
+
+def _note(
+    ctx: Context, game: Game | None, address: str, about: str, message: str, next: str = ""
+) -> bool:
+    """A note to the address that asked, ``about`` one thing (a code pending, too many
+    codes...), at most once per NOTE_EVERY each, within the notes' own budget and the
+    bound on all mail to non-players: never counted against the address's answers of the
+    day, so a forger's flood in its name cannot silence them. True when sent."""
+    if guest_limit(ctx, address, MailKind.GUEST_NOTE) is not None:
+        return False
+    if membership.noted(ctx.session, address, about, ctx.now, NOTE_EVERY):
+        log.info("inbound %d: note %r sent to %s lately", ctx.row.id, about, address)
+        return False
+    send(
+        ctx,
+        game,
+        address,
+        MailKind.GUEST_NOTE,
+        "player/membership.txt.j2",
+        subject=subject(game, "About your request"),
+        player=None,
+        name=None,
+        message=message,
+        next=next,
+        line_problems=[],  # never echo a stranger's lines to an address it named
+    )
+    return True
+
+
+def _resting_text(game: Game, until: datetime) -> str:
+    return (
+        "That code was not checked: too many wrong codes came from this address in the "
+        f"last hour, so its codes rest until {game_time(game, until)}. If yours is right, "
+        "send it again after that: it still works."
+    )
+
+
 def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) -> str:
     """CONFIRM of a sign-up or observer code (``locked``: only one for that game, whose row
     the caller holds locked)."""
+    purposes = (Purpose.JOIN, Purpose.OBSERVE)
+    rest = membership.resting(  # before the check: codes resting now are not checked
+        ctx.session,
+        address,
+        ctx.now,
+        purposes=purposes,
+        game_id=locked.id if locked is not None else None,
+    )
     found = membership.check_code(
         ctx.session,
         address,
         code,
         ctx.now,
-        purposes=(Purpose.JOIN, Purpose.OBSERVE),
+        purposes=purposes,
         game_id=locked.id if locked is not None else None,
     )
     if found is None:
-        _guest_reply(
-            ctx,
-            None,
-            address,
+        if rest is not None:  # the owner's right code may be among those not checked
+            _note(ctx, rest[0], address, "code-resting", _resting_text(*rest))
+            return "confirm: not checked (codes resting)"
+        text = (
             "That code is not right or has expired. A code works once, only from the address "
-            "it was sent to, for a few days.",
-            "Ask again (JOIN or OBSERVE) for a new one.",
+            "it was sent to, for a few days."
         )
+        again = "Ask again (JOIN or OBSERVE) for a new one."
+        # two answers an hour at most: a forger's wrong codes cannot silence the owner's
+        any(_note(ctx, None, address, about, text, again) for about in ("code-wrong", "re-wrong"))
         return "confirm: wrong or expired code"
     game, confirmation = found.game, found.confirmation
     ctx.session.refresh(game, with_for_update=True)  # as a round close locks it
@@ -420,8 +571,14 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
     if refusal is not None:
         _player_reply(ctx, game, player, f"{refusal} Nothing changed.")
         return f"address refused: {refusal}"
+    refusal = membership.address_code_refusal(session, game, player, now)
+    if refusal is not None:
+        _player_reply(ctx, game, player, refusal)
+        return "address: no code sent (the player's or the game's codes for the day)"
     if not guest_budget(ctx, new, MailKind.ADDRESS_CODE):
-        _player_reply(ctx, game, player, f"Too many codes went to {new} today; try again tomorrow.")
+        _player_reply(
+            ctx, game, player, f"Too many codes went to {new} lately; try again tomorrow."
+        )
         return "address: no code sent (budget)"
     code = membership.request_address(session, game, player, new, now)
     send(

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.games import ruleset_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, address_problem
+from snl_pbem.mail import authresults
 from snl_pbem.mail.commands import Commands, LineProblem
 from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.ruleset import DEFAULT_RULESET
@@ -46,9 +47,17 @@ GUEST_KINDS = (
     MailKind.CODE,
     MailKind.ADDRESS_CODE,
     MailKind.GUEST_REPLY,
+    MailKind.GUEST_NOTE,
 )
 """Replies to mail without a valid key: their own, smaller budget (a forged flood from a
 player's address must not use up that player's replies)."""
+GUEST_MAIL_PER_HOUR = 100
+"""All mail of GUEST_KINDS but notices (which go only to registered players) in an hour,
+at most: HELP, LIST, codes, answers and notes to any address that asks, and ADDRESS codes
+to new addresses. However a flood is spread over addresses and kinds, the mail it draws
+to people who never asked is bounded by this; past it, such mail is not sent (nor kept
+to send later) until the hour has passed, and the referee of a game whose sign-ups it
+held back is told."""
 GUEST_REPLIES_PER_ADDRESS_PER_HOUR = 3
 GUEST_HELP_PER_ADDRESS_PER_DAY = 2
 GUEST_HELP_PER_HOUR = 30
@@ -83,46 +92,90 @@ GUEST_LIMITS: dict[str, tuple[int, timedelta, int | None]] = {
     MailKind.CODE: (3, timedelta(days=1), 30),
     MailKind.ADDRESS_CODE: (3, timedelta(days=1), None),
     MailKind.GUEST_REPLY: (5, timedelta(days=1), 60),
+    MailKind.GUEST_NOTE: (8, timedelta(hours=1), None),
 }
 """Per kind of reply to unauthenticated mail: (per address, in this window, and for all
-addresses together per hour or None). HELP, LIST, codes and answers to JOIN or OBSERVE
-go to any address that asks, so a forged flood from many addresses meets the bound
-for all of them, and one address never gets more than a few a day. Notices go only to
-registered players' addresses: a per-address budget is enough."""
+addresses together per hour or None); all kinds but notices together within
+GUEST_MAIL_PER_HOUR. HELP, LIST, codes and answers to JOIN or OBSERVE go to any address
+that asks, so a forged flood from many addresses meets the bound for all of them, and
+one address never gets more than a few a day. An address's count takes in its ``+tag``
+forms (``ann+1@`` ... ``ann+9@`` are one mailbox). Notices go only to registered players'
+addresses: a per-address budget is enough. Notes (a code is pending, too many codes...)
+are each sent at most once an hour to an address (``membership.noted``), so they never
+use up its day's answers."""
+GUEST_DOMAIN_LIMITS: dict[str, int] = {MailKind.CODE: 10}
+"""Per kind, codes to all addresses at one domain in an hour, at most: thirty forged JOINs
+from thirty addresses at one domain count as one domain's. (Past it, an address there is
+told to try again in an hour; one at another domain is not held back.)"""
+BUDGET_LIMITS = ("address", "domain", "kind", "all")
+"""Which bound ``guest_limit`` found reached: the address's, its domain's, the kind's for
+all addresses, or GUEST_MAIL_PER_HOUR."""
 
 
 def guest_budget(ctx: Context, address: str, kind: str) -> bool:
     """True if a reply to unauthenticated mail of ``kind`` may go to ``address`` now."""
+    return guest_limit(ctx, address, kind) is None
+
+
+def guest_limit(ctx: Context, address: str, kind: str) -> str | None:
+    """The bound (one of BUDGET_LIMITS) that holds a reply to unauthenticated mail of
+    ``kind`` to ``address`` now, or None when it may go (the first reached, in that
+    order: the caller words its reason by it)."""
     session, now = ctx.session, ctx.now
-    per_address, window, overall = GUEST_LIMITS[kind]
-    sent_to = session.scalar(
-        select(func.count())
-        .select_from(OutboxMessage)
-        .where(
-            OutboxMessage.recipient == address,
+    hour = now - timedelta(hours=1)
+    per_address_limit, window, overall = GUEST_LIMITS[kind]
+    local, _, domain = address.lower().rpartition("@")
+    base = local.split("+", 1)[0] or local
+
+    def count(*where: Any) -> int:
+        return session.scalar(select(func.count()).select_from(OutboxMessage).where(*where)) or 0
+
+    found: str | None = None
+    if (
+        count(
+            OutboxMessage.recipient.in_((address, f"{base}@{domain}"))
+            | OutboxMessage.recipient.like(f"{_like(base)}+%@{_like(domain)}", escape="\\"),
             OutboxMessage.kind == kind,
             OutboxMessage.created_at > now - window,
         )
-    )
-    sent_all = 0
-    if overall is not None:  # to any address: bounded for all of them together
-        sent_all = (
-            session.scalar(
-                select(func.count())
-                .select_from(OutboxMessage)
-                .where(
-                    OutboxMessage.kind == kind,
-                    OutboxMessage.created_at > now - timedelta(hours=1),
-                )
-            )
-            or 0
+        >= per_address_limit
+    ):
+        found = "address"
+    elif kind in GUEST_DOMAIN_LIMITS and (
+        count(
+            OutboxMessage.recipient.endswith("@" + domain, autoescape=True),
+            OutboxMessage.kind == kind,
+            OutboxMessage.created_at > hour,
         )
-    if (sent_to or 0) >= per_address or (overall is not None and sent_all >= overall):
+        >= GUEST_DOMAIN_LIMITS[kind]
+    ):
+        found = "domain"
+    elif overall is not None and (
+        count(OutboxMessage.kind == kind, OutboxMessage.created_at > hour) >= overall
+    ):
+        found = "kind"
+    elif kind != MailKind.GUEST_NOTICE and (
+        count(
+            OutboxMessage.kind.in_([k for k in GUEST_KINDS if k != MailKind.GUEST_NOTICE]),
+            OutboxMessage.created_at > hour,
+        )
+        >= GUEST_MAIL_PER_HOUR
+    ):
+        found = "all"
+    if found is not None:
         log.warning(
-            "inbound %d: no reply to %s (unauthenticated replies' budget)", ctx.row.id, address
+            "inbound %d: no %s to %s (unauthenticated replies' budget: %s)",
+            ctx.row.id,
+            kind,
+            address,
+            found,
         )
-        return False
-    return True
+    return found
+
+
+def _like(text: str) -> str:
+    """``text`` for a LIKE pattern, matched literally."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def guest_notice(
@@ -167,15 +220,15 @@ def guest_notice(
 
 def verified_sender(ctx: Context) -> bool:
     """True when our own MTA's Authentication-Results (``authserv_id``) say the From
-    domain authenticated this message (DMARC pass, or DKIM pass for that domain)."""
-    results, sender = (ctx.row.auth_results or "").lower(), ctx.mail.sender
-    if not results or sender is None or ctx.mail.sender_doubt:
+    domain authenticated this message: DMARC pass for that very domain, or DKIM pass by
+    a domain aligned with it on label boundaries (``example.org.evil.example`` never
+    signs for ``example.org``). Read by RFC 8601's grammar: snl_pbem.mail.authresults."""
+    stored, sender = ctx.row.auth_results, ctx.mail.sender
+    authserv_id = ctx.config.settings.mail.authserv_id
+    if not stored or not authserv_id or sender is None or ctx.mail.sender_doubt:
         return False
     domain = sender.rpartition("@")[2]
-    return (
-        "dmarc=pass" in results
-        or re.search(rf"dkim=pass[^;]*header\.(?:d|i)=@?{re.escape(domain)}\b", results) is not None
-    )
+    return authresults.vouched(authresults.fields(stored), authserv_id, domain)
 
 
 def guest_help(ctx: Context, game: Game | None) -> None:

@@ -379,7 +379,8 @@ class Confirmation(Base):
     expires_at: Mapped[datetime]
     used_at: Mapped[datetime | None]
     wrong: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    """Wrong codes tried from its address: past a few, the code is void."""
+    """Wrong codes counted against it (a few an hour at most: then it rests, never void;
+    the hour's count is in ``payload``: ``membership.check_code``)."""
 
 
 class Observer(Base):

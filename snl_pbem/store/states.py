@@ -94,6 +94,10 @@ class MailKind(StrEnum):
     budget of its own, which strangers' sign-ups cannot use up)."""
     GUEST_REPLY = "guest-reply"
     """An answer to JOIN, CONFIRM, OBSERVE from an address not yet shown to be a player's."""
+    GUEST_NOTE = "guest-note"
+    """A note about codes to the address that asked (a code is pending, too many codes, a
+    wrong code, codes resting): each at most once an hour, so a forger writing in the
+    address's name cannot use up its answers."""
     MEMBERSHIP = "membership"
     """What became of a sign-up, a resignation, an absence, a key or address change."""
     OBSERVER_REPORT = "observer-report"
