@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from snl_pbem.config import Config, load_config
+from snl_pbem.mail.parse import order_key_given
 from snl_pbem.store import Database, OrderRecord, OutboxMessage, Player
 
 T0 = datetime(2029, 12, 1, 12, 0, tzinfo=UTC)
@@ -101,6 +102,22 @@ host = "{sink.host}"
 port = {sink.port}
 tls = "none"
 """
+
+
+def key_in(text: str) -> str:
+    """The order key a welcome, seat or new-key mail gives ("Your order key is ..."; no mail
+    of ours holds a KEY line with it)."""
+    key = order_key_given(text)
+    assert key is not None, f"no order key in:\n{text}"
+    return key
+
+
+def code_in(text: str) -> str:
+    """The code a code mail gives ("Your confirmation code is abcd-efgh"; its example line
+    says CONFIRM (your code))."""
+    found = re.search(r"Your confirmation code is (\w{4}-\w{4})", text)
+    assert found is not None, f"no confirmation code in:\n{text}"
+    return found.group(1)
 
 
 def mail_to(db: Database, who: str, kind: str) -> list[str]:

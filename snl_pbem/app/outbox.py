@@ -27,6 +27,7 @@ from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.mail.compose import compose, new_message_id
 from snl_pbem.mail.dkim import sign as dkim_sign
+from snl_pbem.mail.ours import scrubbed
 from snl_pbem.mail.render import render
 from snl_pbem.mail.smtp import SendError, SmtpSender
 from snl_pbem.procs import dead_here
@@ -294,7 +295,9 @@ def _record(
                 select(OutboxMessage).where(OutboxMessage.id.in_(sent), OutboxMessage.secret)
             ).all()
             for scrub in secret:  # the player has the key now: the database forgets it
-                scrub.message = scrub.message.split(b"\r\n\r\n", 1)[0] + b"\r\n" + SCRUBBED
+                # (keeping a fingerprint of what it said, which holds no key: a copy of it
+                # pasted in a reply is still known as ours, never orders)
+                scrub.message = scrubbed(scrub.message, SCRUBBED)
         lost: dict[int | None, list[dict[str, Any]]] = {}  # failed for good, by game
         for item, error in results:
             if error is None:

@@ -57,6 +57,7 @@ from snl_pbem.app.games import sync_games
 from snl_pbem.app.referee import status
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
+from snl_pbem.mail.parse import order_key_given
 from snl_pbem.offline.classic_replay import parse_classic_replay, run_classic
 from snl_pbem.rules.classic.ruleset import throw_line
 from snl_pbem.rules.outcome import ranked
@@ -418,9 +419,11 @@ class Mail:
 
 
 def _code(text: str) -> str:
-    found = re.search(r"^CONFIRM (\S+)", text, re.MULTILINE)
+    """The code a code mail gives in a sentence (its example line says "CONFIRM (your
+    code)", so that no copy of our mail confirms anything)."""
+    found = re.search(r"Your confirmation code is (\S+)", text)
     if found is None:
-        raise DemoError("a code mail holds no CONFIRM line")
+        raise DemoError("a code mail gives no confirmation code")
     return found.group(1)
 
 
@@ -468,10 +471,10 @@ def _sign_up(mail: Mail, bots: list[Bot], db: Database, out: TextIO) -> None:
         )
     for bot in bots:
         welcome = mail.wait(bot.name, "your order key")
-        key = re.search(r"^KEY (\S+)", welcome, re.MULTILINE)
+        key = order_key_given(welcome)
         if key is None:
-            raise DemoError(f"{bot.name}'s welcome mail holds no KEY line")
-        bot.key = key.group(1)
+            raise DemoError(f"{bot.name}'s welcome mail gives no order key")
+        bot.key = key
     [game] = status(db, "demo")
     due = (game.deadline - datetime.now(UTC)).total_seconds() if game.deadline else 0.0
     print(

@@ -3,11 +3,14 @@
 ``parse_message`` never raises on bad input. It reads with the lenient
 ``compat32`` parser, caps every header and the MIME tree, decodes any text
 charset (unknown ones fall back to UTF-8, then Windows-1252; codecs that are
-not plain text encodings, such as punycode, are never run), turns an
-HTML-only message into text with a C parser (leaving out quoted parts, found
-by tag, class or id), never reads an attachment or a forwarded message, and
-says when a message was written by a robot (auto-replies, bounces, lists),
-which must never be answered (RFC 3834) nor obeyed.
+not plain text encodings, such as punycode, are never run), joins the soft
+line breaks of ``format=flowed`` text (:mod:`snl_pbem.mail.flowed`), turns HTML
+into text in time linear in its size, leaving out quoted parts found by tag,
+class or id (:mod:`snl_pbem.mail.htmltext`; also when the text/plain
+alternative beside it is blank), never reads an attachment or a forwarded
+message, and says when a message was written by a robot (auto-replies, by
+their headers or subject, bounces, lists), which must never be answered
+(RFC 3834) nor obeyed.
 
 Everything it returns is safe to store: no NUL, no control characters, no
 lone surrogates. The server runs it in a worker process with a hard time
@@ -17,23 +20,33 @@ called directly.
 
 from __future__ import annotations
 
+import base64
 import codecs
 import email
-import email.encoders
 import email.parser
+import functools
+import html
+import io
+import quopri
 import re
 import time
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
+from email.generator import BytesGenerator
 from email.header import decode_header, make_header
 from email.message import Message
-from email.utils import getaddresses
+from email.policy import Compat32
+from email.utils import collapse_rfc2231_value, getaddresses
+from html.entities import html5
+from typing import Any
 
-from selectolax.lexbor import LexborHTMLParser
-
-from snl_pbem.mail.commands import Commands, parse_commands
-from snl_pbem.mail.dsn import DeliveryReport, parse_dsn
+from snl_pbem.mail.autoreply import auto_reply_subject
+from snl_pbem.mail.commands import _INVISIBLE, Commands, parse_commands
+from snl_pbem.mail.dsn import RETURNED_HEADERS, STATUS_PARTS, DeliveryReport, parse_dsn
+from snl_pbem.mail.flowed import unflow
+from snl_pbem.mail.htmltext import html_text
+from snl_pbem.mail.ours import without_ours
 
 MAX_HEADER_CHARS = 2000
 MAX_PARTS = 200
@@ -45,8 +58,6 @@ MAX_HTML_CHARS = 1_000_000
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _FOLD = re.compile(r"[\r\n\t]+")
-_CUT = "\ue000snl-cut\ue000"
-"""A marker put into HTML before the first quoted part (private-use characters)."""
 
 # Codecs that are not plain text encodings, or are slow on hostile input (punycode
 # and idna are quadratic): a part that names one is read as UTF-8/Windows-1252.
@@ -90,8 +101,10 @@ class ParsedMail:
     welcome returns its key): redacted from what is kept, never used."""
     redacted: bytes | None = None
     """The message as it may be kept: every key it shows (``quoted_keys`` and the KEY
-    lines read) replaced by ``****``; None when it shows none. Made here, in the same
-    bounded pass as the rest, so keeping a message costs no second trip to the sandbox."""
+    lines read) replaced by ``****`` in every form, and the bodies of parts never read
+    dropped (``redact_secrets``); None when reading was too slow to make it. Made here, in
+    the same bounded pass as the rest, so keeping a message costs no second trip to the
+    sandbox."""
 
 
 def clean_text(value: str, limit: int | None = None) -> str:
@@ -168,13 +181,20 @@ def automated_reason(msg: Message, sender: str | None, game_address: str) -> str
         return f"Auto-Submitted: {auto[:40]}"
     if header(msg, "Return-Path").replace(" ", "") == "<>":
         return "null return path (a bounce)"
-    if header(msg, "Precedence").lower() in ("bulk", "junk", "list", "auto_reply"):
-        return f"Precedence: {header(msg, 'Precedence').lower()}"
+    precedence = header(msg, "Precedence").lower().replace("-", "_")
+    if precedence in ("bulk", "junk", "list", "auto_reply"):
+        return f"Precedence: {precedence}"
     lists = [n for n in names if n.startswith("list-")]
     if lists:
         return f"mailing-list mail ({lists[0]})"
-    if any(n in ("x-autoreply", "x-autorespond", "x-autoresponder") for n in names):
-        return "auto-reply header"
+    # robots that send none of the standard headers: any value of these counts (some send
+    # "X-Autoreply: yes", some "X-Autorespond: <the rule's name>"). Never the Exchange
+    # X-Auto-Response-Suppress, which is on ordinary mail (it asks robots not to answer it)
+    marker = next((n for n in names if n in _AUTO_REPLY_HEADERS), None)
+    if marker is not None:
+        return f"auto-reply header ({marker})"
+    if header(msg, "X-Autogenerated").lower() == "reply":
+        return "auto-reply header (x-autogenerated)"
     if _is_report(msg):
         return "delivery report (bounce)"
     if sender is not None:
@@ -183,7 +203,13 @@ def automated_reason(msg: Message, sender: str | None, game_address: str) -> str
             return f"sent by {local}"
         if sender == game_address.lower():
             return "sent from the game address itself"
+    subject = header(msg, "Subject")
+    if auto_reply_subject(subject):  # the last line of defence: see snl_pbem.mail.autoreply
+        return f"auto-reply subject ({subject[:60]})"
     return None
+
+
+_AUTO_REPLY_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
 
 
 def _is_report(msg: Message) -> bool:
@@ -267,51 +293,22 @@ def _is_attachment(part: Message) -> bool:
 
 # -- HTML -------------------------------------------------------------------------------
 
-_DROP = (
-    # quoted parts that are whole elements: they go, what stands after them stays (a reply
-    # written below the quote)
-    "head, script, style, title, template, blockquote, .moz-cite-prefix, .gmail_attr, "
-    ".gmail_quote, .gmail_quote_container, .yahoo_quoted, .moz-forward-container, "
-    "[id*='quote' i], [class*='quote' i], #mail-editor-reference-message-container"
-)
-_QUOTE_STARTS = (
-    # Outlook's reply headers: the quote is not inside them but follows them, so the first
-    # of these in document order starts the quote, and everything after it goes
-    "#divRplyFwdMsg, #appendonsend, #x_divRplyFwdMsg, #x_appendonsend, "
-    "[class*='OutlookMessageHeader' i], hr#stopSpelling, "
-    "div[style*='border-top:solid #E1E1E1' i], div[style*='border-top: solid #E1E1E1' i], "
-    "div[style*='border-top:solid #B5C4DF' i], div[style*='border-top: solid #B5C4DF' i]"
-)
-_BLOCKS = (
-    "br, p, div, li, tr, td, th, h1, h2, h3, h4, h5, h6, table, pre, hr, ul, ol, "
-    "address, article, section, header, footer, dd, dt"
-)
-
 
 def html_to_text(html: str) -> str:
     """HTML made text: block elements become lines; quoted parts (blockquotes, and from
-    the first reply header or quote container on, by tag, class or id) are left out."""
-    html = html[:MAX_HTML_CHARS].replace("\ue000", "")
-    try:
-        tree = LexborHTMLParser(html)
-        for node in tree.css(_DROP):
-            node.decompose()
-        for node in tree.css(_QUOTE_STARTS):
-            node.insert_before(_CUT)
-        for node in tree.css(_BLOCKS):
-            node.insert_before("\n")
-            node.insert_after("\n")
-        root = tree.body or tree.root
-        text = root.text(deep=True) if root is not None else ""
-    except Exception:  # a parser failure leaves nothing to read, never a crash
-        return ""
-    return clean_text(text.split(_CUT, 1)[0].replace("\ue000", ""))[:MAX_TEXT_CHARS]
+    the first reply header or quote container on, by tag, class or id) are left out. Any
+    HTML is read in time linear in its size (:mod:`snl_pbem.mail.htmltext`)."""
+    return clean_text(html_text(html[:MAX_HTML_CHARS], MAX_TEXT_CHARS))[:MAX_TEXT_CHARS]
 
 
 def body_text(msg: Message) -> tuple[str, str | None]:
-    """The text to read: the first text/plain part, else HTML made text. Attachments
-    and forwarded messages are never read."""
+    """The text to read: the first text/plain part that is not blank (``format=flowed``
+    lines joined), else HTML made text. Attachments and forwarded messages are never
+    read. A blank text/plain alternative beside HTML is what some clients send when the
+    player wrote in HTML (and what a gateway leaves of a text part it could not convert):
+    the HTML is then what was written."""
     plain = html = None
+    blank_plain = False
     skipped_attachment = False
     for count, part in enumerate(_walk(msg)):
         if count >= MAX_PARTS:
@@ -324,22 +321,42 @@ def body_text(msg: Message) -> tuple[str, str | None]:
             skipped_attachment = skipped_attachment or kind.startswith("text/")
             continue
         if kind == "text/plain" and plain is None:
-            plain = part
+            text = decode_part(part)
+            if text.strip():
+                plain = _unflowed(part, text[:MAX_TEXT_CHARS])
+            else:
+                blank_plain = True
         elif kind == "text/html" and html is None:
             html = part
     if plain is not None:
-        return decode_part(plain)[:MAX_TEXT_CHARS], None
+        return plain[:MAX_TEXT_CHARS], None
     if html is not None:
+        if blank_plain:
+            return html_to_text(decode_part(html)), "blank text part: its HTML read as text"
         return html_to_text(decode_part(html)), "HTML-only message read as text"
     if skipped_attachment:
         return "", "attachments are never read as orders"
     return "", "no text part found"
 
 
-def parse_message(raw: bytes, game_address: str) -> ParsedMail:
+def _unflowed(part: Message, text: str) -> str:
+    """``text`` with its soft line breaks joined when its part is ``format=flowed``."""
+    try:
+        flowed = str(part.get_param("format") or "").strip().lower() == "flowed"
+        delsp = str(part.get_param("delsp") or "").strip().lower() == "yes"
+    except Exception:
+        return text
+    return unflow(text, delsp) if flowed else text
+
+
+def parse_message(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> ParsedMail:
     """Everything the intake needs of a raw message. Bad input gives what could be read;
     the standard library's parser may still raise on pathological nesting
-    (RecursionError), which the sandbox reports and the intake sets aside."""
+    (RecursionError), which the sandbox reports and the intake sets aside.
+
+    ``sent``: the fingerprints of the mail we sent to its sender, newest first
+    (:func:`snl_pbem.mail.ours.fingerprint_of_sent`): lines of it that reappear in the
+    message are a quote, never orders (:func:`snl_pbem.mail.ours.without_ours`)."""
     began = time.monotonic()
     msg = email.message_from_bytes(raw)
     sender, doubt = sender_address(msg)
@@ -348,7 +365,7 @@ def parse_message(raw: bytes, game_address: str) -> ParsedMail:
     text, note = body_text(msg)
     automated = automated_reason(msg, sender, game_address)
     subject = header(msg, "Subject")
-    commands = None if automated else parse_commands(text, subject)
+    commands = None if automated else parse_commands(without_ours(text, sent), subject)
     quoted_keys = keys_quoted_in(msg)
     secrets = sorted({*quoted_keys, *(commands.order_keys if commands else ())})
     return ParsedMail(
@@ -373,15 +390,16 @@ def parse_message(raw: bytes, game_address: str) -> ParsedMail:
         # intake then replaces its keys in the bytes (the sandbox's time limit is for reading)
         redacted=(
             _redacted_copy(raw, secrets)
-            if secrets and time.monotonic() - began < REDACT_WITHIN_SECONDS
+            if time.monotonic() - began < REDACT_WITHIN_SECONDS
             else None
         ),
     )
 
 
 REDACT_WITHIN_SECONDS = 2.0
-"""Keys are redacted part by part in the reading pass only when reading took less than
-this (a real message takes milliseconds); otherwise ``redact_in_bytes`` does it."""
+"""Keys are redacted part by part (and the bodies nobody reads dropped) in the reading pass
+only when reading took less than this (a real message takes milliseconds); otherwise
+``redact_in_bytes`` replaces the keys as written, and the rest is kept as it came."""
 
 
 def redact_in_bytes(raw: bytes, secrets: list[str] | tuple[str, ...]) -> bytes:
@@ -400,80 +418,76 @@ def _redacted_copy(raw: bytes, secrets: list[str]) -> bytes:
         return redact_in_bytes(raw, secrets)
 
 
-_KEY_LINE = re.compile(r"^[\s>|]*(?:KEY|PASSWORD)\s*[:=]?\s*(\S{3,64})\s*$", re.IGNORECASE | re.M)
-_GENERATED_KEY = re.compile(r"\b[a-z2-9]{4}-[a-z2-9]{4}-[a-z2-9]{4}-[a-z2-9]{4}\b")
+_KEY_LINE = re.compile(  # within one line: "\s" would run on over every blank line after
+    r"^(?:[^\S\r\n]|[>|])*(?:KEY|PASSWORD)[^\S\r\n]*[:=]?[^\S\r\n]*(\S{3,64})[^\S\n]*$",
+    re.IGNORECASE | re.M,
+)
+_GENERATED_KEY = re.compile(  # keys ignore case
+    r"\b[a-z2-9]{4}-[a-z2-9]{4}-[a-z2-9]{4}-[a-z2-9]{4}\b", re.IGNORECASE
+)
+KEY_SENTENCE = re.compile(r"Your order key is ([^\s<]{6,64})[ \t\r]*$", re.IGNORECASE | re.M)
+"""How every mail we send that gives a key gives it (the welcome, a taken-over seat, a new
+key): a sentence ending the line, never a KEY line, so that no copy of our mail holds a
+complete order (the templates' examples say ``KEY (your order key)``)."""
+
+
+def order_key_given(text: str) -> str | None:
+    """The order key one of our mails gives (see KEY_SENTENCE), or None."""
+    found = KEY_SENTENCE.search(text)
+    return found.group(1) if found else None
 
 
 def keys_quoted_in(msg: Message) -> tuple[str, ...]:
     """Every order key a message shows anywhere, returned copies included: the values of
-    KEY lines, and anything shaped like a generated key (as a welcome mail shows it)."""
-    found: set[str] = set()
+    KEY lines, the key of our sentence "Your order key is ...", and anything shaped like a
+    generated key; in any text part (HTML also with its references resolved and its tags
+    dropped, as a reader sees it) and in the headers, decoded."""
+    texts = [_decoded_words(str(value)) for _name, value in msg.items()[:_HEADERS_SEARCHED]]
     for count, part in enumerate(_walk_all(msg)):
         if count >= MAX_PARTS:
             break
         try:
             if part.get_content_maintype() != "text":
                 continue
+            kind = part.get_content_type()
         except Exception:
             continue
         text = decode_part(part)
+        texts.append(text)
+        if kind == "text/html":  # a tag between two lines ends a line, inside a word not
+            texts += [_unmarked(text, "\n"), _unmarked(text)]
+    found: set[str] = set()
+    for text in texts:
+        text = _INVISIBLE.sub("", text)
         found.update(_KEY_LINE.findall(text))
+        found.update(KEY_SENTENCE.findall(text))  # a welcome's key, set in the config
         found.update(_GENERATED_KEY.findall(text))
     return tuple(sorted(found))[:50]
+
+
+_HEADERS_SEARCHED = 100
+"""Headers of a message searched for keys (decoding a hostile one is slow)."""
 
 
 REDACTED = "****"
 
 
 def redact_secrets(raw: bytes, secrets: list[str]) -> bytes:
-    """The message with every secret (an order key) replaced by ``****`` wherever a
-    reader would see it: in the bytes as they stand, and inside text parts encoded as
-    base64 or quoted-printable (those parts are re-encoded; the rest is kept as it was)."""
-    secrets = [s for s in secrets if len(s) >= 3]
-    if not secrets:
-        return raw
-    pattern = re.compile(
-        "|".join(re.escape(s) for s in sorted(secrets, key=len, reverse=True)), re.IGNORECASE
-    )
-    bytes_pattern = re.compile(
-        b"|".join(re.escape(s.encode("utf-8")) for s in sorted(secrets, key=len, reverse=True)),
-        re.IGNORECASE,
-    )
-    raw = bytes_pattern.sub(REDACTED.encode(), raw)
+    """The message as it may be kept. Every secret (an order key) is replaced by ``****``
+    in every form a reader could see it: in the bytes as they stand; in headers' encoded
+    words (base64 or Q, split over several words, folded) and RFC 2231 parameters; in text
+    parts whatever their transfer encoding and charset; in HTML written with entities or
+    split by tags. The bodies of parts nobody reads (attachments, forwarded messages,
+    non-text parts, parts past the reader's limits) are replaced by a one-line note of
+    their size; their headers stay. Linear in the message; when nothing needs changing,
+    the message is returned as it came."""
+    secrets = sorted({s for s in secrets if len(s) >= 3}, key=len, reverse=True)
     msg = email.message_from_bytes(raw)
-    changed = False
-    for count, part in enumerate(_walk_all(msg)):
-        if count >= MAX_PARTS:
-            break
-        try:
-            if part.get_content_maintype() != "text":
-                continue
-            encoding = str(part.get("Content-Transfer-Encoding", "")).strip().lower()
-            if encoding not in ("base64", "quoted-printable"):
-                continue
-            payload = part.get_payload(decode=True)
-            if not isinstance(payload, bytes):
-                continue
-            charset = _charset(part) or "utf-8"
-            text = payload.decode(charset, errors="replace")
-            if not pattern.search(text):
-                continue
-            redacted = pattern.sub(REDACTED, text).encode(charset, errors="replace")
-            del part["Content-Transfer-Encoding"]
-            part.set_payload(redacted)
-            if encoding == "base64":
-                email.encoders.encode_base64(part)
-            else:
-                email.encoders.encode_quopri(part)
-            changed = True
-        except Exception:  # a part we cannot re-encode: left as the bytes pass made it
-            continue
-    if not changed:
-        return raw
-    try:
-        return msg.as_bytes()
-    except Exception:
-        return raw
+    forms = _KeyForms(secrets) if secrets else None
+    if not _keep_what_is_read(msg, forms):
+        return redact_in_bytes(raw, secrets)
+    # the literal pass again, last: whatever no part holds (a preamble, an epilogue)
+    return redact_in_bytes(_as_received(msg, raw), secrets)
 
 
 def _walk_all(msg: Message, depth: int = 0) -> Iterator[Message]:
@@ -490,6 +504,389 @@ def _walk_all(msg: Message, depth: int = 0) -> Iterator[Message]:
                 yield from _walk_all(sub, depth + 1)
     else:
         yield msg
+
+
+# -- what is kept: no form of a key, and no body nobody reads ----------------------------
+
+NOT_KEPT = "[snl-pbem: body of {size} bytes not kept: this part is never read]"
+"""What the kept copy holds in place of the body of a part nobody reads."""
+_TAG_MAX = 1000
+"""The longest tag or comment taken to stand between two characters of a key (bounded,
+so that a search stays linear whatever the HTML)."""
+_WORD = r"=\?[^?\s]{1,75}\?[bBqQ]\?[^?\s]{0,4000}\?="
+_ENCODED_RUN = re.compile(rf"{_WORD}(?:[ \t\r\n]+{_WORD})*")
+"""Encoded words side by side (RFC 2047): a reader joins them, so a key may be split
+across them. Bounded by "?" and spaces: linear whatever the header."""
+_ENCODED_WORD = re.compile(r"=\?[^?]*?\?[bBqQ]\?.*?\?=")
+"""An encoded word as the standard library finds one (looser than RFC 2047)."""
+_HEADERS_DECODED = 500
+"""Headers per message whose encoded words are decoded whole, as the reader would, to
+check that no key is left: the standard library's search is slow on hostile headers."""
+_HTML_REDACTED_IN_PLACE = 256 * 1024
+"""Characters of HTML per message in which keys are replaced where they stand; past
+them, HTML that shows a key is kept as the text read from it (bounded time)."""
+_RUNS_DECODED = 2000
+"""Runs of encoded words per message decoded to look for keys (each costs a little
+Python); past them a run is replaced whole."""
+_MARKUP = re.compile(rf"<!--[^<]{{0,{_TAG_MAX}}}?-->|<[^<>]{{0,{_TAG_MAX}}}>")
+"""A comment or a tag (neither holding a "<": each search ends at the next one)."""
+
+
+class _KeyForms:
+    """The keys to redact, and patterns that find them as a reader sees them: in text,
+    with the characters a reader drops between theirs (control and invisible characters,
+    a format=flowed soft break); in HTML, also as character references (``&#45;``,
+    ``&#x2d;``, ``&hyphen;``) and split by tags or comments (``ann-<b>key</b>-123``)."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        self.secrets = secrets
+        self.headers_decoded = 0
+        self.runs_decoded = 0
+        self.html_budget = _HTML_REDACTED_IN_PLACE
+
+    def found(self, text: str) -> bool:
+        """True when ``text`` shows a key."""
+        return any(_forms_pattern(k, is_html=False).search(text) for k in self.secrets)
+
+    def redact(self, text: str) -> str:
+        for key in self.secrets:
+            text = _forms_pattern(key, is_html=False).sub(REDACTED, text)
+        return text
+
+    def redact_html(self, markup: str) -> str:
+        for key in self.secrets:
+            markup = _forms_pattern(key, is_html=True).sub(REDACTED, markup)
+        return markup
+
+    def shown_in_html(self, markup: str) -> bool:
+        """True when a reader of this HTML would still see a key: with its tags stripped
+        and its references resolved, or as this module reads HTML."""
+        if self.found(_unmarked(markup)):
+            return True
+        return self.found(html_to_text(markup))
+
+
+@functools.lru_cache(maxsize=256)  # a worker reads many messages with the same keys
+def _forms_pattern(key: str, *, is_html: bool) -> re.Pattern[str]:
+    between = f"(?:{_html_noise() if is_html else _text_noise()})*"
+    return re.compile(between.join(_char_forms(c, is_html=is_html) for c in key), re.I)
+
+
+def _char_forms(char: str, *, is_html: bool) -> str:
+    """One character of a key as text may show it: in any case or as a look-alike a
+    person reads as the same (its fullwidth form; for ``-``, any dash: ``&hyphen;`` is
+    U+2010); in HTML, also as any reference to one."""
+    variants = {v for v in (char, char.lower(), char.upper()) if len(v) == 1}
+    variants.update(_DASHES if char == "-" else "")
+    variants.update(chr(ord(v) + 0xFEE0) for v in list(variants) if "!" <= v <= "~")
+    forms = [f"[{''.join(re.escape(v) for v in sorted(variants))}]"]
+    if is_html:
+        points = sorted(ord(v) for v in variants)
+        forms.append(f"&#0{{0,8}}(?:{'|'.join(str(p) for p in points)});?")
+        forms.append(f"&#x0{{0,8}}(?:{'|'.join(f'{p:x}' for p in points)});?")
+        names = [re.escape(n) for v in sorted(variants) for n in _entity_names().get(v, ())]
+        forms.extend([f"&(?:{'|'.join(names)})"] if names else [])
+    return f"(?:{'|'.join(forms)})"
+
+
+_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2043\u2212\ufe58\ufe63"
+
+
+@functools.cache
+def _text_noise() -> str:
+    """What a reader drops from text: control characters (``clean_text``), invisible
+    ones (the command reader), a format=flowed soft break."""
+    return rf"{_CONTROL.pattern}|{_INVISIBLE.pattern}| \r?\n"
+
+
+@functools.cache
+def _html_noise() -> str:
+    """What HTML may hold between two characters of a key without a reader seeing it:
+    a tag, a comment, a dropped character, or a reference to one (the common ones: any
+    other is found when the HTML is checked, and the HTML is then kept as read)."""
+    dropped = [c for c in map(chr, range(0x2100)) if _CONTROL.match(c) or _INVISIBLE.match(c)]
+    names = sorted({n for c in [*dropped, "\ufeff"] for n in _entity_names().get(c, ())})
+    return "|".join(
+        [
+            _MARKUP.pattern,
+            _text_noise(),
+            _DROPPED_REFERENCE,
+            f"&(?:{'|'.join(re.escape(n) for n in names)})",
+        ]
+    )
+
+
+_DROPPED_REFERENCE = (
+    # references to the characters a reader drops, in decimal and hexadecimal: controls,
+    # the soft hyphen, zero-width and direction marks, the BOM
+    r"&#0{0,8}(?:[1-8]|1[1-9]|2\d|3[01]|127|173|1564|6158|820[3-7]|823[4-8]|828[89]|"
+    r"829\d|830[0-3]|65279|6552\d|6553[01]);?|"
+    r"&#x0{0,8}(?:[1-8bcef]|1[\da-f]|7f|ad|61c|180e|200[b-f]|202[a-e]|206[\da-f]|feff|"
+    r"fff[9ab]);?"
+)
+
+
+@functools.cache
+def _entity_names() -> dict[str, tuple[str, ...]]:
+    """Each character's named references (``-``: ``&hyphen;``, ``&dash;``, ...)."""
+    names: dict[str, list[str]] = {}
+    for name, value in html5.items():
+        if len(value) == 1:
+            names.setdefault(value, []).append(name)
+    return {char: tuple(found) for char, found in names.items()}
+
+
+def _unmarked(markup: str, tag: str = "") -> str:
+    """HTML with its tags and comments replaced by ``tag`` and its references resolved."""
+    return html.unescape(_MARKUP.sub(tag, markup))
+
+
+def _keep_what_is_read(msg: Message, forms: _KeyForms | None) -> bool:
+    """Redact ``msg`` in place (every header, the bodies that are read) and drop the
+    bodies nobody reads; True when anything changed. One pass over the tree without
+    recursion (a hostile message may nest deeper than any recursion limit); everything
+    below the depth the reader stops at goes as one body."""
+    read = _read_parts(msg)
+    changed = False
+    stack: list[tuple[Message, int, bool]] = [(msg, 0, False)]
+    while stack:
+        part, depth, report = stack.pop()
+        if forms is not None:
+            changed = _redact_headers(part, forms) or changed
+        kind = _content_type(part)
+        payload = part.get_payload()
+        if isinstance(payload, list):
+            # a delivery report's status part is header blocks only (read by parse_dsn)
+            if depth >= MAX_DEPTH and kind != "message/delivery-status":
+                changed = _drop_body(part, _size(part)) or changed
+                continue
+            report = report or kind in STATUS_PARTS or kind in RETURNED_HEADERS
+            if forms is not None:
+                changed = _redact_around_parts(part, forms) or changed
+            subparts = [sub for sub in payload if isinstance(sub, Message)]
+            stack.extend((sub, depth + 1, report) for sub in reversed(subparts))
+        elif id(part) in read or report or kind in RETURNED_HEADERS:  # parse_dsn reads those
+            if forms is not None:
+                changed = _redact_body(part, forms, is_html=kind == "text/html") or changed
+        elif isinstance(payload, str) and payload.strip():
+            changed = _drop_body(part, len(payload)) or changed
+    return changed
+
+
+def _redact_around_parts(part: Message, forms: _KeyForms) -> bool:
+    """A preamble or epilogue (text around a multipart's parts, which nobody reads) that
+    shows a key in a form the bytes pass cannot find goes, for a note of its size."""
+    changed = False
+    for place in ("preamble", "epilogue"):
+        text = getattr(part, place, None)
+        if isinstance(text, str) and (forms.found(text) or forms.found(_unmarked(text))):
+            setattr(part, place, NOT_KEPT.format(size=len(text)))
+            changed = True
+    return changed
+
+
+def _read_parts(msg: Message) -> set[int]:
+    """The parts ``body_text`` may read, by id: every text/plain and text/html part that
+    is not an attachment among the leaves it walks (which alternative it reads depends on
+    what they hold, so all are kept)."""
+    read: set[int] = set()
+    for count, part in enumerate(_walk(msg)):
+        if count >= MAX_PARTS:
+            break
+        if _content_type(part) in ("text/plain", "text/html") and not _is_attachment(part):
+            read.add(id(part))
+    return read
+
+
+def _content_type(part: Message) -> str:
+    try:
+        return part.get_content_type()
+    except Exception:
+        return ""
+
+
+def _size(part: Message) -> int:
+    """The bytes of every body under ``part``."""
+    size, stack = 0, [part]
+    while stack:
+        payload = stack.pop().get_payload()
+        if isinstance(payload, list):
+            stack.extend(sub for sub in payload if isinstance(sub, Message))
+        elif isinstance(payload, str):
+            size += len(payload)
+    return size
+
+
+def _drop_body(part: Message, size: int) -> bool:
+    """The body replaced by a note of its size; the headers stay (the transfer encoding
+    says what the note is: plain text)."""
+    encoding = str(part.get("Content-Transfer-Encoding", "")).strip().lower()
+    if encoding and encoding not in ("7bit", "8bit", "binary"):
+        part.replace_header("Content-Transfer-Encoding", "7bit")
+    part.set_payload(NOT_KEPT.format(size=size) + "\n")
+    return True
+
+
+def _redact_body(part: Message, forms: _KeyForms, *, is_html: bool) -> bool:
+    """Every key in a text part replaced, the part encoded again as it came (same
+    transfer encoding and charset). HTML that still shows a key afterwards (split by a
+    script, or by a tag too long to pass over) is replaced by the text read from it."""
+    try:
+        data = part.get_payload(decode=True)
+    except Exception:
+        data = None
+    if not isinstance(data, bytes) or not data:
+        return False
+    text, charset, errors = _decoded_as_read(part, data)
+    if not is_html:
+        redacted = forms.redact(text)
+    elif not forms.shown_in_html(text):
+        return False
+    elif len(text) <= forms.html_budget:  # the HTML pattern is slow (about 3 s a MiB)
+        forms.html_budget -= len(text)
+        redacted = forms.redact_html(text)
+        if forms.shown_in_html(redacted):
+            redacted = _html_as_read(text, forms)
+    else:
+        redacted = _html_as_read(text, forms)
+    if redacted == text:
+        return False
+    try:
+        new = redacted.encode(charset, errors)
+    except (UnicodeError, LookupError):  # a codec that cannot write back: UTF-8 then
+        new = redacted.encode("utf-8", "surrogateescape")
+        part.set_param("charset", "utf-8")
+    _set_body(part, new)
+    return True
+
+
+def _decoded_as_read(part: Message, data: bytes) -> tuple[str, str, str]:
+    """(text, charset, errors): decoded as ``decode_part`` decodes it, and how to encode
+    it back to the same bytes."""
+    for charset in (_charset(part), "utf-8"):
+        if charset is None:
+            continue
+        with suppress(UnicodeDecodeError, LookupError):
+            return data.decode(charset), charset, "strict"
+    return data.decode("cp1252", "surrogateescape"), "cp1252", "surrogateescape"
+
+
+def _set_body(part: Message, data: bytes) -> None:
+    """``data`` as the part's body, in its transfer encoding (base64 for any other than
+    the plain ones and quoted-printable)."""
+    encoding = str(part.get("Content-Transfer-Encoding", "")).strip().lower()
+    if encoding == "quoted-printable":
+        body = quopri.encodestring(data, quotetabs=True).decode("ascii")
+    elif encoding in ("", "7bit", "8bit", "binary"):
+        body = data.decode("ascii", "surrogateescape")  # written back byte for byte
+    else:
+        if encoding != "base64":  # x-uuencode and the like
+            part.replace_header("Content-Transfer-Encoding", "base64")
+        body = base64.encodebytes(data).decode("ascii")
+    part.set_payload(body)
+
+
+def _html_as_read(markup: str, forms: _KeyForms) -> str:
+    read = forms.redact(html_to_text(markup))
+    return (
+        "<!-- snl-pbem: this HTML showed an order key where it could not be replaced; "
+        "it is kept as the text read from it -->\n<pre>"
+        + html.escape(read, quote=False)
+        + "</pre>\n"
+    )
+
+
+def _redact_headers(part: Message, forms: _KeyForms) -> bool:
+    """Every key in the part's headers replaced, wherever it stands: as written, in
+    encoded words, in RFC 2231 parameters."""
+    headers = vars(part).get("_headers")  # compat32's list: headers of one name may repeat
+    if not isinstance(headers, list):
+        return False
+    changed = False
+    for index, item in enumerate(headers):
+        name, value = item
+        if isinstance(value, str):
+            new = _redacted_header(value, forms)
+            if new != value:
+                headers[index] = (name, new)
+                changed = True
+    for name in ("Content-Type", "Content-Disposition"):
+        changed = _redact_parameters(part, name, forms) or changed
+    return changed
+
+
+def _redacted_header(value: str, forms: _KeyForms) -> str:
+    value = forms.redact(value)
+    if "=?" not in value:
+        return value
+    value = _ENCODED_RUN.sub(lambda m: _redacted_words(m.group(0), forms), value)
+    if forms.headers_decoded < _HEADERS_DECODED:
+        # what the reader decodes (the first MAX_HEADER_CHARS): a key left in a word the
+        # standard library reads but RFC 2047 does not allow goes with the word
+        forms.headers_decoded += 1
+        head = value[:MAX_HEADER_CHARS]
+        if forms.found(_decoded_words(head)):
+            value = _ENCODED_WORD.sub(REDACTED, head) + value[MAX_HEADER_CHARS:]
+    return value
+
+
+def _redacted_words(run: str, forms: _KeyForms) -> str:
+    """Encoded words side by side, written again (UTF-8, base64) with every key they
+    show replaced; unchanged when they show none. Past ``_RUNS_DECODED`` in a message
+    (only hostile mail has so many) each is replaced whole, unread."""
+    forms.runs_decoded += 1
+    if forms.runs_decoded > _RUNS_DECODED:
+        return REDACTED
+    try:
+        decoded = str(make_header(decode_header(run)))
+    except Exception:  # an unknown charset: no reader can show it either
+        return run
+    if not forms.found(decoded):
+        return run
+    redacted = forms.redact(decoded).encode("utf-8", "replace").decode("utf-8")
+    chunks = [redacted[i : i + 40] for i in range(0, len(redacted), 40)] or [""]
+    return " ".join(
+        f"=?utf-8?b?{base64.b64encode(chunk.encode()).decode('ascii')}?=" for chunk in chunks
+    )
+
+
+def _redact_parameters(part: Message, name: str, forms: _KeyForms) -> bool:
+    """A key in an RFC 2231 parameter (``filename*=utf-8''ann%2Dkey%2D123``) replaced
+    with the whole value; other parameters are redacted with their header."""
+    value = part.get(name)
+    if value is None or "*" not in str(value):
+        return False
+    try:
+        params = part.get_params(header=name) or []
+    except Exception:
+        return False
+    changed = False
+    for key, param in params[1:]:
+        shown = collapse_rfc2231_value(param) if isinstance(param, tuple) else str(param)
+        if forms.found(shown) or forms.found(_decoded_words(shown)):
+            with suppress(Exception):
+                part.set_param(key, REDACTED, header=name, replace=True)
+                changed = True
+    return changed
+
+
+class _AsReceived(Compat32):
+    """Headers written back as they came (``compat32`` would fold them again), so that a
+    kept copy differs from the message only where something was redacted or dropped."""
+
+    def fold_binary(self, name: str, value: Any) -> bytes:
+        if not isinstance(value, str):
+            return super().fold_binary(name, value)
+        return f"{name}: {value}{self.linesep}".encode("utf-8", "surrogateescape")
+
+
+def _as_received(msg: Message, raw: bytes) -> bytes:
+    """``msg`` as bytes, with the line endings ``raw`` came with."""
+    linesep = "\r\n" if b"\r\n" in headers_only(raw) else "\n"
+    out = io.BytesIO()
+    policy = _AsReceived(linesep=linesep)
+    BytesGenerator(out, mangle_from_=False, policy=policy).flatten(msg)
+    return out.getvalue()
 
 
 def envelope_of(raw: bytes) -> tuple[str | None, str | None]:

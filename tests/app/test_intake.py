@@ -169,9 +169,9 @@ def test_keys_leave_the_bytes_when_the_reading_pass_did_not_redact(intake, monke
     assert read.redacted is None and "ann-key-123" in read.quoted_keys
     monkeypatch.setattr(parse_module, "REDACT_WITHIN_SECONDS", slow)
 
-    def unredacted(raw, config):
+    def unredacted(raw, config, sent=()):
         return dataclasses.replace(
-            parse_module.parse_message(raw, config.settings.mail.address), redacted=None
+            parse_module.parse_message(raw, config.settings.mail.address, sent), redacted=None
         )
 
     monkeypatch.setattr(intake_module, "_read", unredacted)

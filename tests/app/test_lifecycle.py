@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from helpers import game_rules
+from mailhelpers import key_in
 from sqlalchemy import func, select
 
 from snl_pbem.app.games import start_game, sync_games
@@ -104,7 +105,7 @@ def test_start_makes_keys_round_one_and_welcome_mail(db: Database, make_config) 
     assert [m.recipient for m in mails] == ["ann@example.org", "bob@example.org", "cy@example.org"]
     assert all(m.kind == "welcome" and m.secret and m.status == "pending" for m in mails)
     body = mails[0].message.decode()
-    key = next(line.strip() for line in body.splitlines() if line.startswith("    "))
+    key = key_in(body)
     assert verify_key(key, players[0].order_key_hash, salt)
     assert not verify_key(key, players[1].order_key_hash, salt)
     assert key not in (players[0].order_key_hash or "")

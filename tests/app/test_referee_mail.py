@@ -561,18 +561,16 @@ players = [
 
 def join(db: Database, config: Config, who: str, game: str, name: str) -> None:
     """JOIN and CONFIRM from ``who``, as a player does (the code read from our mail)."""
-    import re
+    from mailhelpers import code_in
 
     send_mail(db, config, mail(f"JOIN {game} {name}", sender=who, tag=f"j-{who}"))
     [(_, _, text)] = [m for m in outbox(db, "code") if m[1] == who]
-    code = re.search(r"CONFIRM (\w{4}-\w{4})", text).group(1)
+    code = code_in(text)
     send_mail(db, config, mail(f"CONFIRM {code}", sender=who, tag=f"c-{who}"))
 
 
 def test_approve_refuse_start_and_replace_by_mail(db: Database, tmp_path: Path) -> None:
-    import re
-
-    from mailhelpers import T0
+    from mailhelpers import T0, key_in
 
     from snl_pbem.app.games import start_game
     from snl_pbem.store import Player, Signup
@@ -613,7 +611,7 @@ def test_approve_refuse_start_and_replace_by_mail(db: Database, tmp_path: Path) 
     assert signups == {"Xavier": "seated", "Yo": "refused"}
     assert game_row_named(db, "appr") == "running"
     [(_, _, welcome)] = [m for m in outbox(db, "welcome") if m[1] == "x1@example.net"]
-    assert re.search(r"KEY (\S+)", welcome)
+    assert key_in(welcome)
     [(_, _, seat)] = [m for m in outbox(db, "welcome") if m[1] == "dora@example.net"]
     assert "You now play bob's seat" in seat
     # bob's old key is no more

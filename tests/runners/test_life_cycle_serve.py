@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from imapclient import IMAPClient
+from mailhelpers import code_in, key_in
 from sqlalchemy import select
 from test_serve import SNL, WAIT, run, wait_for
 
@@ -167,7 +168,7 @@ def test_a_whole_life_cycle_through_serve(
             who = f"{name}@example.org"
             post.send(who, f"JOIN club {name}", subject="sign me up")
             (code_mail,) = post.wait(who, "Your confirmation code", 1, log)
-            code = re.search(r"CONFIRM (\w{4}-\w{4})", code_mail).group(1)
+            code = code_in(code_mail)
             # the reply quotes the code mail below, as a phone's mail app does
             quoted = "\r\n".join("> " + line for line in code_mail.splitlines())
             post.send(who, f"CONFIRM {code}\r\n\r\nOn Sat, the referee wrote:\r\n{quoted}")
@@ -178,7 +179,7 @@ def test_a_whole_life_cycle_through_serve(
             post.wait(who, "You have a seat", 1, log)
         for name in PLAYERS:
             (welcome,) = post.wait(f"{name}@example.org", "Welcome", 1, log)
-            keys[name] = re.search(r"KEY (\S+)", welcome).group(1)
+            keys[name] = key_in(welcome)
 
         def orders(name: str, die: int, number: int, key: str | None = None) -> None:
             post.send(
@@ -228,7 +229,7 @@ def test_a_whole_life_cycle_through_serve(
             post.wait(f"{name}@example.org", "Round 2 report", 1, log)
         # auto_replace: eve, first on standby, now plays dee's seat
         (seat,) = post.wait("eve@example.org", "You take over a seat", 1, log)
-        eve_key = re.search(r"KEY (\S+)", seat).group(1)
+        eve_key = key_in(seat)
         # -- round 3: eve plays dee's seat; cy still away --------------------------------
         orders("ann", 2, 3)
         orders("bob", 5, 3)

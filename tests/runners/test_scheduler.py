@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from mailhelpers import T0, game_config
+from mailhelpers import T0, code_in, game_config
 from sqlalchemy import select
 
 from snl_pbem.app.games import start_game, sync_games
@@ -300,7 +300,7 @@ def test_a_game_filled_by_mail_has_round_1_planned_at_once(tmp_path) -> None:
                 .one()
                 .decode()
             )
-        return text.split("CONFIRM ")[1].split()[0]
+        return code_in(text)
 
     def planned() -> list[tuple[str, object]]:
         return [

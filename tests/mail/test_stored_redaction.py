@@ -1,0 +1,454 @@
+"""Nothing kept that should not be (issue 20): the stored copy of a message shows no order
+key in any form a reader could decode it from (encoded-word headers, HTML references, tags
+splitting it, any transfer encoding and charset), and keeps no body nobody reads
+(attachments, forwarded messages, non-text parts, parts past the reader's limits): those
+keep their headers and a note of their size. The orders are applied all the same, and the
+digest of the original bytes still recognises the message when it comes again."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import email
+import html
+import quopri
+import re
+import unicodedata
+from email.header import decode_header, make_header
+from email.message import Message
+from email.utils import collapse_rfc2231_value
+
+import pytest
+from mailhelpers import T0, orders_of
+
+from snl_pbem.app import intake as intake_module
+from snl_pbem.app.intake import ingest, retry_set_aside
+from snl_pbem.cli.main import main
+from snl_pbem.mail.parse import MAX_PARTS, REDACTED, parse_message, redact_secrets
+from snl_pbem.store import InboundMessage
+from snl_pbem.store.states import InboundStatus
+
+KEY = "ann-key-123"
+HEAD = (
+    "From: Ann <ann@example.org>\r\nTo: snl@example.org\r\n"
+    "Date: Tue, 1 Dec 2026 10:00:00 +0000\r\nMIME-Version: 1.0\r\n"
+)
+ORDERS = "GAME g1\r\nKEY ann-key-123\r\nDICE 4\r\n"
+
+
+def b64(text: str, charset: str = "utf-8") -> str:
+    return base64.b64encode(text.encode(charset)).decode("ascii")
+
+
+def b64_lines(data: bytes) -> str:
+    return base64.encodebytes(data).decode("ascii").replace("\n", "\r\n")
+
+
+def message(tag: str, content: str, subject: str = "[g1] orders", head: str = "") -> bytes:
+    """A message as a client writes it: ``content`` is its Content-Type line onwards."""
+    return (
+        f"{HEAD}Subject: {subject}\r\nMessage-ID: <{tag}@example.org>\r\n{head}{content}"
+    ).encode("utf-8", "surrogateescape")
+
+
+def multipart(tag: str, kind: str, *parts: str, subject: str = "[g1] orders") -> bytes:
+    body = "".join(f"--B-{tag}\r\n{part}\r\n" for part in parts)
+    return message(
+        tag,
+        f'Content-Type: multipart/{kind}; boundary="B-{tag}"\r\n\r\n'
+        f"This is a multi-part message in MIME format.\r\n\r\n{body}--B-{tag}--\r\n",
+        subject,
+    )
+
+
+PLAIN = (
+    f"Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 7bit\r\n\r\n{ORDERS}"
+)
+
+
+# -- every form a reader may decode, as a hostile auditor of the database would ---------
+
+
+_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\ufe63\uff0d"
+_HIDDEN = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u00ad\u200b-\u200f\u2060\ufeff]")
+
+
+def _plain(text: str) -> str:
+    """Text as a person reads it: look-alikes folded, hidden characters gone."""
+    text = unicodedata.normalize("NFKC", text)
+    text = text.translate({ord(d): "-" for d in _DASHES})
+    return _HIDDEN.sub("", text).lower()
+
+
+def _header_views(part: Message) -> list[str]:
+    views = []
+    for name, value in part.items():
+        value = str(value)
+        views.append(f"{name}: {value}")
+        with contextlib.suppress(Exception):
+            views.append(str(make_header(decode_header(value))))
+    for name in ("content-type", "content-disposition"):
+        for _key, param in part.get_params(header=name) or []:
+            views.append(collapse_rfc2231_value(param) if isinstance(param, tuple) else param)
+    return views
+
+
+def views_of(raw: bytes) -> list[str]:
+    """Every form of a stored message a reader could see: its bytes, every header decoded,
+    every part decoded (transfer encoding, charset), HTML with its references resolved
+    and its tags stripped."""
+    views = [raw.decode("latin-1"), raw.decode("utf-8", "replace")]
+    msg = email.message_from_bytes(raw)
+    for part in msg.walk():
+        views += _header_views(part)
+        payload = part.get_payload(decode=True)
+        if not isinstance(payload, bytes):
+            continue
+        charset = part.get_content_charset() or "utf-8"
+        try:
+            text = payload.decode(charset, "replace")
+        except LookupError:
+            text = payload.decode("utf-8", "replace")
+        views += [text, html.unescape(re.sub(r"<[^>]*>", "", text))]
+        if part.get_content_type() == "message/rfc822" or text.startswith(("From:", "Subject:")):
+            views += views_of(payload)  # a forwarded message, taken apart again
+    return views
+
+
+def assert_no_key(raw: bytes, key: str = KEY) -> None:
+    for view in views_of(raw):
+        assert key not in _plain(view), f"{key} left in:\n{view[:2000]}"
+
+
+def stored(db, inbound_id: int) -> bytes:
+    with db.transaction() as s:
+        return s.get(InboundMessage, inbound_id).raw
+
+
+def ingest_and_check(db, config, raw: bytes, dice: str = "4") -> bytes:
+    """The message is read and applied as before, and what is kept shows no key."""
+    result = ingest(db, config, raw, T0, "t")
+    assert result.status == "processed", result.detail
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", dice)]
+    kept = stored(db, result.inbound_id)
+    assert_no_key(kept)
+    assert ingest(db, config, raw, T0, "t").status == "duplicate"  # the digest is the original's
+    return kept
+
+
+# -- keys in headers ----------------------------------------------------------------------
+
+
+SUBJECTS = {
+    "base64": f"=?utf-8?b?{b64('[g1] orders, KEY ann-key-123')}?=",
+    "base64-upper-case": f"=?UTF-8?B?{b64('[g1] ANN-KEY-123')}?=",
+    "q": "=?utf-8?q?=5Bg1=5D_key_ann=2Dkey=2D123?=",
+    "split-words-folded": (
+        f"=?utf-8?q?[g1]_key_ann-k?=\r\n =?utf-8?b?{b64('ey-1')}?=\r\n\t=?utf-8?q?23?="
+    ),
+    "latin-1-split": (
+        f"=?iso-8859-1?b?{b64('[g1] clé ann-', 'latin-1')}?= =?iso-8859-1?q?key-123?="
+    ),
+    "hidden-characters": "=?utf-8?b?" + b64("[g1] ann-\u200bkey-\u00ad123") + "?=",
+    "look-alike": f"=?utf-8?b?{b64('[g1] ａｎｎ‐key‐123')}?=",  # noqa: RUF001 (the look-alikes are the point)
+    "plain": "[g1] KEY ann-key-123",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SUBJECTS))
+def test_no_form_of_a_key_stays_in_the_subject(intake, name: str) -> None:
+    db, config = intake
+    raw = message(f"subj-{name}", PLAIN, subject=SUBJECTS[name])
+    kept = ingest_and_check(db, config, raw)
+    assert "[g1]" in str(make_header(decode_header(email.message_from_bytes(kept)["Subject"])))
+
+
+def test_no_key_stays_in_any_header(intake) -> None:
+    """Encoded words in a display name, an unstructured header, an RFC 2231 parameter: the
+    sender is still ann, and the orders count."""
+    db, config = intake
+    raw = message(
+        "headers",
+        PLAIN,
+        head=(
+            f"X-Note: =?iso-8859-1?q?my_key=3A_ann=2Dkey=2D123?=\r\n"
+            f"Comments: =?utf-8?b?{b64('ann-key-123')}?=\r\n"
+            f"Content-Description: =?utf-8?q?ann-key-?=\r\n =?utf-8?q?123?=\r\n"
+        ),
+    ).replace(
+        b"From: Ann <ann@example.org>",
+        f"From: =?utf-8?b?{b64('Ann (ann-key-123)')}?= <ann@example.org>".encode(),
+    )
+    kept = ingest_and_check(db, config, raw)
+    assert parse_message(kept, "snl@example.org").sender == "ann@example.org"
+
+
+def test_a_key_shown_but_not_given_is_not_kept_in_any_form(intake) -> None:
+    """Keys a message shows without giving them (a welcome quoted, another player's key
+    pasted) are found in any form too: in an encoded subject, in upper case, in HTML
+    references, split by a tag, inside a quote the reader leaves out."""
+    db, config = intake
+    subject = "=?utf-8?b?" + b64("Re: [g1] Welcome (K7MQ-X2PA-9DFE-TW3H)") + "?="
+    body = (
+        "<div><p>GAME g1</p><p>KEY ann-key-123</p><p>DICE 4</p></div><blockquote>"
+        "<p>Your order key is k7mq&#45;x2pa&#x2D;9dfe<b>-</b>tw3h</p>"
+        "<p>KEY cy&#45;key&#45;123</p></blockquote>\r\n"
+    )
+    raw = message("shown", f"Content-Type: text/html; charset=utf-8\r\n\r\n{body}", subject)
+    kept = ingest_and_check(db, config, raw)
+    assert_no_key(kept, "k7mq-x2pa-9dfe-tw3h")
+    assert_no_key(kept, "cy-key-123")
+
+
+# -- keys in the parts that are read --------------------------------------------------------
+
+
+HTML_FORMS = {
+    "decimal": "ann&#45;key&#45;123",
+    "hexadecimal": "ann&#x2d;key&#X2D;123",
+    "leading-zeros-no-semicolon": "&#0097nn&#x0002dkey&#0045;123",
+    "named-dashes": "ann&hyphen;key&dash;123",
+    "every-letter": "&#97;&#110;&#x6e;&#45;&#107;&#x65;&#121;&#45;&#49;&#50;&#51;",
+    "split-by-tags": "ann-<b>key</b>-<span class='x'>12</span>3",
+    "split-by-comment": "ann-key<!-- a comment -->-123",
+    "hidden-references": "ann-&shy;key&#8203;-&ZeroWidthSpace;123",
+    "upper-case": "ANN-KEY-123",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HTML_FORMS))
+def test_no_form_of_a_key_stays_in_html(intake, name: str) -> None:
+    """An HTML-only message gives its key with references or tags in it: the key is read
+    (the orders count) and no form of it is kept."""
+    db, config = intake
+    form = HTML_FORMS[name]
+    body = (
+        '<html><body><div dir="ltr"><p>GAME g1</p><p>KEY ann&#45;key-123</p><p>DICE 4</p>'
+        f"<p>(my key once more: {form})</p></div></body></html>\r\n"
+    )
+    raw = message(f"html-{name}", f"Content-Type: text/html; charset=utf-8\r\n\r\n{body}")
+    kept = ingest_and_check(db, config, raw)
+    assert "<p>DICE 4</p>" in kept.decode()  # the HTML is kept, not made text
+
+
+def test_html_that_hides_a_key_where_no_pattern_reaches_is_kept_as_read(intake) -> None:
+    """A key split by a script (the reader drops scripts, so it reads the key whole): the
+    HTML is kept as the text read from it, redacted, and reads the same orders."""
+    db, config = intake
+    body = "<p>GAME g1</p><p>KEY ann-<script>var x = 1;</script>key-123</p><p>DICE 4</p>\r\n"
+    raw = message("script", f"Content-Type: text/html; charset=utf-8\r\n\r\n{body}")
+    kept = ingest_and_check(db, config, raw)
+    again = parse_message(kept, "snl@example.org")
+    assert "KEY ****" in again.text and "DICE 4" in again.text
+
+
+@pytest.mark.parametrize(
+    ("name", "charset", "encoding"),
+    [
+        ("latin-1-base64", "iso-8859-1", "base64"),
+        ("utf-16-base64", "utf-16", "base64"),
+        ("latin-1-8bit", "iso-8859-1", "8bit"),
+        ("utf-8-quoted-printable", "utf-8", "quoted-printable"),
+        ("iso-2022-jp-7bit", "iso-2022-jp", "7bit"),
+    ],
+)
+def test_no_key_stays_in_a_text_part_in_any_encoding(
+    intake, name: str, charset: str, encoding: str
+) -> None:
+    db, config = intake
+    text = ORDERS + "Grüße, ann (ann-\u00adkey-123)\r\n"  # a soft hyphen in it
+    if charset == "iso-2022-jp":
+        text = ORDERS + "よろしく ann-key-123\r\n"
+    data = text.encode(charset)
+    if encoding == "base64":
+        body = b64_lines(data)
+    elif encoding == "quoted-printable":
+        body = quopri.encodestring(data).decode("ascii")
+    else:  # 8bit bytes as they are (made bytes again below), ISO-2022-JP's 7 bits
+        body = data.decode("latin-1")
+    raw = message(
+        f"enc-{name}",
+        f"Content-Type: text/plain; charset={charset}\r\n"
+        f"Content-Transfer-Encoding: {encoding}\r\n\r\n{body}",
+    )
+    if encoding == "8bit":
+        raw = raw.decode("utf-8", "surrogateescape").encode("latin-1")
+    kept = ingest_and_check(db, config, raw)
+    again = parse_message(kept, "snl@example.org").text
+    assert "KEY ****" in again and "DICE 4" in again
+
+
+def test_every_alternative_is_kept_redacted(intake) -> None:
+    """multipart/alternative: both the text and the HTML stay (which one the reader takes
+    depends on what they hold), each without the key; the text read is the same."""
+    db, config = intake
+    html_part = (
+        "Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable"
+        "\r\n\r\n"
+        + quopri.encodestring(b"<p>GAME g1</p><p>KEY ann&#45;key&#45;123</p><p>DICE 4</p>").decode()
+    )
+    plain_part = (
+        "Content-Type: text/plain; charset=iso-8859-1\r\nContent-Transfer-Encoding: base64"
+        f"\r\n\r\n{b64_lines(ORDERS.encode('latin-1'))}"
+    )
+    raw = multipart("alt", "alternative", plain_part, html_part)
+    kept = ingest_and_check(db, config, raw)
+    parts = [p for p in email.message_from_bytes(kept).walk() if not p.is_multipart()]
+    assert [p.get_content_type() for p in parts] == ["text/plain", "text/html"]
+    assert "DICE 4" in parts[1].get_payload(decode=True).decode()
+    before = parse_message(raw, "snl@example.org").text
+    assert parse_message(kept, "snl@example.org").text == before.replace(KEY, REDACTED)
+
+
+# -- parts nobody reads --------------------------------------------------------------------
+
+
+ATTACHMENT = (
+    'Content-Type: text/plain; charset=utf-8; name="keys.txt"\r\n'
+    'Content-Disposition: attachment; filename="keys.txt"\r\n'
+    "Content-Transfer-Encoding: base64\r\n\r\n"
+)
+FORWARD = (
+    'Content-Type: message/rfc822; name="welcome.eml"\r\n'
+    'Content-Disposition: attachment; filename="welcome.eml"\r\n\r\n'
+    "From: snl@example.org\r\nTo: ann@example.org\r\n"
+    f"Subject: =?utf-8?b?{b64('[g1] Welcome, your key ann-key-123')}?=\r\n"
+    "Message-ID: <welcome@example.org>\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    "Content-Transfer-Encoding: quoted-printable\r\n\r\n"
+    "Your order key is ann-=\r\nkey-123\r\n\r\nKEY ann-key-123\r\nDICE 6\r\n"
+)
+PDF = (
+    'Content-Type: application/pdf; name="orders.pdf"\r\n'
+    'Content-Disposition: attachment; filename="orders.pdf"\r\n'
+    "Content-Transfer-Encoding: base64\r\n\r\n"
+    + b64_lines(b"%PDF-1.4\n1 0 obj << /Key (ann-key-123) >> endobj\n" + bytes(range(256)))
+)
+
+
+def test_attachments_and_forwards_keep_their_headers_and_lose_their_bodies(intake) -> None:
+    """A .txt attachment, a forwarded .eml and a PDF, each holding the key: their bodies
+    are not kept, their headers and sizes are; the orders are read as before."""
+    db, config = intake
+    secret_txt = b64_lines(b"my key: ann-key-123\r\nbob's: bob-key-123\r\n")
+    raw = multipart("att", "mixed", PLAIN, ATTACHMENT + secret_txt, FORWARD, PDF)
+    kept = ingest_and_check(db, config, raw)
+    assert_no_key(kept, "bob-key-123")  # a key the reader never saw is not kept either
+    text = kept.decode()
+    for kept_header in (
+        'Content-Disposition: attachment; filename="keys.txt"',
+        'Content-Disposition: attachment; filename="welcome.eml"',
+        'Content-Type: application/pdf; name="orders.pdf"',
+        "Message-ID: <welcome@example.org>",  # the forwarded message's own headers
+    ):
+        assert kept_header in text
+    sizes = [int(n) for n in re.findall(r"\[snl-pbem: body of (\d+) bytes not kept", text)]
+    assert len(sizes) == 3 and all(n > 40 for n in sizes), text
+    assert "DICE 6" not in text and "%PDF" not in text
+    msg = email.message_from_bytes(kept)
+    assert [p.get_content_type() for p in msg.walk()][:5] == [
+        "multipart/mixed",
+        "text/plain",
+        "text/plain",
+        "message/rfc822",
+        "text/plain",
+    ]
+
+
+def test_a_key_in_an_attachments_name_is_not_kept(intake) -> None:
+    db, config = intake
+    named = (
+        "Content-Type: text/plain; charset=utf-8;\r\n name*=utf-8''ann%2Dkey%2D123.txt\r\n"
+        "Content-Disposition: attachment;\r\n filename*0*=utf-8''ann%2D;\r\n"
+        " filename*1*=key%2D123.txt\r\n\r\nhello\r\n"
+    )
+    ingest_and_check(db, config, multipart("named", "mixed", PLAIN, named))
+
+
+def test_parts_past_the_readers_limits_lose_their_bodies(sqlite_intake) -> None:
+    """Parts past MAX_PARTS and below the depth the reader stops at are never read: their
+    bodies go, whatever they hold."""
+    db, config = sqlite_intake
+    many = [f"Content-Type: text/plain\r\n\r\nfiller {i} ann-key-123" for i in range(MAX_PARTS)]
+    deep = "Content-Type: text/plain\r\n\r\nDICE 6 ann-key-123"
+    for level in range(15):
+        deep = (
+            f'Content-Type: multipart/mixed; boundary="D{level}"\r\n\r\n'
+            f"--D{level}\r\n{deep}\r\n--D{level}--"
+        )
+    raw = multipart("limits", "mixed", PLAIN, *many, deep)
+    kept = ingest_and_check(db, config, raw)
+    assert "DICE 6" not in kept.decode() and "not kept: this part is never read" in kept.decode()
+
+
+# -- the referee can still see and run what is kept -------------------------------------------
+
+
+def test_inbound_show_and_retry_work_on_what_is_kept(intake, tmp_path, monkeypatch, capsys):
+    """A message set aside before it was read keeps its bytes (a retry must read them);
+    once the referee retries it, it is read, applied, and kept redacted; ``inbound show``
+    prints what is kept."""
+    db, config = intake
+    raw = multipart("retry", "mixed", PLAIN, ATTACHMENT + b64_lines(b"ann-key-123"), FORWARD)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("a bug in processing")
+
+    monkeypatch.setattr(intake_module, "_process", broken)
+    first = ingest(db, config, raw, T0, "t")
+    assert first.status == InboundStatus.SET_ASIDE, first
+    assert stored(db, first.inbound_id) == raw  # nothing read yet: kept whole for the retry
+    monkeypatch.undo()
+    result = retry_set_aside(db, config, first.inbound_id, T0)
+    assert result.status == "processed", result.detail
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "4")]
+    kept = stored(db, first.inbound_id)
+    assert_no_key(kept)
+    config_file = str(tmp_path / "config.toml")
+    assert main(["inbound", "show", str(first.inbound_id), "--config", config_file]) == 0
+    out = capsys.readouterr().out
+    assert "KEY ****" in out and "never read" in out and "ann-key-123" not in out
+
+
+# -- hostile shapes: bounded, and still nothing kept ---------------------------------------------
+
+
+def test_hostile_shapes_are_redacted_without_a_trace_of_the_key() -> None:
+    """5,000 parts, 300 levels of nesting, 50,000 headers with encoded words: each is
+    redacted in one pass (no recursion limit, no quadratic search) and keeps no key."""
+    parts = "".join(
+        f"--B\r\nContent-Type: text/plain\r\n\r\nKEY ann-key-123 {i}\r\n" for i in range(5000)
+    )
+    wide = message("wide", f'Content-Type: multipart/mixed; boundary="B"\r\n\r\n{parts}--B--\r\n')
+    nested = "".join(
+        f'--N{i}\r\nContent-Type: multipart/mixed; boundary="N{i + 1}"\r\n\r\n' for i in range(300)
+    )
+    deep = message(
+        "deep",
+        f'Content-Type: multipart/mixed; boundary="N0"\r\n\r\n{nested}'
+        "--N300\r\nContent-Type: text/plain\r\n\r\nKEY ann-key-123\r\n",
+    )
+    headers = "".join(
+        f"X-H{i}: =?utf-8?q?ann-key-123?= =?utf-8?b?{b64('ann-key-123')}?=\r\n"
+        for i in range(50000)
+    )
+    tall = message("tall", PLAIN, head=headers)
+    for raw in (wide, deep, tall):
+        kept = redact_secrets(raw, [KEY])
+        assert KEY.encode() not in kept and b64(KEY).encode() not in kept
+    kept = redact_secrets(wide, [KEY])
+    assert kept.count(b"KEY ****") == MAX_PARTS  # the parts the reader may read stay
+    assert kept.count(b"not kept: this part is never read") == 5000 - MAX_PARTS
+
+
+def test_blank_lines_do_not_slow_the_search_for_keys(sqlite_intake) -> None:
+    """The search for KEY lines stays on one line: 60,000 blank lines (or as many tags
+    the HTML view turns into lines) are read well inside the sandbox's time limit (a
+    search running on over them took minutes), and the orders above them count."""
+    db, config = sqlite_intake
+    body = "GAME g1\r\nKEY ann-key-123\r\nDICE 4\r\n" + "\r\n" * 60_000 + "Ann\r\n"
+    raw = message("blank", f"Content-Type: text/plain; charset=utf-8\r\n\r\n{body}")
+    kept = ingest_and_check(db, config, raw)
+    assert b"KEY ****" in kept
+    html_body = "<p>GAME g1</p><p>KEY ann-key-123</p><p>DICE 4</p>" + "<b>" * 60_000
+    html_raw = message("blank-html", f"Content-Type: text/html; charset=utf-8\r\n\r\n{html_body}")
+    assert ingest(db, config, html_raw, T0, "t").status == "processed"
