@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, union_all
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.orm import Session
 
@@ -54,6 +56,7 @@ from snl_pbem.errors import NotFound
 from snl_pbem.keys import hash_key
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.commands import Commands, LineProblem, parse_commands
+from snl_pbem.mail.ours import fingerprint_of_sent
 from snl_pbem.mail.parse import (
     ParsedMail,
     ParseTimeout,
@@ -71,7 +74,7 @@ from snl_pbem.store import (
     OutboxMessage,
     Player,
 )
-from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
+from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, OutboxStatus
 
 log = logging.getLogger("snl_pbem.intake")
 
@@ -115,12 +118,15 @@ def ingest(
     uidvalidity: int | None = None,
     uid: int | None = None,
     size: int | None = None,
+    process: bool = True,
 ) -> IngestResult:
     """Store, then process, one message. Raises only if it could not be stored at all
     (the database is down): a message the database refuses as it is, is stored as a
     stub and set aside, so that no message stops the mailbox. ``size``: ``raw`` is only
     the header of a message that large (the IMAP poller never fetches one over the
-    limit whole)."""
+    limit whole). ``process=False`` only stores it (status ``new``): the intakes have it
+    read by parallel workers (``snl_pbem.runners.mailboxes.Readers``), so a slow message
+    never holds the ones after it."""
     digest = hashlib.sha256(raw).hexdigest()
     message_id, sender = envelope_of(raw)  # headers only, bounded; before any lock
     source = clean_text(source, 200)
@@ -158,6 +164,8 @@ def ingest(
         log.error("a message could not be stored as received (%s): storing a stub", exc)
         return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid, exc)
     crash_point("ingest.stored-not-processed")
+    if not process:
+        return IngestResult(inbound_id, InboundStatus.NEW, "stored")
     return _process_row(db, config, inbound_id, (kept, note))
 
 
@@ -254,15 +262,39 @@ def _known(
     return found
 
 
-def process_pending(db: Database, config: Config) -> list[IngestResult]:
-    """Process messages stored but not processed (the server stopped in between)."""
+def process_pending(
+    db: Database, config: Config, workers: int = sandbox.MAX_WORKERS
+) -> list[IngestResult]:
+    """Process messages stored but not processed (the server stopped in between).
+
+    Several senders' messages are read at once (``workers``), each sender's one at a time
+    in the order they came: a slow message holds one worker, not the start-up, and a
+    player's later message still replaces their earlier one. Results in stored order."""
     with db.transaction() as session:
-        ids = session.scalars(
-            select(InboundMessage.id)
+        rows = session.execute(
+            select(InboundMessage.id, InboundMessage.sender)
             .where(InboundMessage.status == InboundStatus.NEW)
             .order_by(InboundMessage.id)
         ).all()
-    return [process_stored(db, config, inbound_id) for inbound_id in ids]
+    by_sender: dict[str, list[int]] = {}
+    for inbound_id, sender in rows:
+        by_sender.setdefault(sender or f"#{inbound_id}", []).append(inbound_id)
+    results: dict[int, IngestResult] = {}
+
+    def run(ids: list[int]) -> None:
+        for inbound_id in ids:
+            results[inbound_id] = process_stored(db, config, inbound_id)
+
+    if workers <= 1 or len(by_sender) <= 1:
+        for ids in by_sender.values():
+            run(ids)
+    else:
+        with ThreadPoolExecutor(
+            min(workers, len(by_sender)), thread_name_prefix="snl-pbem-pending"
+        ) as pool:
+            for _ in pool.map(run, by_sender.values()):  # raises what a worker raised
+                pass
+    return [results[inbound_id] for inbound_id, _ in rows]
 
 
 def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResult:
@@ -280,6 +312,23 @@ def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResul
             log.error("inbound %d set aside: %s", inbound_id, row.error)
             return IngestResult(inbound_id, InboundStatus.SET_ASIDE, row.error)
     return _process_row(db, config, inbound_id)
+
+
+def waiting_sizes(db: Database, ids: list[int]) -> dict[int, tuple[int, str | None]]:
+    """(stored size in bytes, sender) of each of these messages still unprocessed: the
+    readers read small ones first, and each sender's one at a time."""
+    found: dict[int, tuple[int, str | None]] = {}
+    size = func.coalesce(func.length(InboundMessage.raw), 0)
+    with db.transaction() as session:
+        for start in range(0, len(ids), 500):  # bounded IN lists, whatever the flood
+            rows = session.execute(
+                select(InboundMessage.id, size, InboundMessage.sender).where(
+                    InboundMessage.id.in_(ids[start : start + 500]),
+                    InboundMessage.status == InboundStatus.NEW,
+                )
+            ).all()
+            found.update((inbound_id, (int(n), sender)) for inbound_id, n, sender in rows)
+    return found
 
 
 def process_now(db: Database, config: Config, inbound_id: int) -> IngestResult:
@@ -311,14 +360,75 @@ def retry_set_aside(
     return _process_row(db, config, inbound_id)
 
 
-def _read(raw: bytes, config: Config) -> ParsedMail | str:
-    """The parsed message, or why it could not be read (in the sandbox: bounded)."""
+def _read(raw: bytes, config: Config, sent: tuple[str, ...] = ()) -> ParsedMail | str:
+    """The parsed message, or why it could not be read (in the sandbox: bounded). ``sent``:
+    what we sent its sender (``_sent_to``): lines of it in the message are never orders."""
     try:
-        return sandbox.parse(raw, config.settings.mail.address)
+        return sandbox.parse(raw, config.settings.mail.address, sent)
     except ParseTimeout as exc:
         return f"set aside: {exc}"
     except sandbox.ParseFailed as exc:
         return f"set aside: it could not be read: {exc}"
+
+
+SENT_COMPARED = 40
+"""Our latest messages to a sender that its message is compared with (``snl_pbem.mail.ours``),
+and, however old, the latest SECRET_COMPARED that gave a key or a code: a welcome is what
+out-of-office replies paste, weeks into a game."""
+SECRET_COMPARED = 5
+_FINGERPRINTS_KEPT = 20_000
+_fingerprints: dict[str, str] = {}
+"""The fingerprint of each message we sent, by its Message-ID (unique for ever, and the
+same before and after a scrub): each is worked out once per process."""
+_fingerprints_lock = threading.Lock()
+
+
+def _sent_to(db: Database, config: Config, sender: str | None) -> tuple[str, ...]:
+    """The fingerprints of the mail we sent to ``sender`` (as the address is spelt in
+    players' rows or the referee's setting too), newest first, bounded: the latest
+    SENT_COMPARED and the latest SECRET_COMPARED that held a key or code. Mail that failed
+    or bounced never reached the sender. Two small indexed queries, and a third for the
+    messages not fingerprinted yet (usually one: the last reply)."""
+    if sender is None:
+        return ()
+    columns = (OutboxMessage.id, OutboxMessage.message_id, OutboxMessage.secret)
+    with db.transaction() as session:
+        addresses = {sender, config.settings.mail.referee}  # as the players' rows spell it
+        addresses.update(
+            session.scalars(select(Player.email).where(func.lower(Player.email) == sender))
+        )
+        to_sender = (  # an IN list, not an OR: the (recipient, status, id) index serves it
+            OutboxMessage.recipient.in_(sorted(a for a in addresses if a.lower() == sender)),
+            OutboxMessage.status.in_((OutboxStatus.SENT, OutboxStatus.PENDING)),
+        )
+        latest = select(OutboxMessage.status, *columns).order_by(OutboxMessage.id.desc())
+        both = union_all(
+            latest.where(*to_sender).limit(SENT_COMPARED).subquery().select(),
+            latest.where(*to_sender, OutboxMessage.secret)
+            .limit(SECRET_COMPARED)
+            .subquery()
+            .select(),
+        )
+        rows = {(row.id, row.message_id, row.secret, row.status) for row in session.execute(both)}
+        with _fingerprints_lock:
+            missing = {row[0]: row for row in rows if row[1] not in _fingerprints}
+        if missing:
+            for outbox_id, message in session.execute(
+                select(OutboxMessage.id, OutboxMessage.message).where(
+                    OutboxMessage.id.in_(sorted(missing))
+                )
+            ):
+                _, message_id, is_secret, status = missing[outbox_id]
+                scrubbed = is_secret and status == OutboxStatus.SENT  # see drain_outbox
+                value = fingerprint_of_sent(message, scrubbed=scrubbed)
+                with _fingerprints_lock:
+                    if len(_fingerprints) >= _FINGERPRINTS_KEPT:
+                        for old in list(_fingerprints)[: _FINGERPRINTS_KEPT // 2]:
+                            del _fingerprints[old]
+                    _fingerprints[message_id] = value
+    with _fingerprints_lock:
+        found = [_fingerprints.get(row[1], "") for row in sorted(rows, reverse=True)]
+    return tuple(value for value in found if value)
 
 
 def _process_row(
@@ -343,7 +453,8 @@ def _process_row(
     else:
         raw, note = stored
     too_large = bool(note and note.startswith(TOO_LARGE))
-    mail = _read(raw, config)
+    sender = None if too_large else envelope_of(raw)[1]  # as ingest stored it on the row
+    mail = _read(raw, config, _sent_to(db, config, sender))
     try:
         with db.transaction() as session:
             row = session.get(InboundMessage, inbound_id, with_for_update=True)
@@ -388,17 +499,18 @@ def _kept_after_reading(
     mail: ParsedMail,
     secrets: tuple[str, ...],
 ) -> None:
-    """What is kept of a message once it has been read. Order keys are kept only as
-    hashes: every key it shows is replaced by **** (the copy the sandbox made while
-    reading it). Past its sender's daily cap it is cut to its first 64 KiB (under an
-    X-SNL-PBEM-Trimmed line). The digest of the original bytes stays, so the same message
-    arriving again is still recognised."""
-    if not secrets:
-        kept = raw
-    elif mail.redacted is not None:
-        kept = mail.redacted
-    else:  # the reading pass left it (a slow message): the keys go from the bytes at least
+    """What is kept of a message once it has been read: the copy the sandbox made while
+    reading it, in which every key it shows, in any form, is replaced by **** (order keys
+    are kept only as hashes) and the bodies of parts nobody reads (attachments, forwarded
+    messages) are replaced by a note of their size. Past its sender's daily cap it is cut
+    to its first 64 KiB (under an X-SNL-PBEM-Trimmed line). The digest of the original
+    bytes stays, so the same message arriving again is still recognised."""
+    if mail.redacted is not None:  # and the keys it gave once more, as written (cheap)
+        kept = redact_in_bytes(mail.redacted, secrets)
+    elif secrets:  # the reading pass left it (a slow message): the keys go from the bytes
         kept = redact_in_bytes(raw, secrets)
+    else:
+        kept = raw
     if len(kept) > TRIMMED_BYTES and _over_daily_cap(session, config, row):
         mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
         kept = mark.encode() + kept[:TRIMMED_BYTES]

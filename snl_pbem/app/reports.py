@@ -257,6 +257,21 @@ def enqueue_referee_summary(
         f"{(m.error or '').splitlines()[0][:120] if m.error else ''}"
         for m in session.scalars(rejected_query.order_by(InboundMessage.id).limit(50))
     ]
+    # stored before the deadline but still being read when the close stopped waiting for
+    # it (snl_pbem.runners.scheduler.CLOSE_WAIT_SECONDS): its game is not known yet
+    rejected += [
+        f"#{inbound_id} from {sender or 'unknown'}: received before the deadline, not yet "
+        "read at the close: orders in it will be refused as late"
+        for inbound_id, sender in session.execute(
+            select(InboundMessage.id, InboundMessage.sender)
+            .where(
+                InboundMessage.status == InboundStatus.NEW,
+                InboundMessage.received_at <= min(round_.deadline, now),
+            )
+            .order_by(InboundMessage.id)
+            .limit(50)
+        )
+    ]
     since = previous_close or round_.opened_at
     key_uses = session.scalars(
         select(AuditEntry)

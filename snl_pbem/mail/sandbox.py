@@ -38,7 +38,11 @@ PARSE_SECONDS = 10.0
 """The hard limit on reading one message (a real one takes milliseconds)."""
 MEMORY_BYTES = 768 * 1024 * 1024
 """How much a worker's address space may grow while it reads messages."""
-MAX_WORKERS = 2
+MAX_WORKERS = 4
+"""Messages read at once. More than the cores on purpose: the time limit is wall-clock time,
+so a message that runs to it holds a worker for ``PARSE_SECONDS`` whatever the machine, and
+four such hold four workers, not the whole intake (a real message still takes milliseconds
+beside them). Each worker's memory is bounded by ``MEMORY_BYTES`` on its own."""
 START_SECONDS = 120.0
 
 
@@ -77,7 +81,8 @@ def _serve(conn: Connection, memory: int) -> None:
         try:
             if operation == "too big":
                 raise MemoryError
-            answer: tuple[str, Any] = ("ok", parse_message(raw, argument))
+            address, sent = argument  # the game address, what we sent to the sender
+            answer: tuple[str, Any] = ("ok", parse_message(raw, address, sent))
         except MemoryError:
             answer = ("error", "reading it needed more memory than the limit")
         except BaseException as exc:  # parse_message should never raise; report, live on
@@ -114,7 +119,11 @@ class _Worker:
         self.process.start()
         child.close()
         # the first start imports the parser: waited for apart from a message's time limit
-        if not self.conn.poll(START_SECONDS) or self.conn.recv()[0] != "ready":
+        try:
+            started = self.conn.poll(START_SECONDS) and self.conn.recv()[0] == "ready"
+        except (EOFError, OSError):  # it died starting: a reading failure, not a crash
+            started = False
+        if not started:
             self.kill()
             raise ParseFailed(f"the reading process did not start within {START_SECONDS:g} s")
 
@@ -143,9 +152,10 @@ class Sandbox:
         self._all: set[_Worker] = set()
         self._lock = threading.Lock()
 
-    def parse(self, raw: bytes, game_address: str) -> ParsedMail:
-        """Read one message; raises ParseTimeout or ParseFailed, never hangs."""
-        value = self._run("parse", raw, game_address)
+    def parse(self, raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> ParsedMail:
+        """Read one message; raises ParseTimeout or ParseFailed, never hangs. ``sent``:
+        the fingerprints of our mail to its sender (see ``parse_message``)."""
+        value = self._run("parse", raw, (game_address, sent))
         assert isinstance(value, ParsedMail)
         return value
 
@@ -222,6 +232,6 @@ def default_sandbox() -> Sandbox:
         return _default
 
 
-def parse(raw: bytes, game_address: str) -> ParsedMail:
+def parse(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> ParsedMail:
     """Read one message in the shared sandbox (see the module's docstring)."""
-    return default_sandbox().parse(raw, game_address)
+    return default_sandbox().parse(raw, game_address, sent)

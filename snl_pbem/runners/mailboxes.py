@@ -1,16 +1,30 @@
-"""Wiring the mail intakes to the database: leases, health, and ``ingest``.
+"""Wiring the mail intakes to the database: leases, health, ``ingest``, and the readers.
 
 The IMAP poller and the LMTP receiver (``snl_pbem.mail``) know nothing of
 the database; this module gives them what they call.
+
+Both intakes store a message first and then hand it to :class:`Readers`, a few
+threads that have stored messages read (in the sandbox) and processed in
+parallel: a message that runs to the sandbox's time limit holds one reader for
+that long, never the mailbox or the messages after it. A round's close asks
+the same readers for the messages received before its deadline and still
+unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
+(``snl_pbem.runners.scheduler``).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from snl_pbem.app.intake import IngestResult, ingest
+from snl_pbem.app.intake import IngestResult, ingest, process_now
 from snl_pbem.app.mailbox_state import (
     ensure_state,
     record_failed_poll,
@@ -21,18 +35,296 @@ from snl_pbem.app.mailbox_state import (
 from snl_pbem.config import Config
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
+from snl_pbem.mail.parse import envelope_of
 from snl_pbem.mail.received import mta_receipt_time
+from snl_pbem.mail.sandbox import MAX_WORKERS, PARSE_SECONDS
 from snl_pbem.procs import dead_here, identity
 from snl_pbem.store import Database
+from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import format_duration, utcnow
 
 log = logging.getLogger("snl_pbem.mailboxes")
 
 LEASE = timedelta(minutes=5)
+IN_ORDER_SECONDS = 2.0
+"""A message read for longer than this is slow: the readers take the next beside it. Under
+``PARSE_SECONDS / MAX_WORKERS``, so a flood of slow messages still keeps every reader busy."""
+SETTLE_SECONDS = 6 * PARSE_SECONDS
+"""How long a poll waits, at most, for what it stored to be read before it goes on to the
+next: ordinary mail is read in milliseconds and answered before, while a flood of slow
+messages is read on behind it (and a deadline ends the wait at once)."""
+LMTP_SETTLE_SECONDS = PARSE_SECONDS
+"""The same for one LMTP delivery, before its 250 (it is stored by then): no longer than
+the reading limit, so slow messages never hold the MTA's sessions longer than they did when
+each was read before its answer."""
+KEPT_RESULTS = 1000
+
+
+@dataclass(eq=False)
+class _Job:
+    db: Database
+    config: Config
+    inbound_id: int
+    size: int
+    sender: str
+    urgent: bool = False
+    started: float = 0.0
+    finished: float = 0.0
+    close_since: float | None = None
+    """When a close first waited for this message (monotonic): its wait counts once."""
+    future: Future[IngestResult] = field(default_factory=Future)
+
+
+class Readers:
+    """Stored messages read and processed in parallel, by ``threads`` threads.
+
+    Each thread takes the next message and runs ``process_now`` on it (the sandbox bounds
+    the reading, the row lock makes a second processing a no-op). Messages are taken in
+    the order they were stored, and the next one only once the one taken last is done or
+    has been read for ``IN_ORDER_SECONDS``: ordinary mail (milliseconds) is processed in
+    order, as it comes (the last seat goes to the first JOIN), while slow messages are
+    read side by side. One sender's messages are read one at a time, in their order, so a
+    player's later orders still replace their earlier ones, and a flood from one address
+    holds one reader. Messages a close waits for go first, the smallest first (an order
+    is a few hundred bytes, a message slow to read is large). A message asked for twice
+    is read once (same future).
+    """
+
+    def __init__(self, threads: int = MAX_WORKERS, in_order: float = IN_ORDER_SECONDS) -> None:
+        self.threads = threads
+        self.in_order = in_order
+        self._cond = threading.Condition(threading.RLock())
+        self._queued: dict[tuple[int, int], _Job] = {}
+        self._running: dict[tuple[int, int], _Job] = {}
+        self._busy: set[str] = set()
+        self._workers: list[threading.Thread] = []
+        self._names = itertools.count(1)
+        self._paused = 0
+
+    def submit(
+        self,
+        db: Database,
+        config: Config,
+        inbound_id: int,
+        *,
+        size: int = 0,
+        sender: str | None = None,
+        urgent: bool = False,
+    ) -> Future[IngestResult]:
+        """Have stored message ``inbound_id`` read and processed; its result, later."""
+        key = (id(db), inbound_id)
+        with self._cond:
+            job = self._queued.get(key) or self._running.get(key)
+            if job is None:
+                job = _Job(db, config, inbound_id, size, sender or f"#{inbound_id}")
+                self._queued[key] = job
+                self._start_worker()
+                self._cond.notify()
+            job.urgent = job.urgent or urgent
+            return job.future
+
+    def submit_urgent(
+        self, db: Database, config: Config, messages: dict[int, tuple[int, str | None]]
+    ) -> dict[int, Future[IngestResult]]:
+        """Have these messages ({id: (size, sender)}) read before any other, the smallest
+        first (a close is waiting for them); all queued at once, so the order holds."""
+        with self._cond:
+            futures = {
+                inbound_id: self.submit(
+                    db, config, inbound_id, size=size, sender=sender, urgent=True
+                )
+                for inbound_id, (size, sender) in messages.items()
+            }
+            return futures
+
+    def wait_for_close(
+        self, db: Database, futures: dict[int, Future[IngestResult]], seconds: float
+    ) -> list[int]:
+        """Wait until these messages are read, or give up on those still unread once
+        ``seconds`` have passed and the readers have stopped getting through ordinary mail
+        (none of these read in under ``in_order`` seconds for that long). So ordinary
+        mail, however much of it, is all read (it goes first: see the class), and slow
+        messages add ``seconds`` at most. The time counts from when a close first waited
+        for any of them: the closes of one deadline share it. Returns the ids unread."""
+        now = time.monotonic()
+        jobs: dict[Future[IngestResult], _Job] = {}
+        start = now
+        with self._cond:
+            for inbound_id, future in futures.items():
+                job = self._queued.get((id(db), inbound_id)) or self._running.get(
+                    (id(db), inbound_id)
+                )
+                if job is not None:
+                    job.close_since = job.close_since or now
+                    start = min(start, job.close_since)
+                    jobs[future] = job
+        progress = start  # when one of them was last read quickly
+        pending = {future: inbound_id for inbound_id, future in futures.items()}
+        while pending:
+            now = time.monotonic()
+            for future in [f for f in pending if f.done()]:
+                del pending[future]
+                job = jobs.get(future)
+                if job is None:  # read before we looked
+                    progress = max(progress, now)
+                elif job.finished - job.started < self.in_order:
+                    progress = max(progress, job.finished)
+            until = max(start + seconds, progress + self.in_order)
+            if not pending or now >= until:
+                break
+            wait(pending, timeout=until - now, return_when=FIRST_COMPLETED)
+        return sorted(pending.values())
+
+    def finish(self, seconds: float) -> bool:
+        """At shutdown: take no new message and wait for those being read, ``seconds`` at
+        most; True if none is left being read. What is queued stays stored, unprocessed,
+        and is read at the next start (``process_pending``). Taken up again after."""
+        until = time.monotonic() + seconds
+        with self._cond:
+            self._paused += 1
+            try:
+                while self._running and time.monotonic() < until:
+                    self._cond.wait(until - time.monotonic())
+                return not self._running
+            finally:
+                self._paused -= 1
+                self._cond.notify_all()
+
+    def idle(self) -> bool:
+        """True when no message is waiting or being read (for tests and benchmarks)."""
+        with self._cond:
+            return not self._queued and not self._running
+
+    def _start_worker(self) -> None:
+        self._workers = [t for t in self._workers if t.is_alive()]
+        if len(self._workers) < self.threads and len(self._workers) < len(self._queued) + len(
+            self._running
+        ):
+            thread = threading.Thread(
+                target=self._work, name=f"snl-pbem-reader-{next(self._names)}", daemon=True
+            )
+            self._workers.append(thread)
+            thread.start()
+
+    def _next(self) -> tuple[_Job | None, float | None]:
+        """The message to read now, or None and how long to wait before looking again
+        (None: until something changes)."""
+        if not self._queued or self._paused:
+            return None, None
+        if self._running and not any(job.urgent for job in self._queued.values()):
+            # in order, unless the one read last is slow (a close's messages: at once)
+            youngest = max(job.started for job in self._running.values())
+            left = youngest + self.in_order - time.monotonic()
+            if left > 0:
+                return None, left
+        heads: dict[str, _Job] = {}
+        urgent: set[str] = set()
+        for job in self._queued.values():
+            if job.sender in self._busy:
+                continue
+            if job.urgent:
+                urgent.add(job.sender)
+            head = heads.get(job.sender)
+            if head is None or job.inbound_id < head.inbound_id:
+                heads[job.sender] = job
+        if not heads:
+            return None, None
+        return min(  # a close's first, the small first; else in the order they came
+            heads.values(),
+            key=lambda j: (0, j.size, j.inbound_id) if j.sender in urgent else (1, 0, j.inbound_id),
+        ), None
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                job, pause = self._next()
+                while job is None:
+                    self._cond.wait(pause)
+                    job, pause = self._next()
+                key = (id(job.db), job.inbound_id)
+                del self._queued[key]
+                job.started = time.monotonic()
+                self._running[key] = job
+                self._busy.add(job.sender)
+            try:
+                result = process_now(job.db, job.config, job.inbound_id)
+            except BaseException as exc:  # the database away: the message stays new
+                log.error(
+                    "inbound %d could not be processed (%s: %s); it stays stored, unprocessed",
+                    job.inbound_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                outcome: IngestResult | BaseException = exc
+            else:
+                outcome = result
+            with self._cond:
+                job.finished = time.monotonic()
+                del self._running[key]
+                self._busy.discard(job.sender)
+                self._cond.notify_all()
+            if isinstance(outcome, BaseException):
+                job.future.set_exception(outcome)
+            else:
+                job.future.set_result(outcome)
+
+
+_readers: Readers | None = None
+_readers_lock = threading.Lock()
+
+
+def default_readers() -> Readers:
+    """The process's readers, shared by its intakes and its closes."""
+    global _readers
+    with _readers_lock:
+        if _readers is None:
+            _readers = Readers()
+        return _readers
+
+
+def read_stored(
+    readers: Readers,
+    db: Database,
+    config: Config,
+    result: IngestResult,
+    raw: bytes,
+) -> Future[IngestResult]:
+    """The future result of processing a message ``ingest(process=False)`` just stored (a
+    message already known is done at once)."""
+    if result.status != InboundStatus.NEW or result.inbound_id is None:
+        done: Future[IngestResult] = Future()
+        done.set_result(result)
+        return done
+    _, sender = envelope_of(raw)
+    return readers.submit(db, config, result.inbound_id, size=len(raw), sender=sender)
+
+
+def settle(
+    futures: Iterable[Future[IngestResult]],
+    seconds: float,
+    interrupt: threading.Event | None = None,
+) -> bool:
+    """Wait until these are done, ``seconds`` at most, or until ``interrupt`` is set
+    (a deadline asks the poller to read the mailbox now); True if all are done."""
+    pending = {f for f in futures if not f.done()}
+    until = time.monotonic() + seconds
+    while pending:
+        left = until - time.monotonic()
+        if left <= 0 or (interrupt is not None and interrupt.is_set()):
+            return False
+        pending = wait(pending, timeout=min(left, 0.2), return_when=FIRST_COMPLETED).not_done
+    return True
 
 
 class DatabaseHooks:
-    """The IMAP poller's hooks, backed by the mailbox_state table and ``ingest``."""
+    """The IMAP poller's hooks, backed by the mailbox_state table and ``ingest``.
+
+    A poll stores each message (in order; each is moved once committed) and hands it to
+    the readers; at its end it waits for them to be read, ``SETTLE_SECONDS`` at most and
+    no longer once a deadline asks for a new poll (``interrupt``, the poller's ``wake``):
+    the poll that a close waits for is never held up by slow messages read before it.
+    ``results`` holds each message's outcome in the order the poll stored them (those
+    read later are added when read); ``after`` is called with each as it is known."""
 
     def __init__(
         self,
@@ -40,13 +332,22 @@ class DatabaseHooks:
         config: Config,
         clock: Callable[[], datetime] = utcnow,
         owner: str | None = None,
+        *,
+        readers: Readers | None = None,
+        after: Callable[[IngestResult], None] | None = None,
     ) -> None:
         self.db = db
         self.config = config
         self.clock = clock
         self.owner = owner or identity()
-        self.results: list[IngestResult] = []
+        self.readers = readers or default_readers()
+        self.after = after
+        self.interrupt: threading.Event | None = None
+        """Set when the poll should stop waiting for its messages to be read."""
+        self.results: deque[IngestResult] = deque(maxlen=KEPT_RESULTS)
+        """The latest outcomes (for tests and logs; a running server reads ``after``)."""
         self._poll_started: datetime | None = None
+        self._reading: list[Future[IngestResult]] = []
 
     def deliver(
         self,
@@ -70,9 +371,32 @@ class DatabaseHooks:
             uidvalidity=uidvalidity,
             uid=uid,
             size=size,
+            process=False,
         )
-        self.results.append(result)
+        self._reading.append(read_stored(self.readers, self.db, self.config, result, raw))
         return result.stored
+
+    def _collect(self, seconds: float) -> None:
+        """Wait for this poll's messages to be read (``seconds`` at most, or until
+        interrupted), then move their outcomes to ``results`` in stored order; one still
+        being read adds its outcome when read."""
+        reading, self._reading = self._reading, []
+        settle(reading, seconds, self.interrupt)
+        for future in reading:
+            if future.done():
+                self._read(future)
+            else:
+                future.add_done_callback(self._read)
+
+    def _read(self, future: Future[IngestResult]) -> None:
+        if future.exception() is not None:
+            return  # logged by the reader; the message stays stored, unprocessed
+        self.results.append(future.result())
+        if self.after is not None:
+            try:
+                self.after(future.result())
+            except Exception as exc:  # a reader thread must never die of it
+                log.error("after reading a message: %s: %s", type(exc).__name__, exc)
 
     def acquire(self, source: str) -> bool:
         """Take the lease if it is free, ours, expired, or held by a dead process here.
@@ -87,13 +411,17 @@ class DatabaseHooks:
 
     def healthy(self, source: str, uidvalidity: int) -> None:
         """A poll read the mailbox to its end: every message that reached it before the
-        poll started is stored and processed. ``last_ok_at`` is that start, so a round
-        closes only once a poll that started after its deadline has completed."""
+        poll started is stored (and handed to the readers). ``last_ok_at`` is that start,
+        so a round closes only once a poll that started after its deadline has completed;
+        the close then has what is still unread read first (``CLOSE_WAIT_SECONDS``). The
+        poll then waits for its messages to be read (see the class)."""
         now = self.clock()
         started = min(self._poll_started or now, now)
         record_good_poll(self.db, source, started, now, uidvalidity)
+        self._collect(SETTLE_SECONDS)
 
     def failed(self, source: str, error: str) -> None:
+        self._collect(0)
         record_failed_poll(self.db, source, error, self.clock())
 
     def uidvalidity_changed(self, source: str, old: int | None, new: int) -> None:
@@ -120,7 +448,11 @@ def imap_poller(
         timeout=timeout,
         max_message_size=config.settings.mail.max_message_size,
     )
-    return ImapPoller(settings, hooks or DatabaseHooks(db, config))
+    hooks = hooks or DatabaseHooks(db, config)
+    poller = ImapPoller(settings, hooks)
+    if isinstance(hooks, DatabaseHooks) and hooks.interrupt is None:
+        hooks.interrupt = poller.wake  # a deadline's request for a poll ends the wait
+    return poller
 
 
 def lmtp_receipt_time(config: Config, raw: bytes, now: datetime) -> datetime:
@@ -153,13 +485,28 @@ def lmtp_receiver(
     if lmtp is None:
         return None
 
+    readers = default_readers()
+
+    def read(future: Future[IngestResult]) -> None:
+        if after is not None and future.exception() is None:
+            try:
+                after(future.result())
+            except Exception as exc:  # a reader thread must never die of it
+                log.error("after reading a message: %s: %s", type(exc).__name__, exc)
+
     def deliver(raw: bytes, source: str) -> IngestResult:
-        result = ingest(db, config, raw, lmtp_receipt_time(config, raw, clock()), source)
+        """Store the message, then have it read; answer the MTA once it is read, or after
+        LMTP_SETTLE_SECONDS (it is stored: its reading goes on, judged by its receipt)."""
+        received = lmtp_receipt_time(config, raw, clock())
+        result = ingest(db, config, raw, received, source, process=False)
         if not result.stored:
             raise RuntimeError("message not stored")
-        if after is not None:
-            after(result)
-        return result
+        future = read_stored(readers, db, config, result, raw)
+        if not settle([future], LMTP_SETTLE_SECONDS):
+            future.add_done_callback(read)  # told when read
+            return result
+        read(future)
+        return future.result() if future.exception() is None else result
 
     handler = GameAddressHandler(
         config.settings.mail.address, deliver, lmtp=lmtp.protocol == "lmtp"
@@ -170,4 +517,6 @@ def lmtp_receiver(
         lmtp.port,
         max_size=config.settings.mail.max_message_size,
         lmtp=lmtp.protocol == "lmtp",
+        max_sessions=lmtp.max_sessions,
+        idle_timeout=lmtp.idle_timeout.total_seconds(),
     )

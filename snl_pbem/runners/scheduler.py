@@ -37,7 +37,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 
-from snl_pbem.app.intake import process_now
+from snl_pbem.app.intake import waiting_sizes
 from snl_pbem.app.mailbox_state import intake_health
 from snl_pbem.app.membership import start_due_games
 from snl_pbem.app.retention import purge_batch
@@ -60,7 +60,7 @@ from snl_pbem.app.schedule import (
     waiting_before_deadline,
 )
 from snl_pbem.config import Config
-from snl_pbem.runners.mailboxes import imap_poller
+from snl_pbem.runners.mailboxes import Readers, default_readers, imap_poller
 from snl_pbem.store import Database
 from snl_pbem.timeutil import format_duration, utcnow
 
@@ -71,6 +71,17 @@ RESCAN_SECONDS = 15
 CATCH_UP_SECONDS = 1
 """How often a close waiting for the mailbox to be read to its end looks again."""
 RETRY_SECONDS = 30
+CLOSE_WAIT_SECONDS = 30.0
+"""How late slow messages may make a close. The close has the stored messages received
+before its deadline read first, in parallel, the small first
+(``snl_pbem.runners.mailboxes.Readers``), and waits until they are read; once this long has
+passed, it stops waiting as soon as the readers stop getting through ordinary mail (none
+read in under ``IN_ORDER_SECONDS`` for that long). Ordinary mail is thus always read in
+time, however much of it; slow messages add this much at most, shared by every game closing
+at that deadline. A message still unread then is read afterwards, judged by its receipt
+time: orders in it are refused, with a reply saying so (their round has closed); the
+referee's round summary lists it. Three times the sandbox's limit, so a slow message that
+was already being read when the close began still finishes in time."""
 PURGE_EVERY = timedelta(days=1)
 PURGE_RETRY = timedelta(hours=1)
 PURGE_BATCH = 500
@@ -101,12 +112,19 @@ class RoundScheduler:
         clock: Callable[[], datetime] = utcnow,
         scheduler: BaseScheduler | None = None,
         after_close: Callable[[CloseOutcome], None] | None = None,
+        readers: Readers | None = None,
+        close_wait: float | None = None,
     ) -> None:
         self.db = db
         self.config = config
         self.clock = clock
         self.scheduler = scheduler
         self.after_close = after_close
+        self.readers = readers or default_readers()
+        self.close_wait = CLOSE_WAIT_SECONDS if close_wait is None else close_wait
+        """Seconds a close waits for stored messages still unread (CLOSE_WAIT_SECONDS)."""
+        self.unread_at_close: list[int] = []
+        """Messages received before a deadline and still unread when its round closed."""
         self.failures: list[str] = []
         """Closes that failed and will be retried (for the log and tests)."""
         self.request_poll: Callable[[], None] | None = None
@@ -148,8 +166,8 @@ class RoundScheduler:
         """How long after a deadline the close is first tried. With IMAP, the close then
         waits until a poll that began after the deadline has read the mailbox to its end
         (the poller is asked to read at once), so mail that reached the mailbox before the
-        deadline counts; stored messages not yet processed are processed first. LMTP
-        delivery is synchronous: no wait."""
+        deadline counts; stored messages not yet processed are processed first (slow
+        ones for CLOSE_WAIT_SECONDS at most). LMTP delivery is synchronous: no wait."""
         imap = self.config.settings.mail.imap
         if imap is None:
             return timedelta(0)
@@ -378,12 +396,34 @@ class RoundScheduler:
             )
 
     def _process_stragglers(self, game_id: str, number: int) -> None:
-        """Process every stored message received before the deadline that is still
-        unprocessed (being processed by another thread, or left by a failure), so that
-        none is judged after the round it was meant for has closed."""
-        for inbound_id in waiting_before_deadline(self.db, game_id, number):
-            result = process_now(self.db, self.config, inbound_id)
-            log.info("inbound %d processed before the close: %s", inbound_id, result.status)
+        """Have every stored message received before the deadline that is still unprocessed
+        (being read by an intake, queued behind others, or left by a failure) read first,
+        in parallel and ahead of other mail, so that none is judged after the round it was
+        meant for has closed; but slow ones for ``close_wait`` seconds at most (see
+        CLOSE_WAIT_SECONDS). A message still unread then is read afterwards and judged as
+        late for this round (never applied to it: the round is closed, and the next one
+        opened after the message came)."""
+        ids = waiting_before_deadline(self.db, game_id, number)
+        if not ids:
+            return
+        futures = self.readers.submit_urgent(self.db, self.config, waiting_sizes(self.db, ids))
+        log.info(
+            "%s: round %d: reading %d message(s) received before the deadline first",
+            game_id,
+            number,
+            len(futures),
+        )
+        unread = self.readers.wait_for_close(self.db, futures, self.close_wait)
+        for inbound_id in unread:
+            log.warning(
+                "%s: round %d closes without inbound %d, received before the deadline but "
+                "not read within %g s: it is judged when read, as too late for this round",
+                game_id,
+                number,
+                inbound_id,
+                self.close_wait,
+            )
+        self.unread_at_close = [*self.unread_at_close, *unread][-1000:]  # the latest
 
     def _retry_later(self, game_id: str, number: int, exc: Exception) -> None:
         log.error(

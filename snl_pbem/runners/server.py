@@ -35,7 +35,12 @@ from snl_pbem.mail.lmtp import ReceiverController
 from snl_pbem.mail.sandbox import default_sandbox
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
 from snl_pbem.procs import identity
-from snl_pbem.runners.mailboxes import DatabaseHooks, imap_poller, lmtp_receiver
+from snl_pbem.runners.mailboxes import (
+    DatabaseHooks,
+    default_readers,
+    imap_poller,
+    lmtp_receiver,
+)
 from snl_pbem.runners.scheduler import RoundScheduler, make_scheduler
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.states import InboundStatus
@@ -126,22 +131,7 @@ class Server:
 
     def _start_mail(self, first_poll: bool = False) -> None:
         self._mail_stop = threading.Event()
-        hooks = DatabaseHooks(self.db, self.config, clock=self.clock)
-        original_deliver = hooks.deliver
-
-        def deliver(
-            raw: bytes,
-            source: str,
-            uidvalidity: int,
-            uid: int,
-            arrived: datetime | None = None,
-            size: int | None = None,
-        ) -> bool:
-            stored = original_deliver(raw, source, uidvalidity, uid, arrived, size)
-            self._after_ingest(hooks.results.pop() if hooks.results else None)
-            return stored
-
-        hooks.deliver = deliver  # type: ignore[method-assign]
+        hooks = DatabaseHooks(self.db, self.config, clock=self.clock, after=self._after_ingest)
         self._poller = imap_poller(self.db, self.config, hooks)
         if self.rounds is not None:  # a deadline asks the poller to read the mailbox now
             self.rounds.request_poll = self._poller.wake.set if self._poller else None
@@ -316,6 +306,7 @@ class Server:
         log.info("stopping")
         self.scheduler.shutdown(wait=True)  # a close in progress completes
         self._stop_mail()
+        default_readers().finish(20)  # so does the reading of a stored message
         self.db.dispose()
         log.info("stopped")
 

@@ -48,6 +48,21 @@ BENCHES = [
         ["--messages", "500"],
         ">= 0.9x a bare smtplib loop on one connection, > 1.5x in parallel",
     ),
+    (
+        "HTML reader on the worst shapes",
+        "bench_html.py",
+        [],
+        ["--size-kib", "128", "--repeats", "1"],
+        "every shape well under a second per MiB, within a small factor of real mail",
+    ),
+    (
+        "Close delay with 100 slow messages before a deadline",
+        "bench_slow_close.py",
+        [],
+        ["--messages", "20", "--limit", "0.2"],
+        "slow messages make a close late by 30 s at most (the budget), however many; "
+        "the honest orders stored with them count",
+    ),
 ]
 
 
