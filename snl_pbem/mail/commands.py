@@ -232,6 +232,9 @@ _YEAR = re.compile(r"(?<![0-9])(?:19|20|25)[0-9]{2}(?![0-9])|[0-9]\s?[年년]")
 any four digits, so that a phone number or a postcode is not a date."""
 _TIME = re.compile(r"(?<![0-9.])[0-9]{1,2}\s?[:\uff1a.]\s?[0-9]{2}(?![0-9.])")
 """A time of day: 9:00, 09:00, 9.00 (Finnish, Danish), not 30.11.2026."""
+_SHORT_DATE = re.compile(r"(?<![0-9./-])[0-9]{1,2}([./-])[0-9]{1,2}\1[0-9]{2}(?![0-9]|[./-][0-9])")
+"""A date with a two-digit year, as Thunderbird and others write it: 30/11/26, 11/30/26,
+30.11.26 (both separators the same; not a version number 1.2.3.4 or an IP address)."""
 
 
 def _plain(text: str) -> str:
@@ -300,19 +303,27 @@ def _has_date(text: str) -> bool:
     return _YEAR.search(plain) is not None or _TIME.search(plain) is not None
 
 
+def _has_timestamp(text: str) -> bool:
+    """A year (or a date with a two-digit year) and a time of day in one header value, as
+    in every client's "Sent:" line ("2026年11月30日 9:00", "30.11.2026 09:00", "30/11/26
+    09:00"); "Mood: 2026 is my year" has only one of the two."""
+    plain = _plain(text)
+    dated = _YEAR.search(plain) is not None or _SHORT_DATE.search(plain) is not None
+    return dated and _TIME.search(plain) is not None
+
+
 def _is_attribution(text: str) -> bool:
     """A Gmail-style attribution line by its shape alone, whatever its words: it names an
-    address, holds a year and a time of day, and ends with a colon ("2026年11月30日(月)
-    9:00 Ann Lee <ann@example.org>:", "2026년 11월 30일 (월) 오전 9:00, Ann
-    <ann@example.org>님이 작성:"). Every client's attribution has all three; a line a
-    player writes rarely does."""
+    address, holds a year (or a date with a two-digit year: 30/11/26) and a time of day,
+    and ends with a colon ("2026年11月30日(月) 9:00 Ann Lee <ann@example.org>:",
+    "2026년 11월 30일 (월) 오전 9:00, Ann <ann@example.org>님이 작성:"). Every client's
+    attribution has all three; a line a player writes rarely does."""
     text = text.rstrip()
     if len(text) > MAX_ATTRIBUTION_CHARS or not text.endswith((":", "\uff1a")):
         return False
     if _ADDRESS.search(text) is None:
         return False
-    plain = _plain(text)
-    return _YEAR.search(plain) is not None and _TIME.search(plain) is not None
+    return _has_timestamp(text)
 
 
 def _rule(line: str) -> bool:
@@ -343,21 +354,27 @@ class _Scan:
                 return k
         return None
 
-    def block(self, start: int, after_separator: bool) -> int:
-        """How many lines the reply header block starting at ``start`` takes (0: none).
+    def block(
+        self, start: int, after_separator: bool, orders_above: bool = False
+    ) -> tuple[int, bool]:
+        """``(size, hinted)``: how many lines the reply header block starting at ``start``
+        takes (0: none), and whether it was known by Outlook's words rather than its shape.
 
         A block is known by its shape: a run of ``Label: value`` lines (a wrapped value may
         continue on a line of its own) that names an e-mail address and a date or time,
-        three lines or more, or two right after a separator line. Clients leave a blank
-        line below it; a run that goes straight on into an order line ("DICE: 4") is the
-        player's own list, whatever it looks like. The known words of
-        Outlook's "From:" and "Sent:" are a hint that lowers the bar: with them two lines
-        are enough, without an address or date ("From: cy" / "Sent: Monday")."""
+        three lines or more, or two right after a separator line. Once the player has
+        written an order line above it (``orders_above``), the address is not needed: a
+        value with a year and a time of day is enough, since Outlook may show the names
+        alone ("差出人: Snakes Referee" / "送信日時: 2026年11月30日 9:00" / "宛先: Ann Lee").
+        Clients leave a blank line below it; a run that goes straight on into an order
+        line ("DICE: 4") is the player's own list, whatever it looks like. The known words
+        of Outlook's "From:" and "Sent:" are a hint that lowers the bar: with them two
+        lines are enough, without an address or date ("From: cy" / "Sent: Monday")."""
         lines, values = self.lines, self.values
         if values[start] is None or (start > 0 and values[start - 1] is not None):
-            return 0  # a run is judged from its first line only
+            return 0, False  # a run is judged from its first line only
         labels: list[int] = []
-        address = date = False
+        address = date = timestamp = False
         wrapped = 0
         k = start
         while k < len(lines) and len(labels) <= MAX_BLOCK_LABELS:
@@ -380,16 +397,20 @@ class _Scan:
             labels.append(k)
             address = address or _ADDRESS.search(value) is not None
             date = date or _has_date(value)
+            timestamp = timestamp or (orders_above and _has_timestamp(value))
             k += 1
         if len(labels) > MAX_BLOCK_LABELS or len(labels) < 2:
-            return 0
+            return 0, False
         if k < len(lines) and self.commands[k]:
-            return 0  # it runs straight into an order line: the player's own list
+            return 0, False  # it runs straight into an order line: the player's own list
         hinted = _HEADER_FROM.match(lines[start]) is not None and (
             _HEADER_SENT.match(lines[labels[1]]) is not None
         )
-        shaped = address and date and len(labels) >= (2 if after_separator else 3)
-        return k - start if hinted or shaped else 0
+        known = (address and date) or timestamp
+        shaped = known and len(labels) >= (2 if after_separator else 3)
+        if hinted:
+            return k - start, True
+        return (k - start if shaped else 0), False
 
     def attribution(self, index: int) -> int:
         """How many lines (one to three: clients wrap it) a Gmail-style attribution line by
@@ -415,10 +436,12 @@ class _Scan:
         return 0
 
 
-def _reply_header(scan: _Scan, index: int, top: bool) -> tuple[int, bool]:
+def _reply_header(scan: _Scan, index: int, top: bool, orders_above: bool) -> tuple[int, bool]:
     """``(size, by_shape_alone)``: how many lines the reply header starting at ``index``
-    takes (0: none there), and whether it is a lone attribution line known by its shape
-    alone (see :func:`read_lines` for what follows from that).
+    takes (0: none there), and whether it is known by its shape alone, with no rule line
+    above it and none of a client's words: an attribution line, or a header block (see
+    :func:`read_lines` for what follows from that). ``orders_above``: the player has
+    written an order line above it, which lowers the bar for a block (see _Scan.block).
 
     In order: a separator whose words are known ("-----Original Message-----"); any rule
     line followed by a header block; a reply header line with a known "wrote" word,
@@ -434,7 +457,7 @@ def _reply_header(scan: _Scan, index: int, top: bool) -> tuple[int, bool]:
     if known_separator or _rule(line):
         following = scan.next_text(index, 3)
         if following is not None:
-            size = scan.block(following, after_separator=True)
+            size, _hinted = scan.block(following, True, orders_above)
             if size:
                 return following - index + size, False
             if line.startswith("_") and _HEADER_FROM.match(lines[following]):
@@ -449,9 +472,9 @@ def _reply_header(scan: _Scan, index: int, top: bool) -> tuple[int, bool]:
         if _is_reply_header(joined):
             return extra + 1, False
     if not top:
-        size = scan.block(index, after_separator=False)
+        size, hinted = scan.block(index, False, orders_above)
         if size:
-            return size, False
+            return size, not hinted
     if _HEADER_FROM.match(line):
         following_lines = [x for x in lines[index + 1 : index + 5] if x]
         below = index + 1
@@ -548,12 +571,19 @@ def read_lines(text: str) -> tuple[list[str], int, str | None]:
     Reply headers are known by their shape, in any language; the known words of some
     languages are hints that lower the bar, never the rule (see :func:`_reply_header`):
 
-    - A header block (``差出人:`` / ``送信日時:`` / ``宛先:`` / ``件名:``, ``보낸 사람:`` ...,
-      with or without a rule of underscores above it) ends the reading whenever text
-      follows it unmarked. Nothing a player writes looks like it by accident: three or
-      more ``Label: value`` lines, none a command, naming an address and a date. At the
-      very top of a message, with nothing written above it and no rule, a block by shape
-      alone is read as the player's own lines (no client puts one there).
+    - A header block (``差出人:`` / ``送信日時:`` / ``宛先:`` / ``件名:``, ``보낸 사람:`` ...)
+      is three or more ``Label: value`` lines, none a command, naming an address and a
+      date (two lines are enough right below a rule line). Once the player has written an
+      order line above it, the address is not needed: a value with a year and a time of
+      day will do, for Outlook may show the names alone ("差出人: Snakes Referee").
+    - Below a rule line (``______``, ``-----Original Message-----``) such a block ends
+      the reading whenever text follows it unmarked: a player does not draw one above
+      her own lines. With no rule above it, a block known by its shape alone is treated
+      like an attribution line (below): it ends the reading only when an order line is
+      already above it. A player may write such lines herself above her orders ("I'll
+      be away:" / "From: 1 Dec 2026" / "Until: 8 Dec 2026" / "Reach me: ann@example.org")
+      and those orders are read. A block with Outlook's own "From:" and "Sent:" words
+      ends the reading with or without a rule (the words are the hint).
     - An attribution line by shape alone (an address, a year and a time, a colon at the
       end) followed by unmarked text ends the reading only when the player has already
       written an order line above it. That is the top-posted reply ("DICE 2", then the
@@ -562,6 +592,9 @@ def read_lines(text: str) -> tuple[list[str], int, str | None]:
       30.11.2026 at 9:00, ann@example.org:"); with no order above it, what follows it is
       read, because losing an honest player's orders is worse than reading an old copy of
       them, which the reply shows in full. A quote (``>``) after it is skipped as usual.
+
+    Each line's kind is worked out once (_Scan) and a header is looked for from a line
+    only over the few lines a header may take, so the reading stays linear in the text.
     """
     raw_lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     raw_lines = _unarmoured(raw_lines[:MAX_SCANNED_LINES])
@@ -586,7 +619,7 @@ def read_lines(text: str) -> tuple[list[str], int, str | None]:
             seen = seen or bool(line)
             index += 1
             continue
-        header_size, by_shape_alone = _reply_header(scan, index, top=not seen)
+        header_size, by_shape_alone = _reply_header(scan, index, not seen, orders_above)
         seen = True
         if header_size:
             after = index + header_size
@@ -781,23 +814,40 @@ _COMMENT = re.compile(r"[(\[#]|\s[-\u2013\u2014]+\s|\s//")
 spaces ("DICE 4 2 (my lucky numbers)", "DICE 4 2 - lucky", "DICE 4, 2 # comment")."""
 
 
-def _dice_comment(rest: str) -> tuple[str, str]:
-    """``(values, comment)``: the die values and a comment written after them, if any.
+def _dice_comment(rest: str) -> tuple[str, list[str]]:
+    """``(values, comments)``: the die values, and the comments written among or after
+    them (none: ``rest`` as it was, to be read or reported as it stands).
 
-    A comment must hold a letter, so "DICE 4 - 2" stays an unreadable order rather than
-    a die and a remark; and nothing after a closing bracket may be a number ("DICE 4 (and)
-    2" is not DICE 4)."""
-    found = _COMMENT.search(rest)
-    if found is None or not rest[: found.start()].strip():
-        return rest, ""
-    comment = rest[found.start() :].strip()
-    if not any(ch.isalpha() for ch in comment):
-        return rest, ""
-    if comment[0] in "([":
-        close = comment.rfind(")" if comment[0] == "(" else "]")
-        if close < 0 or _DIGIT.search(comment[close + 1 :]):
-            return rest, ""
-    return rest[: found.start()], comment
+    A comment in brackets ends at its closing bracket, and the values go on after it:
+    "DICE 4 (turn 1) 2 (turn 2)" is DICE 4 2, with both remarks said to be ignored, as a
+    person reads it (never DICE 4 with "2 (turn 2)" dropped unseen). A ``#``, ``//`` or a
+    dash between spaces runs to the end of the line. Every comment must hold a letter,
+    so "DICE 4 - 2" stays an unreadable order rather than a die and a remark, and so
+    does a bracket left open ("DICE 4 2 (lucky"). One pass over the line."""
+    values: list[str] = []
+    comments: list[str] = []
+    pos = 0
+    while pos < len(rest):
+        found = _COMMENT.search(rest, pos)
+        if found is None:
+            values.append(rest[pos:])
+            break
+        values.append(rest[pos : found.start()])
+        if not comments and not rest[: found.start()].strip():
+            return rest, []  # nothing before it: "DICE (4) 2" is read as it stands
+        opener = rest[found.start()]
+        if opener in "([":
+            close = rest.find(")" if opener == "(" else "]", found.start() + 1)
+            if close < 0:
+                return rest, []
+            pos = close + 1
+        else:
+            pos = len(rest)
+        comment = rest[found.start() : pos].strip()
+        if not any(ch.isalpha() for ch in comment):
+            return rest, []
+        comments.append(comment)
+    return " ".join(values), comments
 
 
 def _dice(b: _Builder, line: str, rest: str) -> None:
@@ -805,9 +855,8 @@ def _dice(b: _Builder, line: str, rest: str) -> None:
     if tokens and not any(ch.isdigit() or ch.isnumeric() for ch in tokens[0]) and len(tokens) > 2:
         return _chat(b, line)  # "Die hard fan of this game"
     b.once("DICE", line)  # a later DICE line counts, read or not (unreadable: invalid, R18)
-    rest, comment = _dice_comment(rest)
-    if comment:
-        b.ignored.append(comment)  # not an order: the reply lists it as ignored
+    rest, comments = _dice_comment(rest)
+    if comments:
         tokens = [t.strip(".!()") for t in _SPLIT.split(rest) if t.strip(".!()")]
     if not tokens:
         b.problems.append(LineProblem(line, "DICE needs one value per turn, e.g. DICE 4 2"))
@@ -822,6 +871,7 @@ def _dice(b: _Builder, line: str, rest: str) -> None:
             return None
         values.append(int(token))
     b.values["dice"] = tuple(values)
+    b.ignored.extend(comments)  # not orders: the reply lists them as ignored
     return None
 
 
@@ -834,10 +884,13 @@ def _trapdoor(b: _Builder, line: str, rest: str) -> None:
         and token.lower() not in (_NONE_WORDS)
     ):
         return _chat(b, line)
+    # what follows the value is a remark ("TRAPDOOR 37 (the snake)"): said, as for DICE
+    remark = rest.strip().split(maxsplit=1)[1:]
     if token.lower() in _NONE_WORDS:
         b.once("TRAPDOOR", line)
         b.values["no_trapdoor"] = True
         b.values.pop("trapdoor", None)
+        b.ignored.extend(remark)
         return None
     if not (token.isascii() and token.isdigit()) or len(token) > 6:
         reason = _number_problem(token, "the space number") or (
@@ -851,6 +904,7 @@ def _trapdoor(b: _Builder, line: str, rest: str) -> None:
     b.once("TRAPDOOR", line)
     b.values["trapdoor"] = int(token)
     b.values.pop("no_trapdoor", None)
+    b.ignored.extend(remark)
     return None
 
 

@@ -142,6 +142,9 @@ ATTRIBUTIONS_BY_SHAPE = [
     "\u0663\u0660/\u0661\u0661/\u0662\u0660\u0662\u0666 \u0660\u0669:\u0660\u0660 "
     "Ann <ann@example.org>:",
     "Zorp 30-11-2026 @ 09:00 ann@example.org blorg:",
+    # a two-digit year, as Thunderbird writes it in some languages
+    "Ar 30/11/26 09:00, Ann <ann@example.org> ysgrifennodd:",
+    "Þann 30.11.26 kl. 09:00, skrifaði Ann <ann@example.org>:",
 ]
 
 
@@ -156,6 +159,7 @@ NOT_ATTRIBUTIONS = [
     "See you at 9:00 with ann@example.org:",  # no year
     "On 30.11.2026 at 9:00 I will be away, so:",  # no address
     "On 30.11.2026 at 9:00, ann@example.org said",  # no colon at the end
+    "Version 1.2.3.4 from 30/11 with ann@example.org at 9:00:",  # no year of any kind
 ]
 
 
@@ -248,6 +252,132 @@ def test_a_block_by_shape_at_the_very_top_is_the_players_own() -> None:
     assert parse_commands(forward).dice is None
 
 
+NAMES_ONLY_LABELS = {
+    "en": ("From", "Sent", "To", "Subject"),
+    "de": ("Von", "Gesendet", "An", "Betreff"),
+    "fr": ("De", "Envoyé", "À", "Objet"),
+    "es": ("De", "Enviado el", "Para", "Asunto"),
+    "it": ("Da", "Inviato", "A", "Oggetto"),
+    "nl": ("Van", "Verzonden", "Aan", "Onderwerp"),
+    "pt": ("De", "Enviado", "Para", "Assunto"),
+    "sv": ("Från", "Skickat", "Till", "Ämne"),
+    "pl": ("Od", "Wysłano", "Do", "Temat"),
+    "cs": ("Od", "Odesláno", "Komu", "Předmět"),
+    "ru": ("От", "Отправлено", "Кому", "Тема"),
+    "ja": ("差出人", "送信日時", "宛先", "件名"),
+    "zh": ("发件人", "发送时间", "收件人", "主题"),
+    "ko": ("보낸 사람", "보낸 날짜", "받는 사람", "제목"),
+    "tr": ("Kimden", "Gönderildi", "Kime", "Konu"),
+    "fi": ("Lähettäjä", "Lähetetty", "Vastaanottaja", "Aihe"),
+    "hu": ("Feladó", "Elküldve", "Címzett", "Tárgy"),
+    "el": ("Από", "Στάλθηκε", "Προς", "Θέμα"),
+    "th": ("จาก", "ส่ง", "ถึง", "เรื่อง"),
+    "vi": ("Từ", "Đã gửi", "Đến", "Chủ đề"),
+    "he": ("מאת", "נשלח", "אל", "נושא"),
+    "ar": ("من", "تاريخ الإرسال", "إلى", "الموضوع"),
+}
+"""Outlook's labels in 22 languages (the review of issue 20, finding 1)."""
+
+
+def names_only_block(labels: tuple[str, ...], date: str = "30.11.2026 09:00") -> list[str]:
+    """Outlook's header block when it shows names and no addresses."""
+    sender, sent, to, subject = labels
+    return [
+        f"{sender}: Snakes Referee",
+        f"{sent}: {date}",
+        f"{to}: Ann Lee",
+        f"{subject}: [g1] Round 3",
+    ]
+
+
+@pytest.mark.parametrize("rule", [True, False], ids=["rule", "no_rule"])
+@pytest.mark.parametrize("code", sorted(NAMES_ONLY_LABELS))
+def test_a_names_only_block_below_new_orders_ends_the_reading(code: str, rule: bool) -> None:
+    """Once an order line stands above it, a block needs no address: a year and a time
+    of day in one value is enough, with or without the rule of underscores."""
+    block = names_only_block(NAMES_ONLY_LABELS[code])
+    top = [MAKE.RULE] if rule else []
+    body = "\n".join(
+        [
+            *("GAME g1", "KEY ann-key-123", "DICE 2", ""),
+            *top,
+            *block,
+            *("", "GAME g1", "KEY ann-key-123", "DICE 4", "TRAPDOOR 12"),
+        ]
+    )
+    commands = parse_commands(body)
+    assert reading(commands) == NEW_ONLY
+    assert commands.cut == (MAKE.RULE if rule else block[0])
+
+
+def test_a_japanese_names_only_block_as_written_in_the_review() -> None:
+    body = (
+        "GAME g1\nKEY ann-key-123\nDICE 2\n\n" + "_" * 32 + "\n差出人: Snakes Referee\n"
+        "送信日時: 2026年11月30日 9:00\n宛先: Ann Lee\n件名: [g1] Round 3\n\n"
+        "GAME g1\nKEY ann-key-123\nDICE 4\n"
+    )
+    assert parse_commands(body).dice == (2,)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ["When: 30.11.2026", "Where: home", "Mood: keen"],  # a year, no time of day
+        ["Back: 9:00", "Where: home", "Mood: keen"],  # a time, no year
+        ["When: 30.11.2026 09:00", "Where: home"],  # two lines, no rule above them
+    ],
+)
+def test_a_players_notes_without_an_address_below_orders_are_read(lines: list[str]) -> None:
+    """The other side of the rule above: what lacks a timestamp, or is too short, is the
+    player's own and the orders below it count."""
+    body = "\n".join(["KEY ann-key-123", "DICE 2", "", *lines, "", "TRAPDOOR 30"])
+    commands = parse_commands(body)
+    assert (commands.dice, commands.nomination, commands.cut) == ((2,), 30, None)
+
+
+def test_a_names_only_block_with_no_order_above_it_is_read_through() -> None:
+    """With nothing above it to protect, a block without an address is not a header (the
+    reply shows what was read); with an address and a rule it still is."""
+    block = names_only_block(NAMES_ONLY_LABELS["ja"])
+    body = "\n".join(["Hi", "", *block, "", "KEY ann-key-123", "DICE 4"])
+    assert parse_commands(body).dice == (4,)
+
+
+AWAY_NOTES = [
+    "Hi ref,\nI'll be away:\nFrom: 1 Dec 2026\nUntil: 8 Dec 2026\nReach me: ann@example.org\n",
+    "Hi ref, I'll be away\nFrom: 1 Dec 2026\nUntil: 8 Dec 2026\nPhone: ann@example.org or 0171\n",
+    "Hi ref,\nI'll be away:\nFrom: 1 Dec 2026 9:00\nUntil: 8 Dec 2026 18:00\n"
+    "Reach me: ann@example.org\n",
+]
+
+
+@pytest.mark.parametrize("note", AWAY_NOTES)
+def test_a_players_own_label_lines_above_her_orders_are_read(note: str) -> None:
+    """Finding 2 of the review: a note shaped like a header block, with an address and a
+    date, written above the orders and no order above it, does not cut them off."""
+    body = note + "\nGAME g1\nKEY ann-key-123\nABSENT UNTIL 2026-12-08\nDICE 4 2\n"
+    commands = parse_commands(body)
+    assert (commands.game, commands.order_keys, commands.dice, commands.cut) == (
+        "g1",
+        ("ann-key-123",),
+        (4, 2),
+        None,
+    )
+    assert any(action.word == "ABSENT" for action in commands.actions)
+
+
+@pytest.mark.parametrize("note", AWAY_NOTES)
+def test_the_same_lines_below_orders_or_below_a_rule_end_the_reading(note: str) -> None:
+    """The other side: below an order line such a block is the top of a quoted message,
+    and below a rule it is one even at the very top (a forward)."""
+    _greeting, *block = note.splitlines()
+    below = "GAME g1\nKEY ann-key-123\nDICE 2\n\n" + "\n".join(block)
+    top_posted = parse_commands(below + "\n\nKEY ann-key-123\nDICE 4\nTRAPDOOR 12\n")
+    assert (top_posted.dice, top_posted.nomination, top_posted.cut) == ((2,), None, block[0])
+    forward = parse_commands(MAKE.RULE + "\n" + "\n".join(block) + "\n\nKEY k-1\nDICE 4\n")
+    assert forward.dice is None and forward.cut == MAKE.RULE
+
+
 def test_a_long_list_of_label_lines_is_not_a_header_block() -> None:
     labels = [f"Item {chr(65 + i)}: ann@example.org 30.11.2026 09:00" for i in range(12)]
     body = "\n".join(["KEY ann-key-123", *labels, "", "DICE 4"])
@@ -269,6 +399,9 @@ HOSTILE_SHAPES = {
     "pgp_headers": "-----BEGIN PGP SIGNED MESSAGE-----\n" + "Hash: x\n" * 4999,
     "pgp_armour": "-----BEGIN PGP SIGNATURE-----\n" + ("A" * 1000 + "\n") * 4999,
     "dice_comments": ("DICE 4 " + "( " * 400 + "\n") * 5000,
+    "names_only_blocks": "DICE 4\n" + "Abc def: Ann Lee 30.11.2026 09:00\n" * 5000,
+    "names_only_after_rules": "DICE 4\n" + "_____\nA: 2026 9:00\n" * 2500,
+    "bracket_comments": ("DICE 4 " + "(a) 2 " * 30 + "\n") * 5000,
     "arabic_indic_dates": ("\u0660\u0669:\u0660\u0660 \u0662\u0660\u0662\u0666 " * 30 + "a@b.cd:\n")
     * 5000,
 }
@@ -376,7 +509,7 @@ def test_a_comment_after_the_dice_is_ignored_and_said(line: str, dice, comment: 
     "line",
     [
         "DICE 4 - 2",  # no words: not a comment, an unreadable order
-        "DICE 4 (and) 2",  # a number after the bracket
+        "DICE 4 (2) 5 (x",  # a bracket left open
         "DICE 4 five",  # no comment mark
         "DICE 4 2 (lucky",  # an unclosed bracket
     ],
@@ -384,6 +517,43 @@ def test_a_comment_after_the_dice_is_ignored_and_said(line: str, dice, comment: 
 def test_what_is_not_a_comment_stays_an_unreadable_order(line: str) -> None:
     commands = parse_commands(f"KEY ann-key-123\n{line}")
     assert commands.dice == () and commands.problems
+
+
+@pytest.mark.parametrize(
+    ("line", "dice", "comments"),
+    [
+        ("DICE 4 (turn 1) 2 (turn 2)", (4, 2), ("(turn 1)", "(turn 2)")),
+        ("DICE 4 (and) 2", (4, 2), ("(and)",)),
+        ("DICE 4 [not 5] 2 # my usual", (4, 2), ("[not 5]", "# my usual")),
+    ],
+)
+def test_comments_between_the_dice_leave_the_values_outside_them(
+    line: str, dice: tuple[int, ...], comments: tuple[str, ...]
+) -> None:
+    """Finding 8 of the review: never DICE 4 with "2 (turn 2)" dropped unseen. The
+    values outside the brackets are read, and every comment is said to be ignored."""
+    commands = parse_commands(f"KEY ann-key-123\n{line}")
+    assert (commands.dice, commands.problems, commands.ignored) == (dice, (), comments)
+
+
+@pytest.mark.parametrize(
+    ("line", "nomination", "none", "ignored"),
+    [
+        ("TRAPDOOR 37 (the snake)", 37, False, ("(the snake)",)),
+        ("TRAPDOOR 37", 37, False, ()),
+        ("TRAPDOOR NONE (let it fall)", None, True, ("(let it fall)",)),
+    ],
+)
+def test_a_remark_after_the_trapdoor_is_said_to_be_ignored(
+    line: str, nomination: int | None, none: bool, ignored: tuple[str, ...]
+) -> None:
+    commands = parse_commands(f"KEY ann-key-123\n{line}")
+    assert (commands.nomination, commands.no_nomination, commands.ignored) == (
+        nomination,
+        none,
+        ignored,
+    )
+    assert commands.problems == ()
 
 
 def test_the_player_is_told_the_comment_was_ignored(sqlite_intake) -> None:
