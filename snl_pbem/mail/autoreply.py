@@ -1,23 +1,26 @@
 """Auto-replies known by their subject: a second line of defence, for those that come
 without the standard headers (``Auto-Submitted``, ``X-Autoreply``, ``Precedence``).
 
-An out-of-office reply puts its words before the subject it answers:
-``Automatic reply: [g1] Round 3 report``, ``Abwesenheitsnotiz: Re: ...``,
-``自动回复: ...``. So the words are looked for at the start of the subject, after
-any reply or forward prefixes (``Re:``, ``AW:``, ``回复:``, ``Odp:``...) and
-bracketed tags (``[EXTERNAL]``, ``[g1]``), never anywhere in a sentence: a
-player's ``Re: [g1] back from my absence, orders`` is orders. Two kinds:
+A subject alone is weak evidence, and a message taken for a robot is dropped without an
+answer: so a subject counts only in the form robots write it, and a player's subject
+that merely mentions being away is orders. An out-of-office reply puts its words before
+the subject it answers (``Automatic reply: [g1] Round 3 report``,
+``Abwesenheitsnotiz: Re: ...``, ``自动回复: ...``), after nothing but bracketed tags a
+gateway may add (``[EXTERNAL]``). Never after a reply or forward prefix (``Re:``,
+``AW:``, ``回复:``...): ``Re: Automatic reply: [g1] Round 3 report`` is a person
+answering a robot. Two kinds of words:
 
 - words that *say* the reply is automatic (``Automatic reply``, ``Autoreply``,
-  ``Réponse automatique``, ``自動応答``, ``Автоответ``...): at the start, followed
-  by a colon, a dash or nothing; or anywhere in brackets (``[g1] orders
-  (Auto-Reply)``, ``【自动回复】``);
-- words that say only that someone is away, which a player could also start a
-  subject with (``Out of office next week, ABSENT UNTIL ...``): only in the form
-  robots use, followed by a colon (``Away: Re: [g1] ...``). ``Out of Office``,
-  ``Abwesenheitsnotiz``, ``不在通知`` and the like also as the whole subject;
-  ``Away``, ``Absence``, ``Auto``, ``不在`` never (a player's subject ``Away``
-  may well hold an ``ABSENT`` order).
+  ``Réponse automatique``, ``自動応答``, ``Автоответ``...): at the very start, followed
+  by a colon, a dash or nothing; or in brackets (``[g1] orders (Auto-Reply)``,
+  ``【自动回复】``);
+- words that say only that someone is away, which a player may also start a subject
+  with (``Out of office``, ``Away``, ``Absent``, ``Abwesenheitsnotiz``, ``Auto``,
+  ``不在``...): only followed by a colon and then what a robot puts there, the subject
+  of the mail it answers: a reply prefix or the ``[game]`` tag and title of ours
+  (``Out of Office: [g1] Round 3 report``, ``Away: Re: [g1] ...``). Never alone nor
+  before a player's own words: ``Out of office``, ``Absent: next two rounds``,
+  ``Away: orders for round 3``, ``Auto: DICE 4 2`` are orders.
 
 The lists are hints, not the rule: the rule is the standard headers, and a robot
 that sends neither these words nor those headers is read as mail. Case is
@@ -133,30 +136,34 @@ def _phrase_pattern(phrases: tuple[str, ...], tail: str) -> re.Pattern[str]:
     return re.compile(rf"(?:{'|'.join(parts)}){tail}")
 
 
-_SEPARATOR = rf"\s*(?:[{_COLONS}|/{_DASHES}]|$)"
+_SEPARATOR = rf"\s*(?:[{_COLONS}{_DASHES}]|$)"
 _AUTOMATIC_START = _phrase_pattern(AUTOMATIC, _SEPARATOR)
 _AUTOMATIC_IN_BRACKETS = re.compile(
     rf"[\[【「(]\s*(?:{'|'.join(re.escape(_fold(p)) for p in AUTOMATIC)})\s*[\]】」)]"
 )
-_OFFICE_START = _phrase_pattern(OUT_OF_OFFICE, rf"\s*(?:[{_COLONS}]|[{_DASHES}.!]*\s*$)")
-_AWAY_START = _phrase_pattern(AWAY, rf"\s*[{_COLONS}]")
+_AWAY_START = _phrase_pattern((*OUT_OF_OFFICE, *AWAY), rf"\s*[{_COLONS}]\s*")
+_OUR_SUBJECT = re.compile(r"\[[^\]\s]{1,60}\]\s*\S|snakes and ladders\s*:")
+"""How every subject we send starts (``snl_pbem.app.replies.subject``)."""
 
 
 def auto_reply_subject(subject: str) -> str | None:
-    """The auto-reply words a subject starts with (see the module's docstring), folded
-    (lower case, no accents), or None."""
+    """The auto-reply words a subject starts with in a robot's form (see the module's
+    docstring), folded (lower case, no accents), or None."""
     rest = _fold(subject[:300])
-    found = _AUTOMATIC_IN_BRACKETS.search(rest)
+    for _tag in range(10):  # tags a gateway puts in front, and nothing else
+        rest = rest.lstrip(" *")
+        tag = _TAG.match(rest)
+        if tag is None or _AUTOMATIC_IN_BRACKETS.match(rest):
+            break
+        rest = rest[tag.end() :]
+    if _REPLY_PREFIX.match(rest):
+        return None  # a person replying to (or forwarding) whatever follows
+    found = _AUTOMATIC_START.match(rest) or _AUTOMATIC_IN_BRACKETS.search(rest)
     if found:
-        return found.group(0)
-    for _prefix in range(10):
-        rest = rest.lstrip(" *-\u2013\u2014" + _COLONS)
-        for pattern in (_AUTOMATIC_START, _OFFICE_START, _AWAY_START):
-            found = pattern.match(rest)
-            if found:
-                return found.group(0).strip(" " + _COLONS)
-        prefix = _REPLY_PREFIX.match(rest) or _TAG.match(rest)
-        if prefix is None:
-            return None
-        rest = rest[prefix.end() :]
+        return found.group(0).strip(" -\u2013\u2014" + _COLONS)
+    found = _AWAY_START.match(rest)
+    if found:
+        answered = rest[found.end() :]
+        if _REPLY_PREFIX.match(answered) or _OUR_SUBJECT.match(answered):
+            return found.group(0).strip(" " + _COLONS)
     return None

@@ -21,6 +21,7 @@ called directly.
 from __future__ import annotations
 
 import base64
+import bisect
 import codecs
 import email
 import email.parser
@@ -367,7 +368,8 @@ def parse_message(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> 
     subject = header(msg, "Subject")
     commands = None if automated else parse_commands(without_ours(text, sent), subject)
     quoted_keys = keys_quoted_in(msg)
-    secrets = sorted({*quoted_keys, *(commands.order_keys if commands else ())})
+    # the sender's own KEY lines first: redaction looks for the first keys only
+    secrets = [*(commands.order_keys if commands else ()), *quoted_keys]
     return ParsedMail(
         message_id=message_id[:998] if message_id else None,
         sender=sender,
@@ -403,10 +405,73 @@ only when reading took less than this (a real message takes milliseconds); other
 
 
 def redact_in_bytes(raw: bytes, secrets: list[str] | tuple[str, ...]) -> bytes:
-    """Every secret replaced in the bytes as they stand (cheap; encoded parts untouched)."""
-    for secret in (s for s in secrets if len(s) >= 3):
-        raw = re.sub(re.escape(secret.encode()), REDACTED.encode(), raw, flags=re.IGNORECASE)
-    return raw
+    """Every secret replaced in the bytes as they stand (cheap; encoded parts untouched).
+    One pattern for all the keys (see ``_trie``): linear in the message whatever the
+    keys."""
+    keys = _considered(secrets)
+    if not keys:
+        return raw
+    # the keys' bytes, one character each (latin-1), as one pattern
+    written = {k.encode("utf-8", "surrogateescape").decode("latin-1") for k in keys}
+    return _bytes_pattern(tuple(sorted(written))).sub(REDACTED.encode(), raw)
+
+
+@functools.lru_cache(maxsize=64)
+def _bytes_pattern(keys: tuple[str, ...]) -> re.Pattern[bytes]:
+    # ASCII case ignored, as the keys may be written
+    return re.compile(_trie(keys).encode("latin-1"), re.IGNORECASE)
+
+
+_MAX_SECRETS = 2000
+"""Keys redacted in one message: real keys are few (the sender's, and those quoted from
+our mail); a message that shows more is hostile, and only its first keys are looked for
+(the pattern costs time to build, about 5 ms a thousand keys, not to run)."""
+_MAX_KEY_CHARS = 100
+"""Longer "keys" are not keys (ours are 19 characters, a configured one at most 64)
+and are not looked for: a search costs up to the longest key for every character."""
+
+
+def _considered(secrets: list[str] | tuple[str, ...]) -> list[str]:
+    """The secrets to redact, in the order given (the caller puts the likeliest first),
+    without duplicates (case ignored), too short or too long ones, at most
+    ``_MAX_SECRETS``."""
+    seen: dict[str, str] = {}
+    for secret in secrets:
+        if 3 <= len(secret) <= _MAX_KEY_CHARS:
+            seen.setdefault(secret.lower(), secret)
+            if len(seen) >= _MAX_SECRETS:
+                break
+    return list(seen.values())
+
+
+def _trie(keys: tuple[str, ...]) -> str:
+    """One regular expression that finds any of ``keys``, the longest where several
+    start at the same place: the keys as a tree of their common beginnings
+    (``ann\\-key\\-12(?:3|4)?``), so that at each character the search follows one
+    branch and gives up after at most the longest key, however many keys there are and
+    however alike (one pattern per key costs keys x key length per character: the
+    hostile message with 50 keys of 64 characters took minutes)."""
+    root: dict[str, Any] = {}
+    for key in keys:
+        node = root
+        for char in key:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a key ends here
+
+    def branch(node: dict[str, Any]) -> str:
+        alternatives = []
+        for char in sorted(c for c in node if c):
+            literal, below = re.escape(char), node[char]
+            while len(below) == 1 and "" not in below:  # a chain: one literal
+                ((char, below),) = below.items()
+                literal += re.escape(char)
+            alternatives.append(literal + branch(below))
+        if not alternatives:
+            return ""
+        # greedy "?": the longer key when one follows, else the one that ends here
+        return "(?:" + "|".join(alternatives) + (")?" if "" in node else ")")
+
+    return branch(root)
 
 
 def _redacted_copy(raw: bytes, secrets: list[str]) -> bytes:
@@ -441,7 +506,9 @@ def keys_quoted_in(msg: Message) -> tuple[str, ...]:
     """Every order key a message shows anywhere, returned copies included: the values of
     KEY lines, the key of our sentence "Your order key is ...", and anything shaped like a
     generated key; in any text part (HTML also with its references resolved and its tags
-    dropped, as a reader sees it) and in the headers, decoded."""
+    dropped, as a reader sees it) and in the headers, decoded. At most 200: our sentences
+    first, then KEY lines, then the generated shapes, each in the order they come, so
+    that key-shaped decoys never push a real key out."""
     texts = [_decoded_words(str(value)) for _name, value in msg.items()[:_HEADERS_SEARCHED]]
     for count, part in enumerate(_walk_all(msg)):
         if count >= MAX_PARTS:
@@ -456,13 +523,18 @@ def keys_quoted_in(msg: Message) -> tuple[str, ...]:
         texts.append(text)
         if kind == "text/html":  # a tag between two lines ends a line, inside a word not
             texts += [_unmarked(text, "\n"), _unmarked(text)]
-    found: set[str] = set()
-    for text in texts:
-        text = _INVISIBLE.sub("", text)
-        found.update(_KEY_LINE.findall(text))
-        found.update(KEY_SENTENCE.findall(text))  # a welcome's key, set in the config
-        found.update(_GENERATED_KEY.findall(text))
-    return tuple(sorted(found))[:50]
+    texts = [_INVISIBLE.sub("", text) for text in texts]
+    found: dict[str, None] = {}  # ordered, without duplicates
+    for shape in (KEY_SENTENCE, _KEY_LINE, _GENERATED_KEY):  # a welcome's key: the config's
+        for text in texts:
+            found.update(dict.fromkeys(shape.findall(text)))
+            if len(found) >= _KEYS_QUOTED:
+                return tuple(found)[:_KEYS_QUOTED]
+    return tuple(found)
+
+
+_KEYS_QUOTED = 200
+"""Keys taken from one message (a real one quotes a few; more cost little to redact)."""
 
 
 _HEADERS_SEARCHED = 100
@@ -481,7 +553,7 @@ def redact_secrets(raw: bytes, secrets: list[str]) -> bytes:
     non-text parts, parts past the reader's limits) are replaced by a one-line note of
     their size; their headers stay. Linear in the message; when nothing needs changing,
     the message is returned as it came."""
-    secrets = sorted({s for s in secrets if len(s) >= 3}, key=len, reverse=True)
+    secrets = _considered(secrets)
     msg = email.message_from_bytes(raw)
     forms = _KeyForms(secrets) if secrets else None
     if not _keep_what_is_read(msg, forms):
@@ -523,8 +595,9 @@ _HEADERS_DECODED = 500
 """Headers per message whose encoded words are decoded whole, as the reader would, to
 check that no key is left: the standard library's search is slow on hostile headers."""
 _HTML_REDACTED_IN_PLACE = 256 * 1024
-"""Characters of HTML per message in which keys are replaced where they stand; past
-them, HTML that shows a key is kept as the text read from it (bounded time)."""
+"""Characters of HTML per message in which keys (64 characters of them in all; fewer
+characters for more) are replaced where they stand; past them, HTML that shows a key is
+kept as the text read from it (bounded time)."""
 _RUNS_DECODED = 2000
 """Runs of encoded words per message decoded to look for keys (each costs a little
 Python); past them a run is replaced whole."""
@@ -536,22 +609,50 @@ class _KeyForms:
     """The keys to redact, and patterns that find them as a reader sees them: in text,
     with the characters a reader drops between theirs (control and invisible characters,
     a format=flowed soft break); in HTML, also as character references (``&#45;``,
-    ``&#x2d;``, ``&hyphen;``) and split by tags or comments (``ann-<b>key</b>-123``)."""
+    ``&#x2d;``, ``&hyphen;``) and split by tags or comments (``ann-<b>key</b>-123``).
+    Text is searched once for all the keys together (``_normalised``, ``_trie``); HTML
+    in place with a pattern per key, within a budget (``html_affordable``)."""
 
     def __init__(self, secrets: list[str]) -> None:
-        self.secrets = secrets
+        self.secrets = _considered(secrets)
+        self.pattern = _text_pattern(tuple(sorted({_folded_key(k) for k in self.secrets})))
         self.headers_decoded = 0
         self.runs_decoded = 0
-        self.html_budget = _HTML_REDACTED_IN_PLACE
+        # the HTML patterns are one per key, and slow when the HTML is much like a key
+        # (about 0.1 s for each million characters x key characters): a budget of
+        # characters x key characters, as 256 KiB with keys of 64 characters in all
+        self.html_budget = _HTML_REDACTED_IN_PLACE * 64
+        self.html_cost = sum(len(k) for k in self.secrets)
 
     def found(self, text: str) -> bool:
         """True when ``text`` shows a key."""
-        return any(_forms_pattern(k, is_html=False).search(text) for k in self.secrets)
+        return bool(self.secrets) and self.pattern.search(_normalised(text)) is not None
 
     def redact(self, text: str) -> str:
-        for key in self.secrets:
-            text = _forms_pattern(key, is_html=False).sub(REDACTED, text)
-        return text
+        """Every key in ``text`` replaced, as a reader sees it: the text is searched once,
+        folded (see ``_normalised``), and each key found is replaced with whatever a
+        reader drops between its characters."""
+        if not self.secrets:
+            return text
+        found_all = list(self.pattern.finditer(_normalised(text)))
+        if not found_all:
+            return text
+        starts, origins = _pieces(text)
+        pieces, done = [], 0
+        for found in found_all:
+            begin = _origin(starts, origins, found.start())
+            end = _origin(starts, origins, found.end() - 1) + 1
+            pieces += [text[done:begin], REDACTED]
+            done = end
+        return "".join([*pieces, text[done:]])
+
+    def html_affordable(self, markup: str) -> bool:
+        """Whether the per-key HTML patterns may still search ``markup`` (bounded time)."""
+        cost = len(markup) * self.html_cost
+        if cost > self.html_budget:
+            return False
+        self.html_budget -= cost
+        return True
 
     def redact_html(self, markup: str) -> str:
         for key in self.secrets:
@@ -564,6 +665,60 @@ class _KeyForms:
         if self.found(_unmarked(markup)):
             return True
         return self.found(html_to_text(markup))
+
+
+@functools.lru_cache(maxsize=64)  # a worker reads many messages with the same keys
+def _text_pattern(keys: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile(_trie(keys)) if keys else re.compile(r"(?!)")
+
+
+_TEXT_DROPPED = re.compile(rf"(?:{_CONTROL.pattern}|{_INVISIBLE.pattern}| \r?\n)+")
+"""What a reader drops from text: control and invisible characters, a format=flowed soft
+break."""
+
+
+def _normalised(text: str) -> str:
+    """``text`` as a reader reads a key in it: without what a reader drops, folded
+    (``_folded``); ``_pieces`` maps it back."""
+    return _folded(_TEXT_DROPPED.sub("", text))
+
+
+def _pieces(text: str) -> tuple[list[int], list[int]]:
+    """The map from ``_normalised(text)`` back to ``text``: piece ``i`` of it (a stretch
+    between dropped characters) starts at ``starts[i]`` and comes from ``origins[i]``,
+    character for character. Made only when a key is found (it costs a little Python
+    for each stretch)."""
+    starts: list[int] = []
+    origins: list[int] = []
+    size = done = 0
+    for dropped in [*_TEXT_DROPPED.finditer(text), None]:
+        begin = len(text) if dropped is None else dropped.start()
+        if begin > done:
+            starts.append(size)
+            origins.append(done)
+            size += begin - done
+        if dropped is not None:
+            done = dropped.end()
+    return starts, origins
+
+
+def _origin(starts: list[int], origins: list[int], index: int) -> int:
+    """Where character ``index`` of a ``_normalised`` text came from."""
+    piece = bisect.bisect_right(starts, index) - 1
+    return origins[piece] + index - starts[piece]
+
+
+def _folded(text: str) -> str:
+    """Text as a key in it is compared, one character for one: lower case, look-alikes a
+    person reads as the same as ASCII (fullwidth forms; any dash as "-")."""
+    lower = text.lower()
+    if len(lower) != len(text):  # a letter whose lower case is two ("İ"): kept as it is
+        lower = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+    return lower.translate(_LOOK_ALIKES)
+
+
+def _folded_key(key: str) -> str:
+    return _folded(_INVISIBLE.sub("", key))
 
 
 @functools.lru_cache(maxsize=256)  # a worker reads many messages with the same keys
@@ -590,6 +745,10 @@ def _char_forms(char: str, *, is_html: bool) -> str:
 
 
 _DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2043\u2212\ufe58\ufe63"
+_LOOK_ALIKES: dict[int, str] = {
+    **{point: chr(point - 0xFEE0) for point in range(0xFF01, 0xFF5F)},  # fullwidth ASCII
+    **{ord(dash): "-" for dash in _DASHES},
+}
 
 
 @functools.cache
@@ -742,8 +901,7 @@ def _redact_body(part: Message, forms: _KeyForms, *, is_html: bool) -> bool:
         redacted = forms.redact(text)
     elif not forms.shown_in_html(text):
         return False
-    elif len(text) <= forms.html_budget:  # the HTML pattern is slow (about 3 s a MiB)
-        forms.html_budget -= len(text)
+    elif forms.html_affordable(text):
         redacted = forms.redact_html(text)
         if forms.shown_in_html(redacted):
             redacted = _html_as_read(text, forms)

@@ -348,7 +348,7 @@ AUTO_SUBJECTS = {
     "english_bracket": "[g1] Round 1 report (Auto-Reply)",
     "gateway_tag": "[EXTERNAL] Automatic reply: [g1] Round 1 report",
     "german_notiz": "Abwesenheitsnotiz: [g1] Runde 1",
-    "german_reply": "AW: Automatische Antwort: [g1] Runde 1",
+    "german_reply": "Automatische Antwort: AW: [g1] Runde 1",
     "french": "Réponse automatique : [g1] Round 1 report",
     "french_absence": "Absence : [g1] Round 1 report",
     "spanish": "Respuesta automática: [g1] Round 1 report",
@@ -359,7 +359,7 @@ AUTO_SUBJECTS = {
     "polish": "Automatyczna odpowiedź: [g1] Round 1 report",
     "japanese": "自動応答: [g1] Round 1 report",
     "japanese_absent": "不在: [g1] Round 1 report",
-    "chinese_simplified": "回复: 自动回复: [g1] Round 1 report",
+    "chinese_simplified": "自动回复: 回复: [g1] Round 1 report",
     "chinese_fullwidth_colon": "自动回复\uff1a[g1] Round 1 report",
     "chinese_traditional": "自動回覆: [g1] Round 1 report",
     "korean": "자동 회신: [g1] Round 1 report",
@@ -443,6 +443,17 @@ PLAYERS_SUBJECTS = [
     "Autorepair shop closed, orders",
     "AW: [g1] Runde 1 - abwesend bis Freitag",
     "Re: Re: [g1] orders",
+    # a subject alone never makes a robot of a player (the reviewer's five, and more)
+    "Absent: next two rounds",
+    "Out of office",
+    "Away: orders for round 3",
+    "Auto: DICE 4 2",
+    "Re: Automatic reply: [g1] Round 3 report",
+    "AW: Automatische Antwort: [g1] Runde 1",
+    "Fwd: Out of Office: [g1] Round 3 report",
+    "Abwesend: Runde 3",
+    "不在: 来週",
+    "Out of office: [g1]",
 ]
 
 
@@ -474,10 +485,16 @@ def test_exchanges_auto_response_suppress_is_ordinary_mail(sqlite_intake) -> Non
 
 def test_subject_rule_edges() -> None:
     assert auto_reply_subject("Automatic reply") is not None  # the whole subject
-    assert auto_reply_subject("Out of office") is not None
-    assert auto_reply_subject("Out of office until Monday") is None  # could be a player
+    assert auto_reply_subject("Out of office") is None  # alone: could be a player
+    assert auto_reply_subject("Out of office until Monday") is None
+    assert auto_reply_subject("Out of office: Re: x") is not None  # before a reply
+    assert auto_reply_subject("Away: [g1] Round 3 report") is not None  # before ours
+    assert auto_reply_subject("Away: Snakes and Ladders: About your message") is not None
+    assert auto_reply_subject("Away: orders [g1]") is None  # before the player's words
+    assert auto_reply_subject("Automatic reply - x") is not None  # a dash after it
     assert auto_reply_subject("Autoreplying is off") is None  # more letters of a word
     assert auto_reply_subject("Awayday: [g1]") is None
-    assert auto_reply_subject("RE[2]: Odp: Automatic reply: x") is not None  # prefixes
+    assert auto_reply_subject("RE[2]: Odp: Automatic reply: x") is None  # a person's reply
+    assert auto_reply_subject("[EXT] [x] Automatic reply: x") is not None  # after tags
     assert auto_reply_subject("Respuesta automatica: x") is not None  # without accents
     assert auto_reply_subject("AUTOMATIC REPLY: X") is not None  # any case

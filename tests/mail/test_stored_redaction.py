@@ -452,3 +452,58 @@ def test_blank_lines_do_not_slow_the_search_for_keys(sqlite_intake) -> None:
     html_body = "<p>GAME g1</p><p>KEY ann-key-123</p><p>DICE 4</p>" + "<b>" * 60_000
     html_raw = message("blank-html", f"Content-Type: text/html; charset=utf-8\r\n\r\n{html_body}")
     assert ingest(db, config, html_raw, T0, "t").status == "processed"
+
+
+ALIKE = [f"{'a' * 63}{c}" for c in "bcdefghijklmnopqrstuvwxyz0123456789BCDEFGHIJKLMNOP"]
+
+
+def test_many_long_keys_alike_are_redacted_in_one_pass(sqlite_intake) -> None:
+    """50 quoted keys of 64 characters that differ only in the last, then 128 KiB of the
+    characters they share: one pattern per key searched this for 50 x 64 steps a
+    character (over 30 s, past the sandbox's limit, and the message was set aside); the
+    keys are now searched together, and the message is read and redacted like any."""
+    db, config = sqlite_intake
+    quoted = "".join(f"> KEY {key}\r\n" for key in ALIKE)
+    body = f"{ORDERS}\r\nOn Mon, Bob wrote:\r\n{quoted}\r\n{'a' * 128 * 1024}\r\n"
+    raw = message("alike", f"Content-Type: text/plain; charset=utf-8\r\n\r\n{body}")
+    kept = ingest_and_check(db, config, raw)
+    assert kept.count(b"KEY ****") == 51
+    for key in ALIKE:
+        assert key.lower().encode() not in kept.lower()
+
+
+def test_keys_that_begin_alike_are_each_replaced_whole() -> None:
+    """A key that begins another is never replaced inside it (``ann-key-12`` leaving a
+    "3" of ``ann-key-123``), in any case, split by what a reader drops, or as look-alikes."""
+    shown = [
+        "ann-key-12.",
+        "ANN-KEY-123.",
+        "ann-key-1234.",
+        "ann\u200b-key-12\u00ad3.",
+        "\uff41\uff4e\uff4e\u2010key-123.",
+        "ann-key-1 \r\n23.",  # a format=flowed soft break
+    ]
+    text = "\r\n".join(shown) + "\r\n"
+    raw = message("prefix", f"Content-Type: text/plain; charset=utf-8\r\n\r\n{text}")
+    kept = redact_secrets(raw, ["ann-key-12", KEY])
+    body = email.message_from_bytes(kept).get_payload(decode=True).decode()
+    assert body.split("\r\n")[:6] == ["****.", "****.", "****4.", "****.", "****.", "****."]
+
+
+def test_key_shaped_decoys_never_push_a_quoted_key_out() -> None:
+    """64 strings shaped like generated keys, all sorting before the real ones, do not
+    leave a quoted KEY line, our sentence or a 65th generated key in clear."""
+    decoys = [f"{a}{b}aa-aaaa-aaaa-aaaa" for a in "abcd" for b in "abcdefghjkmnpqrs"]
+    text = (
+        f"{ORDERS}\r\n"
+        + " ".join(decoys)
+        + "\r\n> KEY bob-key-777\r\n> Your order key is cy-key-123\r\nzzzz-zzzz-zzzz-zzzz\r\n"
+    )
+    raw = message("decoys", f"Content-Type: text/plain; charset=utf-8\r\n\r\n{text}")
+    read = parse_message(raw, "snl@example.org")
+    for key in ("bob-key-777", "cy-key-123", "zzzz-zzzz-zzzz-zzzz", decoys[-1]):
+        assert key in read.quoted_keys
+    assert read.quoted_keys[:3] == ("cy-key-123", KEY, "bob-key-777")  # sentence, KEY lines
+    assert read.redacted is not None
+    for key in ("bob-key-777", "cy-key-123", "zzzz-zzzz-zzzz-zzzz", KEY, *decoys):
+        assert_no_key(read.redacted, key)
