@@ -316,7 +316,7 @@ def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResul
 
 def waiting_sizes(db: Database, ids: list[int]) -> dict[int, tuple[int, str | None]]:
     """(stored size in bytes, sender) of each of these messages still unprocessed: the
-    readers read small ones first, and each sender's one at a time."""
+    readers read small ones first, whoever sent them."""
     found: dict[int, tuple[int, str | None]] = {}
     size = func.coalesce(func.length(InboundMessage.raw), 0)
     with db.transaction() as session:

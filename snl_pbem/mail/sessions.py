@@ -24,7 +24,7 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, AnyStr
 
 from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP
@@ -95,14 +95,17 @@ class ThrottleFilter(logging.Filter):
 class Sessions:
     """The open sessions, least recent progress first; touched in the loop's thread only.
 
-    At the cap, a new connection is always served: the session that has gone longest
-    without progress (since it connected, or since its last message was stored) is
-    told ``421`` and closed, unless its message is being stored right now. An attacker
-    holding any number of idle or slow sessions therefore only closes their own oldest
-    ones, and a real delivery from a second connection gets through; to close the MTA's
-    session the attacker would have to open ``limit`` new connections within the few
-    milliseconds of one delivery. Only when every session is storing a message is the
-    new one told ``421`` (the MTA tries again): only deliveries can fill the cap.
+    Progress is any byte received and any command answered 2xx or 3xx (LHLO, MAIL,
+    RCPT, DATA, RSET, NOOP...). At the cap, a new connection is always served: a session
+    that has never had a command accepted goes first, the one that connected longest ago
+    (a connect flood sheds its own), and only when there is none the session that has
+    gone longest without progress; never one whose message is being stored right now.
+    The MTA's session has spoken by its first command, so a flood of bare connections,
+    however large, only closes its own oldest ones, even while the MTA sits between two
+    commands or keeps an idle session cached; to close it an attacker would have to hold
+    ``limit`` sessions that have all spoken and each progressed since the MTA's last
+    command or byte. Only when every session is storing a message is the new one told
+    ``421`` (the MTA tries again): only deliveries can fill the cap.
     """
 
     def __init__(self, limit: int, throttle: Throttle) -> None:
@@ -122,9 +125,11 @@ class Sessions:
         return True
 
     def shed(self, count: int) -> int:
-        """Close up to ``count`` sessions, least recent progress first, never one whose
-        message is being stored; how many were closed."""
-        victims = [s for s in self._order if not s.storing][:count]
+        """Close up to ``count`` sessions, those that never had a command accepted first,
+        then the least recent progress; never one whose message is being stored; how
+        many were closed."""
+        idle = [s for s in self._order if not s.storing]
+        victims = ([s for s in idle if not s.spoken] + [s for s in idle if s.spoken])[:count]
         for victim in victims:
             self.drop(victim)
             victim.close_with("busy")
@@ -160,7 +165,11 @@ class GuardedSMTP(SMTP):
         super().__init__(handler, **kwargs)
         self.sessions = sessions
         self.storing = False
+        self.spoken = False
+        """A command of this session was accepted (answered 2xx or 3xx): an SMTP client,
+        not a bare connection; shed after those (see :class:`Sessions`)."""
         self._admitted = False
+        self._greeted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -169,6 +178,20 @@ class GuardedSMTP(SMTP):
         self._admitted = True
         if not self.sessions.admit(self):
             self.close_with("busy")
+
+    def data_received(self, data: bytes) -> None:
+        """Bytes from the client are progress: a long DATA is not idle."""
+        super().data_received(data)
+        self.sessions.progressed(self)
+
+    async def push(self, status: AnyStr) -> None:
+        """A reply; after the greeting, a 2xx or 3xx one accepts a command: progress, and
+        the session has spoken."""
+        if self._greeted and status[:1] in ("2", "3", b"2", b"3"):
+            self.spoken = True
+            self.sessions.progressed(self)
+        self._greeted = True
+        await super().push(status)
 
     def connection_lost(self, error: Exception | None) -> None:
         self.sessions.drop(self)

@@ -83,11 +83,20 @@ class Readers:
     the order they were stored, and the next one only once the one taken last is done or
     has been read for ``IN_ORDER_SECONDS``: ordinary mail (milliseconds) is processed in
     order, as it comes (the last seat goes to the first JOIN), while slow messages are
-    read side by side. One sender's messages are read one at a time, in their order, so a
-    player's later orders still replace their earlier ones, and a flood from one address
-    holds one reader. Messages a close waits for go first, the smallest first (an order
-    is a few hundred bytes, a message slow to read is large). A message asked for twice
-    is read once (same future).
+    read side by side. One sender's messages follow the same rule and no other: the From
+    address is forgeable, so slow messages 'from' a player must never hold her real ones.
+
+    Messages a close waits for go first, the smallest first whoever sent them (an order
+    is a few hundred bytes, a message slow to read is large), each sender's next once her
+    one before it is done or has been read for ``IN_ORDER_SECONDS``. So within a close one
+    sender's messages may be processed out of the order they came. That is safe for what
+    a close counts: the orders that count are the latest by receipt time
+    (``snl_pbem.app.rounds.counting_orders``), whatever the order they were processed in;
+    CLEAR is an order set like the others; and a CONFIRM (of a JOIN, a RESIGN, an
+    ADDRESS) carries a code the sender only has once the message before it was processed
+    and answered. (ABSENT and ABSENT OFF in two messages that both wait for one close,
+    the later the smaller, are the exception: the one read last holds, until the next.)
+    A message asked for twice is read once (same future).
     """
 
     def __init__(self, threads: int = MAX_WORKERS, in_order: float = IN_ORDER_SECONDS) -> None:
@@ -96,7 +105,6 @@ class Readers:
         self._cond = threading.Condition(threading.RLock())
         self._queued: dict[tuple[int, int], _Job] = {}
         self._running: dict[tuple[int, int], _Job] = {}
-        self._busy: set[str] = set()
         self._workers: list[threading.Thread] = []
         self._names = itertools.count(1)
         self._paused = 0
@@ -211,28 +219,20 @@ class Readers:
         (None: until something changes)."""
         if not self._queued or self._paused:
             return None, None
-        if self._running and not any(job.urgent for job in self._queued.values()):
-            # in order, unless the one read last is slow (a close's messages: at once)
-            youngest = max(job.started for job in self._running.values())
-            left = youngest + self.in_order - time.monotonic()
-            if left > 0:
-                return None, left
-        heads: dict[str, _Job] = {}
-        urgent: set[str] = set()
-        for job in self._queued.values():
-            if job.sender in self._busy:
-                continue
-            if job.urgent:
-                urgent.add(job.sender)
-            head = heads.get(job.sender)
-            if head is None or job.inbound_id < head.inbound_id:
-                heads[job.sender] = job
-        if not heads:
-            return None, None
-        return min(  # a close's first, the small first; else in the order they came
-            heads.values(),
-            key=lambda j: (0, j.size, j.inbound_id) if j.sender in urgent else (1, 0, j.inbound_id),
-        ), None
+        now = time.monotonic()
+        fresh: dict[str, float] = {}  # sender: when her message read for under in_order began
+        for job in self._running.values():
+            if now - job.started < self.in_order:
+                fresh[job.sender] = max(fresh.get(job.sender, job.started), job.started)
+        urgent = [job for job in self._queued.values() if job.urgent]
+        if urgent:  # a close waits: its messages at once, the small first, whoever sent them
+            ready = [job for job in urgent if job.sender not in fresh]
+            if ready:
+                return min(ready, key=lambda j: (j.size, j.inbound_id)), None
+            return None, min(fresh[job.sender] for job in urgent) + self.in_order - now
+        if fresh:  # in order, unless the one read last is slow
+            return None, max(fresh.values()) + self.in_order - now
+        return min(self._queued.values(), key=lambda j: j.inbound_id), None
 
     def _work(self) -> None:
         while True:
@@ -245,7 +245,6 @@ class Readers:
                 del self._queued[key]
                 job.started = time.monotonic()
                 self._running[key] = job
-                self._busy.add(job.sender)
             try:
                 result = process_now(job.db, job.config, job.inbound_id)
             except BaseException as exc:  # the database away: the message stays new
@@ -261,7 +260,6 @@ class Readers:
             with self._cond:
                 job.finished = time.monotonic()
                 del self._running[key]
-                self._busy.discard(job.sender)
                 self._cond.notify_all()
             if isinstance(outcome, BaseException):
                 job.future.set_exception(outcome)

@@ -398,11 +398,12 @@ class RoundScheduler:
     def _process_stragglers(self, game_id: str, number: int) -> None:
         """Have every stored message received before the deadline that is still unprocessed
         (being read by an intake, queued behind others, or left by a failure) read first,
-        in parallel and ahead of other mail, so that none is judged after the round it was
-        meant for has closed; but slow ones for ``close_wait`` seconds at most (see
-        CLOSE_WAIT_SECONDS). A message still unread then is read afterwards and judged as
-        late for this round (never applied to it: the round is closed, and the next one
-        opened after the message came)."""
+        in parallel and ahead of other mail, the smallest first whoever sent them (a slow
+        message forged 'from' a player never holds her real orders), so that none is judged
+        after the round it was meant for has closed; but slow ones for ``close_wait``
+        seconds at most (see CLOSE_WAIT_SECONDS). A message still unread then is read
+        afterwards and judged as late for this round (never applied to it: the round is
+        closed, and the next one opened after the message came)."""
         ids = waiting_before_deadline(self.db, game_id, number)
         if not ids:
             return

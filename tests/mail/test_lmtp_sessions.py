@@ -172,6 +172,111 @@ def test_at_the_cap_the_idlest_session_makes_room(receiver) -> None:
     assert stored == [MESSAGE]
 
 
+@pytest.fixture
+def patient_receiver() -> Iterator[tuple[int, ReceiverController, list[bytes]]]:
+    """Ten sessions at most, none closed for silence within the test (a hang detector's
+    timeout): which session goes is decided by the cap alone."""
+    stored: list[bytes] = []
+    port = free_port()
+    controller = ReceiverController(
+        GameAddressHandler("snl@example.org", lambda raw, source: stored.append(raw)),
+        "127.0.0.1",
+        port,
+        max_size=1 << 20,
+        idle_timeout=WAIT,
+        max_sessions=10,
+    )
+    controller.start()
+    yield port, controller, stored
+    controller.stop()
+
+
+def say(sock: socket.socket, line: bytes) -> bytes:
+    """Send one command and read its whole reply (LHLO's has several lines: ``250-``
+    until ``250 ``), as an MTA does."""
+    sock.sendall(line + b"\r\n")
+    reply = b""
+    while True:
+        reply += read_line(sock)
+        last = reply.rsplit(b"\r\n", 2)[-2]
+        if last[3:4] != b"-":
+            return reply
+
+
+def test_a_connect_flood_during_the_mtas_exchange_sheds_only_its_own(patient_receiver) -> None:
+    """The MTA has said LHLO and MAIL FROM; twenty bare connections come (twice the
+    cap) while it waits before RCPT, as a Postfix session waits between commands or sits
+    cached. The flood sheds eleven of its own, each told 421; the MTA's delivery goes on
+    in the same session and is stored. (Judged by last progress alone, the MTA's session,
+    the oldest, would be the first shed.)"""
+    port, controller, stored = patient_receiver
+    with ExitStack() as stack:
+        mta = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=WAIT))
+        assert read_line(mta).startswith(b"220 ")
+        assert say(mta, b"LHLO mx.example.org").startswith(b"250")
+        assert say(mta, b"MAIL FROM:<ann@example.org>").startswith(b"250")
+        idle = flood(stack, port, 20)
+        said = {sock: b"" for sock in idle}
+        closed: set[socket.socket] = set()
+
+        def shed() -> bool:  # what each flood connection was told, and whether it ended
+            for sock in set(idle) - closed:
+                while select.select([sock], [], [], 0)[0]:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        closed.add(sock)
+                        break
+                    said[sock] += chunk
+            return len(closed) == 11 and len(controller.sessions) == 10
+
+        wait_for(shed, "eleven of the flood shed")  # 21 connections, 10 at most
+        assert all(b"421 4.3.2" in said[sock] for sock in closed)
+        assert say(mta, b"RCPT TO:<snl@example.org>").startswith(b"250")
+        assert say(mta, b"DATA").startswith(b"354")
+        assert say(mta, MESSAGE + b".").startswith(b"250")
+        assert say(mta, b"QUIT").startswith(b"221")
+    assert stored == [MESSAGE]
+
+
+def test_among_sessions_that_have_spoken_the_one_longest_without_a_command_goes(
+    patient_receiver,
+) -> None:
+    """The MTA connects first; nine clients then connect and say LHLO; the MTA says
+    MAIL FROM. A tenth client comes at the cap: the first of the nine goes (its LHLO is
+    the oldest progress), not the MTA, which connected before all of them."""
+    port, controller, stored = patient_receiver
+    with ExitStack() as stack:
+        mta = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=WAIT))
+        assert read_line(mta).startswith(b"220 ")
+        others = []
+        for n in range(9):
+            sock = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=WAIT))
+            assert read_line(sock).startswith(b"220 ")
+            assert say(sock, f"LHLO c{n}.example.org".encode()).startswith(b"250")
+            others.append(sock)
+        assert say(mta, b"LHLO mx.example.org").startswith(b"250")
+        assert say(mta, b"MAIL FROM:<ann@example.org>").startswith(b"250")
+        late = stack.enter_context(socket.create_connection(("127.0.0.1", port), timeout=WAIT))
+        assert read_line(late).startswith(b"220 ")
+        assert b"421 4.3.2" in read_to_end(others[0])
+        assert say(mta, b"RCPT TO:<snl@example.org>").startswith(b"250")
+        assert say(mta, b"DATA").startswith(b"354")
+        assert say(mta, MESSAGE + b".").startswith(b"250")
+        assert len(controller.sessions) == 10
+    assert stored == [MESSAGE]
+
+
+def read_line(sock: socket.socket) -> bytes:
+    """The server's next line (its greeting)."""
+    sock.settimeout(WAIT)
+    line = b""
+    while not line.endswith(b"\r\n"):
+        chunk = sock.recv(1)
+        assert chunk, line
+        line += chunk
+    return line
+
+
 # -- through serve, with few file handles ---------------------------------------------
 
 CONFIG = """
