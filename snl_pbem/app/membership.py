@@ -63,15 +63,17 @@ from snl_pbem.store.states import GamePhase, MailKind, ManagedBy, Purpose, Signu
 log = logging.getLogger("snl_pbem.membership")
 
 CODE_LIFETIME = timedelta(days=3)
-CODE_TRIES_PER_HOUR = 5
+CODE_TRIES_PER_HOUR = 100
 """Wrong codes counted against one open code in an hour (one per message). Past them the
 code rests: codes from its address are not checked against it (and do not count) until
-the hour since the first of those tries has passed; it is never void, so a forger sending
-wrong codes in its owner's name only delays her, and her right code works after the
-rest. The arithmetic: a code is 8 characters of a 31-letter alphabet, 31**8 = 8.5e11
-(39.6 bits); at 5 tries an hour for the 72 hours it lives, 360 tries find it with a
-chance of 360 / 8.5e11, about 4 in 10 billion; and the guesses must come from the very
-address the code went to."""
+the hour since the first of those tries has passed; it is never void. So a forger who
+wants to keep the owner's right code from being checked must send a hundred wrong ones
+in her name every hour (2,400 a day, which the referee sees), and a message that our
+MTA's DKIM or DMARC result vouches for (``replies.verified_sender``) is checked even
+while the code rests: a forger cannot write one. The arithmetic: a code is 8 characters
+of a 31-letter alphabet, 31**8 = 8.5e11 (39.6 bits); at 100 tries an hour for the 72
+hours it lives, 7,200 tries find it with a chance of 7,200 / 8.5e11, about 8.5 in a
+billion; and the guesses must come from the very address the code went to."""
 CODE_TRY_WINDOW = timedelta(hours=1)
 MAX_UNCONFIRMED_PER_GAME = 20
 """Sign-up codes one game sends in SIGNUP_WINDOW, at most. Past it a JOIN is refused
@@ -187,15 +189,19 @@ def check_code(
     *,
     purposes: tuple[str, ...],
     game_id: int | None = None,
+    vouched: bool = False,
 ) -> Confirmed | None:
     """The open confirmation for one of ``purposes`` at ``address`` this code completes
     (marked used), or None. A wrong code counts one try against each such open code that
     is not resting; a code with CODE_TRIES_PER_HOUR tries in its hour rests (it is not
-    checked at all) until that hour has passed (``resting``). ``game_id``: only
-    confirmations for that game. The rows are not locked (a CONFIRM with a key already
-    holds its game's lock, and rows locked before a game would invite a deadlock): two
-    messages at the very same moment may count one try, which a bound of a few tries an
-    hour over 39 bits can spare."""
+    checked at all) until that hour has passed (``resting``). ``vouched``: our MTA's
+    DKIM or DMARC result says the message comes from ``address`` itself, which no forger
+    can write: every open code is checked, resting or not, and a wrong one counts no try
+    (the tries stop guessing by someone who does not hold the mailbox; this sender
+    does). ``game_id``: only confirmations for that game. The rows are not locked (a
+    CONFIRM with a key already holds its game's lock, and rows locked before a game
+    would invite a deadlock): two messages at the very same moment may count one try,
+    which a bound of a hundred tries an hour over 39 bits can spare."""
     pending = [
         c
         for c in _open_confirmations(session, address, now)
@@ -203,7 +209,7 @@ def check_code(
         and (game_id is None or c.game_id == game_id)
         and c.code_hash is not None
     ]
-    awake = [c for c in pending if _rests_until(c, now) is None]
+    awake = pending if vouched else [c for c in pending if _rests_until(c, now) is None]
     for confirmation in awake:
         game = session.get(Game, confirmation.game_id)
         if game is None or confirmation.code_hash is None:
@@ -211,6 +217,8 @@ def check_code(
         if secrets.compare_digest(_code_hash(code, game), confirmation.code_hash):
             confirmation.used_at = now
             return Confirmed(confirmation, game)
+    if vouched:
+        return None
     for confirmation in awake:
         tries, since = _tries(confirmation, now)
         confirmation.wrong += 1  # every counted try, for the record
@@ -272,13 +280,36 @@ def resting(
 
 
 def pending_code(
-    session: Session, game: Game, address: str, now: datetime, purpose: str
+    session: Session,
+    game: Game,
+    address: str,
+    now: datetime,
+    purpose: str,
+    name: str | None = None,
 ) -> Confirmation | None:
-    """The open code for ``purpose`` in ``game`` that waits at ``address`` (the first)."""
+    """The open code for ``purpose`` in ``game`` that waits at ``address`` (the first);
+    ``name``: only a JOIN code for that name (in any case)."""
     for confirmation in _open_confirmations(session, address, now, purpose):
-        if confirmation.game_id == game.id:
+        if confirmation.game_id != game.id:
+            continue
+        if name is None or str(confirmation.payload.get("name", "")).lower() == name.lower():
             return confirmation
     return None
+
+
+def void_other_joins(session: Session, game: Game, address: str, now: datetime) -> int:
+    """Once a JOIN code has seated (or listed) ``address`` in ``game``, the other JOIN codes
+    still open at that address for that game (under other names, asked by its owner or
+    by a forger in its name) are void: one seat per address, and a forger's name must not
+    linger. (A code at another form of the mailbox, ``ann+2@``, is left to be refused
+    with its reason at its CONFIRM: ``_address_taken``.) Returns how many."""
+    voided = 0
+    for confirmation in _open_confirmations(session, address, now, Purpose.JOIN):
+        if confirmation.game_id == game.id:
+            confirmation.used_at = now
+            confirmation.payload = {**confirmation.payload, "void": "another code was used"}
+            voided += 1
+    return voided
 
 
 def has_open(session: Session, address: str, now: datetime, purpose: str) -> bool:
@@ -478,10 +509,23 @@ def join_code_refusal(session: Session, game: Game, now: datetime) -> str | None
     )
 
 
-def request_join(session: Session, game: Game, address: str, name: str, now: datetime) -> str:
+VOUCHED = "vouched"
+"""Marks in a code's ``payload`` that the request for it was vouched for by our MTA's
+DKIM or DMARC result (``replies.verified_sender``): such codes alone make up the
+address's own budget of codes for a vouched-for request (``replies.guest_limit``), which
+a forger's requests in its name therefore cannot spend."""
+
+
+def request_join(
+    session: Session, game: Game, address: str, name: str, now: datetime, vouched: bool = False
+) -> str:
     """A code for ``address`` to confirm its sign-up (after ``join_refusal`` and
-    ``join_code_refusal`` said None). Codes sent earlier stay good."""
-    return _ask(session, game, Purpose.JOIN, address, now, {"name": name})
+    ``join_code_refusal`` said None). Codes sent earlier stay good, under any name: the
+    first confirmed seats the address and voids the others (``void_other_joins``)."""
+    payload: dict[str, Any] = {"name": name}
+    if vouched:
+        payload[VOUCHED] = "yes"
+    return _ask(session, game, Purpose.JOIN, address, now, payload)
 
 
 def flood_noticed(session: Session, config: Config, game: Game, now: datetime, what: str) -> bool:
@@ -1285,8 +1329,10 @@ def observe_refusal(session: Session, game: Game) -> str | None:
     return None
 
 
-def request_observe(session: Session, game: Game, address: str, now: datetime) -> str:
-    return _ask(session, game, Purpose.OBSERVE, address, now, {})
+def request_observe(
+    session: Session, game: Game, address: str, now: datetime, vouched: bool = False
+) -> str:
+    return _ask(session, game, Purpose.OBSERVE, address, now, {VOUCHED: "yes"} if vouched else {})
 
 
 def observe(session: Session, game: Game, address: str, now: datetime) -> None:

@@ -15,7 +15,12 @@ many codes today, a wrong code, codes resting, try again in an hour) are notes s
 most once an hour each (``_note``), which no other answer uses up: the owner's next
 request in a new hour is answered again, never met with silence. A repeated JOIN or
 OBSERVE for a game whose code still waits sends no new code (and cannot void the one
-waiting): it reminds.
+waiting): it reminds. A JOIN under another name gets a code of its own; the first used
+voids the others.
+
+A sender our MTA vouches for (``replies.verified_sender``: DKIM or DMARC aligned with
+the From domain) cannot be forged, so it meets only its own address's budget, counted
+by its own signed requests, and its CONFIRM is checked even while its code rests.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from snl_pbem.app.replies import (
     reply,
     send,
     subject,
+    verified_sender,
 )
 from snl_pbem.config import address_problem
 from snl_pbem.errors import LifecycleError
@@ -146,9 +152,19 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
         # no address move waits here: a sign-up or observer code sent with GAME and KEY out
         # of habit; only for this message's game (it holds that game's lock, no other)
         return _confirm(ctx, address, confirms[0].args[0], game)
-    rest = membership.resting(ctx.session, address, ctx.now, purposes=(Purpose.ADDRESS,))
+    vouched = verified_sender(ctx)  # checked even while resting: no forger wrote it
+    rest = (
+        None
+        if vouched
+        else membership.resting(ctx.session, address, ctx.now, purposes=(Purpose.ADDRESS,))
+    )
     found = membership.check_code(
-        ctx.session, address, confirms[0].args[0], ctx.now, purposes=(Purpose.ADDRESS,)
+        ctx.session,
+        address,
+        confirms[0].args[0],
+        ctx.now,
+        purposes=(Purpose.ADDRESS,),
+        vouched=vouched,
     )
     if found is None or found.confirmation.payload.get("player_id") != player.id:
         _player_reply(
@@ -250,16 +266,26 @@ def _join(ctx: Context, game: Game, address: str, name: str) -> str:
 
 
 def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) -> str:
-    """A code for a JOIN or OBSERVE, or the reason none goes: a code for it already waits
-    at the address (a reminder, no new code: a forged repeat can neither void the code
-    nor spend the address's codes), the game's sign-ups are full for the hour, or a budget
-    holds (the address's, its domain's, all addresses'). Never silence, except that each
-    reason goes to one address at most once an hour."""
+    """A code for a JOIN or OBSERVE, or the reason none goes: a code for this very request
+    already waits at the address (a reminder, no new code: a forged repeat can neither
+    void the code nor spend the address's codes), the game's sign-ups are full for the
+    hour, or a budget holds (the address's, its domain's, all addresses'). A JOIN under
+    another name than a code waiting there gets a code of its own (the waiting one stays
+    good: it may be the owner's, or a forger's asked in her name, and the first used
+    voids the others); when none can go, the reminder of the waiting one carries the
+    reason. Never silence, except that each reason goes to one address at most once an
+    hour. A sender our MTA vouches for (``verified_sender``) meets only its own budget:
+    a flood of forgeries holds back only the senders it could be."""
     word = "JOIN" if purpose == Purpose.JOIN else "OBSERVE"
-    pending = membership.pending_code(ctx.session, game, address, ctx.now, purpose)
-    if pending is not None:
-        return _remind(ctx, game, address, purpose, name, pending)
-    if purpose == Purpose.JOIN:
+    vouched = verified_sender(ctx)
+    same = membership.pending_code(
+        ctx.session, game, address, ctx.now, purpose, name if purpose == Purpose.JOIN else None
+    )
+    if same is not None:
+        return _remind(ctx, game, address, purpose, same)
+    waiting = membership.pending_code(ctx.session, game, address, ctx.now, purpose)
+    refused: tuple[str, str] | None = None  # (why, the reason told)
+    if purpose == Purpose.JOIN and not vouched:
         refusal = membership.join_code_refusal(ctx.session, game, ctx.now)
         if refusal is not None:
             membership.flood_noticed(
@@ -269,44 +295,49 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
                 ctx.now,
                 f"at most {membership.MAX_UNCONFIRMED_PER_GAME} sign-up codes an hour for one game",
             )
-            _note(ctx, game, address, f"signups-full {game.name}", refusal)
-            return "join: no code sent (the game's sign-ups for the hour)"
-    limit = guest_limit(ctx, address, MailKind.CODE)
+            refused = ("the game's sign-ups for the hour", refusal)
+            if waiting is None:
+                _note(ctx, game, address, f"signups-full {game.name}", refusal)
+                return "join: no code sent (the game's sign-ups for the hour)"
+    limit = None if refused else guest_limit(ctx, address, MailKind.CODE)
     if limit == "address":
-        _note(
-            ctx,
-            game,
-            address,
-            "codes-over-budget",
+        refused = (
+            "budget: address",
             "You asked for too many codes today; try again tomorrow. Codes already sent to "
             "this address still work.",
         )
-        return f"{purpose}: no code sent (budget: address)"
-    if limit is not None:
+        if waiting is None:
+            _note(ctx, game, address, "codes-over-budget", refused[1])
+            return f"{purpose}: no code sent (budget: address)"
+    elif limit is not None:
         domain = address.rpartition("@")[2]
-        membership.flood_noticed(
-            ctx.session,
-            ctx.config,
-            game,
-            ctx.now,
-            f"codes to addresses at {domain}" if limit == "domain" else "codes in all",
-        )
-        _note(
-            ctx,
-            game,
-            address,
-            "codes-busy",
+        if limit != "all" or not vouched:
+            membership.flood_noticed(
+                ctx.session,
+                ctx.config,
+                game,
+                ctx.now,
+                f"codes to addresses at {domain}" if limit == "domain" else "codes in all",
+            )
+        refused = (
+            f"budget: {limit}",
             f"Many requests came from addresses at {domain} in the last hour, more than "
             f"we answer at once: please send your {word} again in an hour."
             if limit == "domain"
             else "We have sent as many codes as we may in the last hour: please send your "
             f"{word} again in an hour.",
         )
-        return f"{purpose}: no code sent (budget: {limit})"
+        if waiting is None:
+            _note(ctx, game, address, "codes-busy", refused[1])
+            return f"{purpose}: no code sent (budget: {limit})"
+    if refused is not None:
+        assert waiting is not None
+        _remind(ctx, game, address, purpose, waiting, refused[1])
+        return f"{purpose}: no code sent ({refused[0]}); reminded of the code waiting"
     if purpose == Purpose.JOIN:
-        code = membership.request_join(ctx.session, game, address, name, ctx.now)
+        code = membership.request_join(ctx.session, game, address, name, ctx.now, vouched)
     else:
-        code = membership.request_observe(ctx.session, game, address, ctx.now)
+        code = membership.request_observe(ctx.session, game, address, ctx.now, vouched)
     send(
         ctx,
         game,
@@ -319,36 +350,42 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
         days=membership.CODE_LIFETIME.days,
         secret=True,  # the code is stored only hashed: the sent copy is scrubbed too
     )
-    return f"{purpose}: code sent"
+    return f"{purpose}: code sent" + (" (another waits)" if waiting is not None else "")
 
 
 def _remind(
-    ctx: Context, game: Game, address: str, purpose: str, name: str, pending: Confirmation
+    ctx: Context,
+    game: Game,
+    address: str,
+    purpose: str,
+    pending: Confirmation,
+    refused: str = "",
 ) -> str:
-    """A JOIN or OBSERVE repeated while its code waits: a note that it waits (at most once
-    an hour), and no new code. The code cannot be sent again (it is kept only hashed), so
-    the note says where to find it; a JOIN under another name waits for the code to be
-    used or to expire (a forger could otherwise rename the owner's sign-up)."""
+    """A note that a code waits (at most once an hour): for a JOIN or OBSERVE repeated
+    while its code waits (no new code: it cannot be sent again, being kept only hashed,
+    so the note says where to find it), or for a JOIN under another name when no code
+    could go (``refused``: why)."""
     wanted = str(pending.payload.get("name", ""))
     what = (
         f"to join {game.name} as {wanted!r}"
         if purpose == Purpose.JOIN
-        else (f"to follow {game.name}")
+        else f"to follow {game.name}"
     )
-    other = purpose == Purpose.JOIN and wanted.lower() != name.lower()
+    waits = (
+        f"A code {what} was sent to this address on {game_time(game, pending.created_at)} "
+        f"and works until {game_time(game, pending.expires_at)}. Look for the message "
+        f'"[{game.name}] Your confirmation code" and send its CONFIRM line back from this '
+        "address."
+    )
     told = _note(
         ctx,
         game,
         address,
         f"code-pending {game.name}",
-        f"A code {what} was sent to this address on {game_time(game, pending.created_at)} "
-        f"and works until {game_time(game, pending.expires_at)}. Look for the message "
-        f'"[{game.name}] Your confirmation code" and send its CONFIRM line back from this '
-        "address. No new code is sent while it waits.",
-        "If you did not ask for it, ignore it. To join under another name, let it "
-        "expire, then send JOIN again."
-        if other
-        else "If you did not ask for it, ignore it: nothing happens.",
+        f"No code was sent for your new request: {refused} {waits}"
+        if refused
+        else f"{waits} No new code is sent while it waits.",
+        "If you did not ask for it, ignore it: nothing happens.",
     )
     return f"{purpose}: a code already waits (" + ("reminded)" if told else "reminded lately)")
 
@@ -391,14 +428,22 @@ def _resting_text(game: Game, until: datetime) -> str:
 
 def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) -> str:
     """CONFIRM of a sign-up or observer code (``locked``: only one for that game, whose row
-    the caller holds locked)."""
+    the caller holds locked). A CONFIRM our MTA vouches for (``verified_sender``) is
+    checked against every open code, resting or not: wrong codes forged in the owner's
+    name can slow only what could be forged. A code that seats (or lists) voids the
+    address's other JOIN codes for that game (``membership.void_other_joins``)."""
     purposes = (Purpose.JOIN, Purpose.OBSERVE)
-    rest = membership.resting(  # before the check: codes resting now are not checked
-        ctx.session,
-        address,
-        ctx.now,
-        purposes=purposes,
-        game_id=locked.id if locked is not None else None,
+    vouched = verified_sender(ctx)
+    rest = (
+        None
+        if vouched
+        else membership.resting(  # before the check: codes resting now are not checked
+            ctx.session,
+            address,
+            ctx.now,
+            purposes=purposes,
+            game_id=locked.id if locked is not None else None,
+        )
     )
     found = membership.check_code(
         ctx.session,
@@ -407,6 +452,7 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
         ctx.now,
         purposes=purposes,
         game_id=locked.id if locked is not None else None,
+        vouched=vouched,
     )
     if found is None:
         if rest is not None:  # the owner's right code may be among those not checked
@@ -439,6 +485,7 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
     except LifecycleError as exc:
         _guest_reply(ctx, game, address, str(exc), "Send LIST for the games you can join.")
         return f"join refused: {exc}"
+    membership.void_other_joins(ctx.session, game, address, ctx.now)
     send(
         ctx,
         game,

@@ -19,14 +19,15 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import ruleset_of
+from snl_pbem.app.membership import VOUCHED
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, address_problem
 from snl_pbem.mail import authresults
 from snl_pbem.mail.commands import Commands, LineProblem
 from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.ruleset import DEFAULT_RULESET
-from snl_pbem.store import Game, InboundMessage, OutboxMessage, Player
-from snl_pbem.store.states import MailKind
+from snl_pbem.store import Confirmation, Game, InboundMessage, OutboxMessage, Player
+from snl_pbem.store.states import MailKind, Purpose
 
 log = logging.getLogger("snl_pbem.intake")
 
@@ -107,6 +108,11 @@ GUEST_DOMAIN_LIMITS: dict[str, int] = {MailKind.CODE: 10}
 """Per kind, codes to all addresses at one domain in an hour, at most: thirty forged JOINs
 from thirty addresses at one domain count as one domain's. (Past it, an address there is
 told to try again in an hour; one at another domain is not held back.)"""
+VOUCHED_GUEST_MAIL_PER_HOUR = 1000
+"""All mail of GUEST_KINDS but notices in an hour, past which even a vouched-for sender
+(``verified_sender``) is not answered. Forged mail cannot reach it (it stops at
+GUEST_MAIL_PER_HOUR); only someone signing real mail from many addresses of domains he
+holds can, and this bounds what he makes the server send to himself."""
 BUDGET_LIMITS = ("address", "domain", "kind", "all")
 """Which bound ``guest_limit`` found reached: the address's, its domain's, the kind's for
 all addresses, or GUEST_MAIL_PER_HOUR."""
@@ -120,27 +126,60 @@ def guest_budget(ctx: Context, address: str, kind: str) -> bool:
 def guest_limit(ctx: Context, address: str, kind: str) -> str | None:
     """The bound (one of BUDGET_LIMITS) that holds a reply to unauthenticated mail of
     ``kind`` to ``address`` now, or None when it may go (the first reached, in that
-    order: the caller words its reason by it)."""
+    order: the caller words its reason by it).
+
+    A reply to the sender of a message our MTA vouches for (``verified_sender``: DKIM or
+    DMARC aligned with its From domain) meets only its address's bound, and for codes
+    that bound counts only the codes its vouched-for requests drew (``membership.VOUCHED``
+    in their payload): the shared bounds (a domain's, a kind's, all guest mail's) are
+    there because a forger can write in anyone's name, and he cannot write this. Beyond
+    them only VOUCHED_GUEST_MAIL_PER_HOUR holds."""
     session, now = ctx.session, ctx.now
     hour = now - timedelta(hours=1)
     per_address_limit, window, overall = GUEST_LIMITS[kind]
     local, _, domain = address.lower().rpartition("@")
     base = local.split("+", 1)[0] or local
+    vouched = address.lower() == (ctx.mail.sender or "").lower() and verified_sender(ctx)
 
     def count(*where: Any) -> int:
         return session.scalar(select(func.count()).select_from(OutboxMessage).where(*where)) or 0
 
-    found: str | None = None
-    if (
-        count(
-            OutboxMessage.recipient.in_((address, f"{base}@{domain}"))
-            | OutboxMessage.recipient.like(f"{_like(base)}+%@{_like(domain)}", escape="\\"),
+    def at_address(column: Any) -> Any:  # the address and its +tag forms
+        return column.in_((address.lower(), f"{base}@{domain}")) | column.like(
+            f"{_like(base)}+%@{_like(domain)}", escape="\\"
+        )
+
+    if vouched and kind == MailKind.CODE:
+        mine = (
+            session.scalar(
+                select(func.count())
+                .select_from(Confirmation)
+                .where(
+                    at_address(Confirmation.email),
+                    Confirmation.purpose.in_((Purpose.JOIN, Purpose.OBSERVE)),
+                    Confirmation.created_at > now - window,
+                    Confirmation.payload[VOUCHED].as_string() == "yes",
+                )
+            )
+            or 0
+        )
+    else:
+        mine = count(
+            at_address(OutboxMessage.recipient),
             OutboxMessage.kind == kind,
             OutboxMessage.created_at > now - window,
         )
-        >= per_address_limit
-    ):
+    guest_kinds = [k for k in GUEST_KINDS if k != MailKind.GUEST_NOTICE]
+    found: str | None = None
+    if mine >= per_address_limit:
         found = "address"
+    elif vouched:
+        if (
+            kind != MailKind.GUEST_NOTICE
+            and count(OutboxMessage.kind.in_(guest_kinds), OutboxMessage.created_at > hour)
+            >= VOUCHED_GUEST_MAIL_PER_HOUR
+        ):
+            found = "all"
     elif kind in GUEST_DOMAIN_LIMITS and (
         count(
             OutboxMessage.recipient.endswith("@" + domain, autoescape=True),
@@ -155,20 +194,18 @@ def guest_limit(ctx: Context, address: str, kind: str) -> str | None:
     ):
         found = "kind"
     elif kind != MailKind.GUEST_NOTICE and (
-        count(
-            OutboxMessage.kind.in_([k for k in GUEST_KINDS if k != MailKind.GUEST_NOTICE]),
-            OutboxMessage.created_at > hour,
-        )
+        count(OutboxMessage.kind.in_(guest_kinds), OutboxMessage.created_at > hour)
         >= GUEST_MAIL_PER_HOUR
     ):
         found = "all"
     if found is not None:
         log.warning(
-            "inbound %d: no %s to %s (unauthenticated replies' budget: %s)",
+            "inbound %d: no %s to %s (unauthenticated replies' budget: %s%s)",
             ctx.row.id,
             kind,
             address,
             found,
+            ", vouched-for sender" if vouched else "",
         )
     return found
 
