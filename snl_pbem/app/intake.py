@@ -49,7 +49,7 @@ from snl_pbem.app.replies import (  # noqa: F401 (the limits, for tests and call
     send,
     subject,
 )
-from snl_pbem.app.rounds import player_state, submit_orders
+from snl_pbem.app.rounds import RECEIPT_ORDER, player_state, submit_orders
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import NotFound
@@ -894,7 +894,7 @@ def _status_reply(ctx: Context, game: Game, player: Player, other: str | None) -
         latest = session.scalar(
             select(OrderRecord)
             .where(OrderRecord.round_id == round_.id, OrderRecord.player_id == player.id)
-            .order_by(OrderRecord.received_at.desc(), OrderRecord.id.desc())
+            .order_by(*(column.desc() for column in RECEIPT_ORDER))
             .limit(1)
         )
     states: dict[str, str] = {

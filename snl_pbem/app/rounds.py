@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, or_, select, update
+from sqlalchemy import CursorResult, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import (
@@ -162,13 +162,25 @@ def player_state(session: Session, game: Game, player: Player) -> Stored:
     return load_state(session, game, [player])
 
 
+RECEIPT_ORDER = (
+    OrderRecord.received_at,
+    func.coalesce(OrderRecord.inbound_id, 0),
+    OrderRecord.id,
+)
+"""The order in which order sets replace one another: by receipt time, then, within one
+second (IMAP dates are whole seconds), by the order their messages were stored, never by
+the order they happened to be read in (stored messages are read in parallel:
+snl_pbem.runners.mailboxes.Readers). Orders the referee entered (no message) come first
+within their second."""
+
+
 def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
     """Each player's latest order set for a round (by player id), whatever its receipt time."""
     latest: dict[int, OrderRecord] = {}
     for record in session.scalars(
         select(OrderRecord)
         .where(OrderRecord.round_id == round_id)
-        .order_by(OrderRecord.received_at, OrderRecord.id)
+        .order_by(*RECEIPT_ORDER)
     ):
         latest[record.player_id] = record
     return latest
@@ -189,7 +201,7 @@ def counting_orders(
             OrderRecord.round_id == round_.id,
             or_(OrderRecord.received_at <= round_.deadline, OrderRecord.source == "referee"),
         )
-        .order_by(OrderRecord.received_at, OrderRecord.id)
+        .order_by(*RECEIPT_ORDER)
     )
     for player_id, dice, nomination, withdrawn in rows:
         name = by_id.get(player_id)

@@ -512,3 +512,28 @@ def test_reading_a_message_has_a_memory_limit() -> None:
     ok = sandbox.parse(b"From: ann@example.org\r\n\r\nDICE 4\r\n", "snl@example.org")
     assert ok.text.strip() == "DICE 4"
     sandbox.close()
+
+
+def test_two_orders_in_one_second_count_in_the_order_stored_not_the_order_read(intake) -> None:
+    """Stored messages are read in parallel (runners.mailboxes.Readers), so one player's two
+    messages of the same second (IMAP dates are whole seconds) may be read in reverse: the
+    one stored later still replaces the earlier, at the close and in STATUS."""
+    from snl_pbem.app.rounds import counting_orders
+    from snl_pbem.store import Game, Player, Round
+
+    db, config = intake
+    first = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="s1"), T0, "t", process=False)
+    second = ingest(db, config, mail("KEY ann-key-123\nDICE 2", tag="s2"), T0, "t", process=False)
+    assert first.status == second.status == "new" and first.inbound_id < second.inbound_id
+    assert intake_module.process_now(db, config, second.inbound_id).status == "processed"
+    assert intake_module.process_now(db, config, first.inbound_id).status == "processed"
+    assert [o.dice for o in orders_of(db)] == ["2", "4"]  # read in reverse
+    with db.transaction() as s:
+        game = s.scalars(select(Game).where(Game.name == "g1")).one()
+        round_ = s.scalars(select(Round).where(Round.game_id == game.id, Round.state == "open")).one()
+        players = s.scalars(select(Player).where(Player.game_id == game.id)).all()
+        assert counting_orders(s, round_, players)["ann"].dice == (2,)
+    status = ingest(db, config, mail("GAME g1\nKEY ann-key-123\nSTATUS", tag="s3"), T0, "t")
+    assert status.status == "processed"
+    [reply] = [r for r in replies_since(db, T0) if b"Your status" in r.message]
+    assert b"Your orders for it: dice 2, valid" in reply.message
