@@ -530,7 +530,8 @@ def test_two_orders_in_one_second_count_in_the_order_stored_not_the_order_read(i
     assert [o.dice for o in orders_of(db)] == ["2", "4"]  # read in reverse
     with db.transaction() as s:
         game = s.scalars(select(Game).where(Game.name == "g1")).one()
-        round_ = s.scalars(select(Round).where(Round.game_id == game.id, Round.state == "open")).one()
+        open_ = select(Round).where(Round.game_id == game.id, Round.state == "open")
+        round_ = s.scalars(open_).one()
         players = s.scalars(select(Player).where(Player.game_id == game.id)).all()
         assert counting_orders(s, round_, players)["ann"].dice == (2,)
     status = ingest(db, config, mail("GAME g1\nKEY ann-key-123\nSTATUS", tag="s3"), T0, "t")
