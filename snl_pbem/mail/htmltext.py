@@ -152,8 +152,9 @@ def _parsed_text(html: str) -> str:
     for node in tree.css(_QUOTE_STARTS):
         node.insert_before(_CUT)
     for node in tree.css(_BLOCKS):
-        node.insert_before("\n")
-        node.insert_after("\n")
+        if node.tag != "br":
+            node.insert_before("\n")
+        node.insert_after("\n")  # a <br> ends its line; it does not make a blank one
     root = tree.body or tree.root
     text = root.text(deep=True) if root is not None else ""
     return text.split(_CUT, 1)[0].replace("\ue000", "")

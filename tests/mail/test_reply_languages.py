@@ -621,3 +621,35 @@ def test_pgp_clear_signed_orders_through_the_intake(sqlite_intake) -> None:
     assert [(o.dice, o.nomination, o.valid) for o in orders_of(db)] == [("4", 30, True)]
     reply = replies_since(db, T0)[-1].message.decode()
     assert "Lines not obeyed" not in reply and "Ignored" not in reply and "PGP" not in reply
+
+
+HTML_NAMES_ONLY = {
+    "ja": ("差出人", "送信日時", "宛先", "件名", "2026年11月30日 9:00"),
+    "zh": ("发件人", "发送时间", "收件人", "主题", "2026年11月30日 9:00"),
+    "ko": ("보낸 사람", "보낸 날짜", "받는 사람", "제목", "2026년 11월 30일 오전 9:00"),
+    "th": ("จาก", "ส่ง", "ถึง", "เรื่อง", "30 พฤศจิกายน 2569 9:00"),
+}
+
+
+@pytest.mark.parametrize("language", sorted(HTML_NAMES_ONLY))
+def test_an_html_header_block_of_names_only_brings_no_old_orders_back(language: str) -> None:
+    """The review's HTML variant: an OWA-style header block in <b>Label:</b> value<br> lines
+    that shows names, no addresses. Each <br> ends a line (it does not make a blank one), so
+    the labels stand as one block, and the old orders below it do not count."""
+    from snl_pbem.mail.parse import parse_message
+
+    sender, sent, to, subject, when = HTML_NAMES_ONLY[language]
+    html = (
+        "<html><body><div>GAME g1<br>KEY ann-key-123<br>DICE 2<br></div><hr>"
+        f"<div><b>{sender}:</b> Snakes Referee<br><b>{sent}:</b> {when}<br>"
+        f"<b>{to}:</b> Ann Lee<br><b>{subject}:</b> [g1] Round 3<br></div><br>"
+        "<div>GAME g1<br>KEY ann-key-123<br>DICE 4<br></div></body></html>"
+    )
+    raw = (
+        "From: ann@example.org\r\nTo: snl@example.org\r\nSubject: Re: [g1] Round 3\r\n"
+        "Message-ID: <h@example.org>\r\nMIME-Version: 1.0\r\n"
+        "Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
+        + html
+    ).encode()
+    commands = parse_message(raw, "snl@example.org").commands
+    assert commands is not None and commands.dice == (2,) and commands.cut is not None
