@@ -57,6 +57,11 @@ LMTP_SETTLE_SECONDS = PARSE_SECONDS
 """The same for one LMTP delivery, before its 250 (it is stored by then): no longer than
 the reading limit, so slow messages never hold the MTA's sessions longer than they did when
 each was read before its answer."""
+ALWAYS_AWAITED_BYTES = 256 * 1024
+"""A close waits for every message of at most this size received before its deadline, however
+long the machine takes to read it: an order is a few hundred bytes, and reading grows
+linearly with size (snl_pbem.mail.htmltext), so only a larger message can be slow of
+itself. Whether to give up on a message never depends on how fast the machine is."""
 KEPT_RESULTS = 1000
 
 
@@ -177,10 +182,17 @@ class Readers:
                     progress = max(progress, now)
                 elif job.finished - job.started < self.in_order:
                     progress = max(progress, job.finished)
+            # a small message is always waited for (ALWAYS_AWAITED_BYTES): on a machine slow
+            # enough that ordinary mail takes longer than in_order to read, the close is late,
+            # never without the orders
+            small = any(
+                job.size <= ALWAYS_AWAITED_BYTES for f, job in jobs.items() if f in pending
+            )
             until = max(start + seconds, progress + self.in_order)
-            if not pending or now >= until:
+            if not pending or (now >= until and not small):
                 break
-            wait(pending, timeout=until - now, return_when=FIRST_COMPLETED)
+            timeout = max(until - now, 0.0) if not small else max(min(until - now, 1.0), 0.2)
+            wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
         return sorted(pending.values())
 
     def finish(self, seconds: float) -> bool:

@@ -88,9 +88,10 @@ def order_mail(p: int, tag: str) -> bytes:
 
 
 def slow_mail(n: int) -> bytes:
-    """The shape that ran to the limit: an HTML message of nested <div>s (64 KiB here, in
-    lines of 15 tags, as clients keep lines short)."""
-    lines = 64 * 1024 // 11 // 15
+    """The shape that ran to the limit: an HTML message of nested <div>s (320 KiB here, in
+    lines of 15 tags, as clients keep lines short; over ALWAYS_AWAITED_BYTES, since a close
+    waits for any smaller message however long it takes)."""
+    lines = 320 * 1024 // 11 // 15
     html = "\r\n".join(["<div>" * 15] * lines + ["DICE 6"] + ["</div>" * 15] * lines)
     return (
         f"From: x{n}@evil.example\r\nTo: snl@example.org\r\nSubject: [bench] orders\r\n"

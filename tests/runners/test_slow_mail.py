@@ -23,7 +23,13 @@ from snl_pbem.app.intake import ingest, process_pending
 from snl_pbem.app.rounds import counting_orders
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.parse import ParseTimeout
-from snl_pbem.runners.mailboxes import SETTLE_SECONDS, DatabaseHooks, Readers, imap_poller
+from snl_pbem.runners.mailboxes import (
+    ALWAYS_AWAITED_BYTES,
+    SETTLE_SECONDS,
+    DatabaseHooks,
+    Readers,
+    imap_poller,
+)
 from snl_pbem.runners.scheduler import RoundScheduler
 from snl_pbem.store import InboundMessage, Player, Round
 from snl_pbem.store import OrderRecord as Order
@@ -50,9 +56,12 @@ def plain(sender: str, body: str, tag: str) -> bytes:
 
 
 def slow(sender: str, tag: str, body: str = "DICE 4") -> bytes:
-    """The slow shape: an HTML message of about 2,000 nested <div>s around the text."""
+    """The slow shape: an HTML message of about 2,000 nested <div>s around the text, padded
+    past ALWAYS_AWAITED_BYTES with a comment (a close always waits for a smaller message,
+    however slow)."""
     lines = 2000 // 15  # 15 tags a line: clients keep lines under 998 octets (RFC 5322)
-    html = "\r\n".join(["<div>" * 15] * lines + [body] + ["</div>" * 15] * lines)
+    pad = "\r\n".join(["<!--" + "x" * 70] + ["x" * 76] * 3500 + ["-->"])
+    html = "\r\n".join(["<div>" * 15] * lines + [body] + ["</div>" * 15] * lines + [pad])
     return (
         f"From: {sender}\r\n"
         "To: snl@example.org\r\n"
@@ -124,6 +133,46 @@ def status_of(db, inbound_id: int) -> tuple[str, str | None]:
     with db.transaction() as s:
         row = s.get(InboundMessage, inbound_id)
         return row.status, row.error
+
+
+def test_a_small_message_is_waited_for_however_slow_the_machine(intake, slow_reading) -> None:
+    """Whether a close gives up on a message never depends on the machine's speed: a small
+    message (an order is a few hundred bytes) read slowly, as on an overloaded machine, is
+    waited for past the budget and counts; only a large one can be left unread."""
+    db, config = intake
+    deadline = deadline_of(db)
+    small = plain("ann@example.org", "KEY ann-key-123\r\n<div><div><div>\r\nDICE 4", "ann")
+    assert len(small) < ALWAYS_AWAITED_BYTES
+    ann = stored(db, config, small, deadline - timedelta(seconds=30))
+    rounds = RoundScheduler(
+        db,
+        config,
+        clock=lambda: deadline + timedelta(seconds=1),
+        readers=Readers(threads=2, in_order=0.1),
+        close_wait=0.5,
+    )
+    # released only once the close has waited well past its budget (by events: the close
+    # is running, then 10 budgets pass), as a machine too busy to read it in time would
+    closing = threading.Event()
+    release = threading.Timer(5.0, slow_reading.release.set)
+
+    def close() -> None:
+        closing.set()
+        outcome.append(rounds.on_deadline("g1", 1))
+
+    outcome: list[object] = []
+    worker = threading.Thread(target=close)
+    worker.start()
+    slow_reading.wait_held(1)
+    release.start()
+    worker.join(HANG)
+    assert not worker.is_alive() and closing.is_set()
+    assert rounds.unread_at_close == []
+    assert status_of(db, ann)[0] == "processed"
+    with db.transaction() as s:
+        round_ = s.scalar(select(Round).where(Round.number == 1))
+        players = s.scalars(select(Player)).all()
+        assert counting_orders(s, round_, players)["ann"].dice == (4,)
 
 
 def test_a_close_waits_its_budget_then_a_late_read_message_is_refused(intake, slow_reading) -> None:
