@@ -81,7 +81,8 @@ time, however much of it; slow messages add this much at most, shared by every g
 at that deadline. A message still unread then is read afterwards, judged by its receipt
 time: orders in it are refused, with a reply saying so (their round has closed); the
 referee's round summary lists it. A message of at most ALWAYS_AWAITED_BYTES is always
-waited for (``Readers.wait_for_close``), so the verdict never depends on the machine's speed. Three times the sandbox's limit, so a slow message that
+waited for (``Readers.wait_for_close``), so the verdict never depends on the machine's
+speed. Three times the sandbox's limit, so a slow message that
 was already being read when the close began still finishes in time."""
 PURGE_EVERY = timedelta(days=1)
 PURGE_RETRY = timedelta(hours=1)
