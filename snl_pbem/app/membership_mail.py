@@ -402,19 +402,7 @@ def _note(
     if membership.noted(ctx.session, address, about, ctx.now, NOTE_EVERY):
         log.info("inbound %d: note %r sent to %s lately", ctx.row.id, about, address)
         return False
-    send(
-        ctx,
-        game,
-        address,
-        MailKind.GUEST_NOTE,
-        "player/membership.txt.j2",
-        subject=subject(game, "About your request"),
-        player=None,
-        name=None,
-        message=message,
-        next=next,
-        line_problems=[],  # never echo a stranger's lines to an address it named
-    )
+    _to_stranger(ctx, game, address, MailKind.GUEST_NOTE, message, next)
     return True
 
 
@@ -504,19 +492,26 @@ def _guest_reply(
     ctx: Context, game: Game | None, address: str, message: str, next: str = ""
 ) -> None:
     if guest_budget(ctx, address, MailKind.GUEST_REPLY):
-        send(
-            ctx,
-            game,
-            address,
-            MailKind.GUEST_REPLY,
-            "player/membership.txt.j2",
-            subject=subject(game, "About your request"),
-            player=None,
-            name=None,
-            message=message,
-            next=next,
-            line_problems=[],  # never echo a stranger's lines to an address it named
-        )
+        _to_stranger(ctx, game, address, MailKind.GUEST_REPLY, message, next)
+
+
+def _to_stranger(
+    ctx: Context, game: Game | None, address: str, kind: str, message: str, next: str
+) -> None:
+    """An answer about a request, to the address that asked (its budget already checked)."""
+    send(
+        ctx,
+        game,
+        address,
+        kind,
+        "player/membership.txt.j2",
+        subject=subject(game, "About your request"),
+        player=None,
+        name=None,
+        message=message,
+        next=next,
+        line_problems=[],  # never echo a stranger's lines to an address it named
+    )
 
 
 def _game(ctx: Context, game_id: str | None) -> Game | None:
