@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import select
 
 from snl_pbem.config import Config, load_config
-from snl_pbem.mail.parse import order_key_given
+from snl_pbem.mail.parse import code_given, order_key_given
 from snl_pbem.store import Database, OrderRecord, OutboxMessage, Player
 
 T0 = datetime(2029, 12, 1, 12, 0, tzinfo=UTC)
@@ -115,9 +115,9 @@ def key_in(text: str) -> str:
 def code_in(text: str) -> str:
     """The code a code mail gives ("Your confirmation code is abcd-efgh"; its example line
     says CONFIRM (your code))."""
-    found = re.search(r"Your confirmation code is (\w{4}-\w{4})", text)
-    assert found is not None, f"no confirmation code in:\n{text}"
-    return found.group(1)
+    code = code_given(text)
+    assert code is not None, f"no confirmation code in:\n{text}"
+    return code
 
 
 def mail_to(db: Database, who: str, kind: str) -> list[str]:

@@ -57,7 +57,7 @@ from snl_pbem.app.games import sync_games
 from snl_pbem.app.referee import status
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
-from snl_pbem.mail.parse import order_key_given
+from snl_pbem.mail.parse import code_given, order_key_given
 from snl_pbem.offline.classic_replay import parse_classic_replay, run_classic
 from snl_pbem.rules.classic.ruleset import throw_line
 from snl_pbem.rules.outcome import ranked
@@ -421,10 +421,10 @@ class Mail:
 def _code(text: str) -> str:
     """The code a code mail gives in a sentence (its example line says "CONFIRM (your
     code)", so that no copy of our mail confirms anything)."""
-    found = re.search(r"Your confirmation code is (\S+)", text)
-    if found is None:
+    code = code_given(text)
+    if code is None:
         raise DemoError("a code mail gives no confirmation code")
-    return found.group(1)
+    return code
 
 
 def _first_line(text: str) -> str:

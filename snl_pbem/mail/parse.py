@@ -502,6 +502,17 @@ def order_key_given(text: str) -> str | None:
     return found.group(1) if found else None
 
 
+CODE_SENTENCE = re.compile(r"Your confirmation code is (\w{4}-\w{4})", re.IGNORECASE)
+"""How a code mail gives its code: in a sentence (its example line says ``CONFIRM (your
+code)``, so that no copy of our mail confirms anything)."""
+
+
+def code_given(text: str) -> str | None:
+    """The confirmation code one of our code mails gives (see CODE_SENTENCE), or None."""
+    found = CODE_SENTENCE.search(text)
+    return found.group(1) if found else None
+
+
 def keys_quoted_in(msg: Message) -> tuple[str, ...]:
     """Every order key a message shows anywhere, returned copies included: the values of
     KEY lines, the key of our sentence "Your order key is ...", and anything shaped like a
