@@ -35,6 +35,7 @@ from snl_pbem.errors import ConfigError, no_such_game
 from snl_pbem.rules import Board, BoardError, GameRules, GameSetupError, TrapdoorRule
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset, ruleset_names
 from snl_pbem.rules.ruleset import GameSettings as RulesetSettings
+from snl_pbem.rules.words import counted
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
@@ -221,7 +222,7 @@ class _Secret(_Section):
 
 
 class ImapSettings(_Secret):
-    """Poll a mailbox for orders."""
+    """Poll a mailbox for orders (logging in with username and a password)."""
 
     host: str
     port: Port = 993
@@ -234,6 +235,16 @@ class ImapSettings(_Secret):
     """How often to poll when the server has no IDLE (and as a fallback)."""
     healthy_within: PositiveDuration = timedelta(minutes=30)
     """A round does not close if the last good poll is older than this (circuit breaker)."""
+
+    @model_validator(mode="after")
+    def _has_password(self) -> ImapSettings:
+        if self.password is None and self.password_file is None:
+            raise ValueError(
+                "password_file: missing: the mailbox is read by logging in as username with a "
+                'password; give password_file = "imap.password" (the service\'s credential, '
+                'deploy/README.md, "Secrets") or password = "..."' + without_password("imap")
+            )
+        return self
 
 
 class LmtpSettings(_Section):
@@ -251,8 +262,17 @@ class LmtpSettings(_Section):
     max_queue_time: PositiveDuration = timedelta(days=1)
     """The MTA's receipt time is believed only if it is at most this long ago."""
     redelivery_grace: Duration = timedelta(minutes=6)
-    """After ``serve`` starts, no round closes for this long, so that mail the MTA kept
-    queued while snl-pbem was down (Postfix retries after 300 s) is delivered first."""
+    """After ``serve`` starts, no round closes for this long at most, so that mail the MTA
+    kept queued while snl-pbem was down is delivered first; it ends sooner once the MTA,
+    asked with ETRN (``etrn_server``), has delivered its queue. ``"0s"``: no wait."""
+    etrn_server: str = "127.0.0.1:25"
+    """The MTA's SMTP server (``host:port``, ``[v6-address]:port``; the port defaults to
+    25), asked at start-up (RFC 1985 ``ETRN``) to deliver now what it queued for the game
+    address's domain while snl-pbem was down. ``""``: not asked (then rounds past their
+    deadline wait the whole ``redelivery_grace``). See deploy/postfix-lmtp.md."""
+    redelivery_settle: PositiveDuration = timedelta(seconds=10)
+    """After the MTA took the ETRN, its queue counts as delivered once no delivery has
+    started or been under way for this long; the start-up grace then ends."""
     max_sessions: Annotated[int, Field(ge=2, le=10000)] = 100
     """Open sessions at most (Postfix opens up to 20); at most half the process's file
     handles whatever is set. At the cap a new connection is still served: the session
@@ -262,6 +282,38 @@ class LmtpSettings(_Section):
     """A session that sends no command for this long, or does not end its message within
     it, is closed with 421 (RFC 5321 §4.5.3.2.7: at least 5 minutes)."""
 
+    @field_validator("etrn_server")
+    @classmethod
+    def _etrn_address(cls, value: str) -> str:
+        if value.strip():
+            etrn_address(value)  # raises ValueError naming what is wrong
+        return value.strip()
+
+    @property
+    def etrn(self) -> tuple[str, int] | None:
+        """``etrn_server`` as (host, port), or None when the MTA is not asked."""
+        return etrn_address(self.etrn_server) if self.etrn_server else None
+
+
+def etrn_address(value: str) -> tuple[str, int]:
+    """``host``, ``host:port`` or ``[v6-address]:port`` as (host, port); port 25 if none."""
+    text = value.strip()
+    host, port = text, "25"
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            raise ValueError(f'{value!r}: write [v6-address]:port, e.g. "[::1]:25"')
+        port = rest[1:] or "25"
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    elif ":" in text:
+        raise ValueError(f'{value!r}: write a v6 address in brackets, e.g. "[::1]:25"')
+    if not host or any(ch.isspace() for ch in host):
+        raise ValueError(f'{value!r}: write host:port, e.g. "127.0.0.1:25"')
+    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{value!r}: the port must be a number from 1 to 65535")
+    return host, int(port)
+
 
 class SmtpSettings(_Secret):
     """Send mail."""
@@ -270,8 +322,31 @@ class SmtpSettings(_Secret):
     port: Port = 587
     tls: Literal["ssl", "starttls", "none"] = "starttls"
     username: str | None = None
+    """Log in (SMTP AUTH) as this user, with the password; unset (and no password), mail is
+    sent without logging in: a relay that takes the server's mail without a password."""
     connections: Annotated[int, Field(ge=1, le=32)] = 1
     give_up_after: PositiveDuration = timedelta(days=3)
+
+    @model_validator(mode="after")
+    def _login_or_none(self) -> SmtpSettings:
+        """A username and a password go together: either alone is a mistake that would
+        surface only when the relay refuses the first mail (or, a password without a
+        username, never: it would be silently unused)."""
+        given = "password_file" if self.password_file is not None else "password"
+        if self.username is not None and self.password is None and self.password_file is None:
+            raise ValueError(
+                "password_file: missing: username is set, so the server logs in to the relay "
+                'and needs a password; give password_file = "smtp.password" (the service\'s '
+                'credential, deploy/README.md, "Secrets") or password = "..."'
+                + without_password("smtp")
+            )
+        if self.username is None and (self.password is not None or self.password_file is not None):
+            raise ValueError(
+                f"username: missing: {given} is set, but the server logs in to the relay only "
+                f'with a username; add username = "...", or remove {given} for a relay that '
+                "takes mail without a password"
+            )
+        return self
 
 
 class DkimSettings(_Section):
@@ -329,7 +404,8 @@ class DatabaseSettings(_Section):
     backups: Annotated[int, Field(ge=0, le=1000)] = 10
     """SQLite: online backups kept (one before each round close); 0 for none."""
     backup_dir: Path | None = None
-    """SQLite: where backups go (default: a 'backups' folder beside the database)."""
+    """SQLite: where backups go (default: a 'backups' folder beside the database); a
+    relative path is relative to the config file, as every path in it is (load_config)."""
 
     @field_validator("url")
     @classmethod
@@ -471,8 +547,8 @@ class GameSettings(_Section):
         if self.max_players is not None:
             if self.max_players < len(self.players):
                 raise ValueError(
-                    f"max_players: {self.max_players} is fewer than the {len(self.players)} "
-                    "players the config lists; raise it"
+                    f"max_players: {self.max_players} is fewer than the "
+                    f"{counted(len(self.players), 'player')} the config lists; raise it"
                 )
             if self.max_players < self.min_players:
                 raise ValueError(
@@ -669,7 +745,7 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
     for key in ("imap", "smtp") if passwords else ():
         section = mail.get(key)
         if isinstance(section, dict) and isinstance(section.get("password_file"), str):
-            problem = password_file_problem(Path(section["password_file"]), base)
+            problem = password_file_problem(Path(section["password_file"]), base, key)
             if problem is not None:
                 problems.append(f"{name}: mail.{key}.password_file: {problem}")
     dkim = mail.get("dkim") if signing_key else None
@@ -729,6 +805,12 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
             problems.append(f"{name}: games[{index}].{exc}")
     if problems or settings is None:
         raise ConfigError(problems)
+    backup_dir = settings.database.backup_dir
+    if backup_dir is not None and not backup_dir.is_absolute():  # not the process's cwd
+        database = settings.database.model_copy(
+            update={"backup_dir": (base / backup_dir).resolve()}
+        )
+        settings = settings.model_copy(update={"database": database})
     games = []
     for game_settings, parts in zip(settings.games, built, strict=True):
         assert parts is not None  # the schema and the board both passed
@@ -736,8 +818,20 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
     return Config(path, settings, tuple(games), _database_url(settings.database.url, base))
 
 
-def password_file_problem(file: Path, base: Path) -> str | None:
-    """Why the password in ``file`` (as ``secret_file`` finds it) cannot be read, or None."""
+def without_password(section: str) -> str:
+    """The other fix for a password that is missing: a setup that needs none."""
+    if section == "smtp":
+        return (
+            "; or, for a relay that takes mail without a password, remove username and "
+            "password_file from [mail.smtp]"
+        )
+    return "; or, for a server that gets its mail over LMTP only, remove [mail.imap]"
+
+
+def password_file_problem(file: Path, base: Path, section: str | None = None) -> str | None:
+    """Why the password in ``file`` (as ``secret_file`` finds it) cannot be read, or None;
+    for a file that does not exist, with the fix that needs no password for ``section``
+    ("imap" or "smtp") when given."""
     found = secret_file(file, base)
     try:
         if not found.read_text(encoding="utf-8").strip():
@@ -750,7 +844,9 @@ def password_file_problem(file: Path, base: Path) -> str | None:
             if where and not file.is_absolute()
             else ""
         )
-        return f"cannot read {found}: {reason}{also}"
+        missing = isinstance(exc, FileNotFoundError)
+        fix = without_password(section) if missing and section is not None else ""
+        return f"cannot read {found}: {reason}{also}{fix}"
     return None
 
 

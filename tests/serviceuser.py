@@ -37,6 +37,7 @@ username = "snl"
 password_file = "{imap}"
 [mail.smtp]
 host = "smtp.example.org"
+username = "snl"
 password_file = "{smtp}"
 [[games]]
 id = "g1"

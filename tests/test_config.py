@@ -24,6 +24,7 @@ address = "snl@example.org"
 referee = "ref@example.org"
 [mail.smtp]
 host = "smtp.example.org"
+username = "snl"
 password_file = "smtp.secret"
 [[games]]
 id = "spring26"

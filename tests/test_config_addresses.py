@@ -297,7 +297,7 @@ def test_sighup_with_a_bad_address_keeps_the_server_running(tmp_path: Path) -> N
             [SNL, "serve", "--config", str(path)], stdout=log, stderr=subprocess.STDOUT
         )
         try:
-            _wait_for(log_path, "serving 1 game(s)")
+            _wait_for(log_path, "serving 1 game from")
             write(tmp_path, **{"bob@example.org": "bøb@example.org"})
             server.send_signal(signal.SIGHUP)
             _wait_for(log_path, "reload refused, keeping the running config")

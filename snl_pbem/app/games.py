@@ -28,6 +28,7 @@ from snl_pbem.errors import LifecycleError, no_such_game
 from snl_pbem.keys import generate_key, hash_key, new_salt
 from snl_pbem.rules import Board, RulesError
 from snl_pbem.rules.ruleset import FinishedGame, GameSettings, Ruleset, get_ruleset
+from snl_pbem.rules.words import counted
 from snl_pbem.store import (
     AuditEntry,
     Database,
@@ -271,7 +272,7 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
                 _apply_settings(game, game_config)
                 session.flush()
                 players = len(game_config.settings.players)
-                report.add(f"{game.name}: new game with {players} players")
+                report.add(f"{game.name}: new game with {counted(players, 'player')}")
                 audit(session, now, actor, "game-added", game)
             else:
                 old_schedule = game.schedule

@@ -62,6 +62,7 @@ from snl_pbem.offline.classic_replay import parse_classic_replay, run_classic
 from snl_pbem.rules.classic.ruleset import throw_line
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.postal.dice import open_values, used_in_set
+from snl_pbem.rules.words import counted
 from snl_pbem.runners.server import Server, configure_logging
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
@@ -186,6 +187,7 @@ host = "127.0.0.1"
 port = {receiver}
 protocol = "smtp"
 redelivery_grace = "0s"  # no MTA queues mail for the demo: rounds close on time
+etrn_server = ""  # and there is none to ask for it
 [mail.smtp]
 host = "127.0.0.1"
 port = {sink}
@@ -365,10 +367,10 @@ def run_demo(
         verdict = f"the winner is {result['winner']}"
     else:
         verdict = "a draw between " + ", ".join(result.get("draw", []))
-    print(f"\nGame over after {len(closes)} rounds: {verdict}.", file=out)
+    print(f"\nGame over after {counted(len(closes), 'round')}: {verdict}.", file=out)
     print(
-        f"Every message is in {folder / 'mail'} ({mailboxes.count} .eml files, one folder "
-        "per player and one for the referee); open them with any mail client.",
+        f"Every message is in {folder / 'mail'} ({counted(mailboxes.count, '.eml file')}, "
+        "one folder per player and one for the referee); open them with any mail client.",
         file=out,
     )
     print(
@@ -525,8 +527,8 @@ def _progress(outcome: CloseOutcome, last: int, out: TextIO) -> None:
     result = outcome.result
     traps = ", ".join(map(str, result.trapdoors)) or "none"
     print(
-        f"Round {outcome.round} closed ({result.turns_ordered} turn"
-        f"{'s' if result.turns_ordered > 1 else ''}; trapdoors: {traps})",
+        f"Round {outcome.round} closed ({counted(result.turns_ordered, 'turn')}; "
+        f"trapdoors: {traps})",
         file=out,
     )
     width = max(len(n) for n in result.positions)
@@ -542,7 +544,7 @@ def _progress(outcome: CloseOutcome, last: int, out: TextIO) -> None:
 def _progress_classic(outcome: CloseOutcome, last: int, out: TextIO) -> None:
     """A classic round: every throw, then the positions (nothing is secret)."""
     rnd = outcome.result  # ClassicRound
-    print(f"Round {outcome.round} closed: {len(rnd.throws)} throws", file=out)
+    print(f"Round {outcome.round} closed: {counted(len(rnd.throws), 'throw')}", file=out)
     for throw in rnd.throws:
         print(f"  {throw_line(throw)}", file=out)
     positions = dict(outcome.adjudication.positions)

@@ -36,6 +36,7 @@ from snl_pbem.offline.replaytext import render_outcome_text
 from snl_pbem.rules import Board, BoardError, GameSetupError
 from snl_pbem.rules.boardspec import BOARD_KEYS
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset
+from snl_pbem.rules.words import agree, counted
 from snl_pbem.views.board import render_svg, render_text
 
 EXIT_USAGE = 2
@@ -178,7 +179,8 @@ def cmd_adjudicate(args: argparse.Namespace) -> int:
     if outcome.unplayed:
         print(
             f"snl-pbem adjudicate: the game ended in round {len(outcome.rounds)}; "
-            f"{outcome.unplayed} later round(s) in the file were not played",
+            f"{counted(outcome.unplayed, 'later round')} in the file "
+            f"{agree(outcome.unplayed, 'was', 'were')} not played",
             file=sys.stderr,
         )
     return 0
@@ -218,7 +220,9 @@ def cmd_boards(args: argparse.Namespace) -> int:
     for name in bundled_names():
         board = _bundled_board(name)
         size = f"{board.rows} x {board.columns}, last {board.last}"
-        counts = f"{len(board.ladders):>2} ladders, {len(board.snakes):>2} snakes"
+        ladders, snakes = len(board.ladders), len(board.snakes)
+        ladder_word = agree(ladders, "ladder") + ","
+        counts = f"{ladders:>2} {ladder_word:<8} {snakes:>2} {agree(snakes, 'snake'):<6}"
         lines.append((name, size, counts, description(name)))
     name_width = max(len(line[0]) for line in lines)
     size_width = max(len(line[1]) for line in lines)

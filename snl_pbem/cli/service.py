@@ -24,14 +24,17 @@ from typing import Literal
 
 from sqlalchemy.engine import make_url
 
+from snl_pbem.boards import UnknownBoard, locate
 from snl_pbem.config import (
     DEFAULT_CONFIG,
     ENV_CONFIG,
     ENV_CREDENTIALS,
     Config,
     password_file_problem,
+    without_password,
 )
 from snl_pbem.errors import ConfigError
+from snl_pbem.rules.words import agree, counted
 
 UNIT_NAME = "snl-pbem.service"
 UNIT_DIRS = (
@@ -195,17 +198,29 @@ def needs(config: Config, unit: Unit) -> tuple[list[Need], list[str]]:
     for index, game in enumerate(config.games):
         board = game.settings.board
         if isinstance(board, str):
-            file = Path(board)
-            found.append(
-                Need(f"games[{index}].board", file if file.is_absolute() else base / file, "read")
-            )
+            # a file, or a bundled board's name, by load_config's rule (boards.locate): a
+            # bundled board is read from the installed package, as the unit's command is
+            try:
+                where = locate(board, base)
+            except UnknownBoard:
+                continue  # load_config has named it already
+            if isinstance(where, Path):
+                found.append(Need(f"games[{index}].board", where, "read"))
     for name in ("imap", "smtp"):
         section = getattr(mail, name)
         if section is None or section.password_file is None:
             continue
         file = section.password_file
-        if _credential(file, unit) is not None:
+        credential = _credential(file, unit)
+        if credential is not None and (
+            os.geteuid() != 0
+            or unit.credential_source(credential) is not None
+            or unit.credentials[credential].startswith("/")
+            or not (base / file).exists()
+        ):
             continue  # systemd reads it, as root (password_problems checks it)
+        # not a credential, or one systemd skips for want of a file: the service then
+        # reads the file beside the config (config.secret_file), as its own user
         key = f"mail.{name}.password_file"
         found.append(Need(key, file if file.is_absolute() else base / file, "read", secret=True))
     if mail.dkim is not None:
@@ -299,7 +314,7 @@ def password_problems(config: Config, unit: Unit, notes: list[str]) -> list[str]
         key = f"{config.path.name}: mail.{name}.password_file"
         credential = _credential(section.password_file, unit)
         if credential is None:
-            problem = password_file_problem(section.password_file, config.path.parent)
+            problem = password_file_problem(section.password_file, config.path.parent, name)
             if problem is not None:
                 problems.append(f"{key}: {problem}")
             continue
@@ -311,16 +326,25 @@ def password_problems(config: Config, unit: Unit, notes: list[str]) -> list[str]
             continue
         source = unit.credential_source(credential)
         if source is None:
+            # systemd skips a missing credential of a relative name (LoadCredential=ID:NAME)
+            # and the service reads the file beside the config instead; a missing one of an
+            # absolute path stops the service from starting
+            absolute = unit.credentials[credential].startswith("/")
+            beside = config.path.parent / section.password_file
+            if not absolute and beside.exists():
+                notes.append(
+                    f"mail.{name}.password_file: systemd finds no credential {credential} "
+                    f"(at {unit.credential_places(credential)}), so the service reads {beside}"
+                )
+                continue
             problems.append(
                 f"{key}: {credential!r} is the service's credential {credential} "
                 f"(LoadCredential= in {unit.path}), but systemd finds no file for it at "
-                f"{unit.credential_places(credential)}: create it, readable by root only "
-                f'({GUIDE}, "Secrets")'
-                + (
-                    "; without it the service does not start"
-                    if unit.credentials[credential].startswith("/")
-                    else ""
-                )
+                f"{unit.credential_places(credential)}"
+                + ("" if absolute else f", and there is no file {beside} either")
+                + f': create it, readable by root only ({GUIDE}, "Secrets")'
+                + ("; without it the service does not start" if absolute else "")
+                + without_password(name)
             )
             continue
         problem = password_file_problem(source, source.parent)
@@ -464,13 +488,18 @@ def check(config: Config, unit: Unit, user: str) -> tuple[list[str], list[str]]:
         if section is not None
         and section.password_file is not None
         and (name := _credential(section.password_file, unit)) is not None
+        and (os.geteuid() != 0 or unit.credential_source(name) is not None)
     ]
     notes.append(
         f"as the service's user {user}"
         + (f" (unit {unit.path})" if unit.path else " (no unit installed: its defaults)")
-        + f": {checked} file(s) and folder(s) checked"
-        + (f", {len(unit.commands)} command(s)" if unit.commands else "")
-        + (f", credential(s) {', '.join(used)} loaded by systemd" if used else "")
+        + f": {counted(checked, 'file or folder', 'files and folders')} checked"
+        + (f", {counted(len(unit.commands), 'command')}" if unit.commands else "")
+        + (
+            f", {agree(len(used), 'credential')} {', '.join(used)} loaded by systemd"
+            if used
+            else ""
+        )
     )
     return problems, notes
 

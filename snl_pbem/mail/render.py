@@ -13,6 +13,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from snl_pbem.rules.words import agree, counted
+
 _EXTRA_FOLDERS: list[str] = []
 
 
@@ -27,7 +29,7 @@ def add_template_folder(folder: str) -> None:
 @lru_cache(maxsize=1)
 def environment() -> Environment:
     folder = str(resources.files("snl_pbem.templates"))
-    return Environment(
+    env = Environment(
         loader=FileSystemLoader([folder, *_EXTRA_FOLDERS]),
         undefined=StrictUndefined,  # a missing value is a bug, never a blank in a mail
         keep_trailing_newline=True,
@@ -35,6 +37,9 @@ def environment() -> Environment:
         lstrip_blocks=True,
         autoescape=False,  # plain text
     )
+    # every count's noun: {{ n|counted("snake") }} is "1 snake" or "2 snakes"
+    env.filters.update(counted=counted, agree=agree)
+    return env
 
 
 def render(template_name: str, /, **context: Any) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from snl_pbem.rules.classic import (
     play_round,
     seeded_throws,
 )
+from snl_pbem.rules.words import counted
 
 CLASSIC_KEYS = ("ruleset", "board", "players", "rolls", "seed", *OPTION_KEYS)
 MAX_ROUNDS = 10_000
@@ -96,7 +97,7 @@ def _throw(raw: Any, key: str, options: ClassicOptions, fail: Any) -> tuple[int,
     dice = options.dice
     values = raw if isinstance(raw, list) else [raw]
     if len(values) != dice.count:
-        raise fail(key, f"{raw!r} is not a throw of {dice.count} dice ({dice})")
+        raise fail(key, f"{raw!r} is not a throw of {counted(dice.count, 'die', 'dice')} ({dice})")
     throw = []
     for i, value in enumerate(values):
         number = value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -158,6 +159,7 @@ def classic_outcome_text(outcome: ClassicOutcome) -> str:
         lines.append(f"Winner: {result['winner']}")
     else:
         lines.append("Finishing order: " + ", ".join(
-            f"{o['player']} (round {o['round']}, {o['rolls']} rolls)" for o in result["order"]
+            f"{o['player']} (round {o['round']}, {counted(o['rolls'], 'roll')})"
+            for o in result["order"]
         ))
     return "\n".join(lines) + "\n"

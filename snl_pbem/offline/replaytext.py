@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from snl_pbem.offline.replay import Replay, ReplayOutcome
 from snl_pbem.rules.outcome import ranked
+from snl_pbem.rules.words import agree, counted
 
 
 def render_outcome_text(replay: Replay, outcome: ReplayOutcome) -> str:
@@ -44,5 +45,8 @@ def render_outcome_text(replay: Replay, outcome: ReplayOutcome) -> str:
     else:
         lines.append(f"Winner: {result.winners[0]} after turn {result.turn}.")
     if outcome.unplayed:
-        lines.append(f"({outcome.unplayed} round(s) in the file after the end were not played.)")
+        lines.append(
+            f"({counted(outcome.unplayed, 'round')} in the file after the end "
+            f"{agree(outcome.unplayed, 'was', 'were')} not played.)"
+        )
     return "\n".join(lines) + "\n"

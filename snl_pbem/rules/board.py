@@ -15,6 +15,7 @@ from enum import Enum
 from typing import NamedTuple, TypeAlias
 
 from snl_pbem.rules.errors import BoardError
+from snl_pbem.rules.words import counted
 
 Space: TypeAlias = int
 """A numbered square of the board, 1..L."""
@@ -166,7 +167,10 @@ def grid_problems(grid: Grid) -> Iterator[str]:
     seen: dict[Space, int] = {}
     for top_index, row in enumerate(grid):
         if len(row) != width:
-            yield f"grid row {top_index + 1} (from the top) has {len(row)} cells, not {width}"
+            yield (
+                f"grid row {top_index + 1} (from the top) has {counted(len(row), 'cell')}, "
+                f"not {width}"
+            )
         for space in row:
             if space is not None:
                 seen[space] = seen.get(space, 0) + 1

@@ -10,6 +10,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from snl_pbem.rules import Board, FeatureKind, Position, Space
 from snl_pbem.rules.board import LADDER_MARK, SNAKE_MARK
+from snl_pbem.rules.words import counted
 
 
 def cell_label(board: Board, space: Space) -> str:
@@ -37,7 +38,8 @@ def render_text(board: Board) -> str:
 def summary(board: Board) -> str:
     """A few lines saying what the board is: size, layout, every snake, ladder and family."""
     lines = [
-        f"{board.rows} rows x {board.columns} columns, {board.layout.value} layout, "
+        f"{counted(board.rows, 'row')} x {counted(board.columns, 'column')}, "
+        f"{board.layout.value} layout, "
         f"last space {board.last}; {SNAKE_MARK} snake head, {LADDER_MARK} ladder foot"
     ]
     for title, pairs in (("Ladders", board.ladders), ("Snakes", board.snakes)):

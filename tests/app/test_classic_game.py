@@ -17,6 +17,7 @@ from snl_pbem.app.rounds import close_round, rollback_round
 from snl_pbem.app.schedule import all_in_close_at
 from snl_pbem.config import load_config
 from snl_pbem.errors import ConfigError
+from snl_pbem.rules.words import counted
 from snl_pbem.store import Database, Game, Round, RoundTally
 from snl_pbem.store.migrate import upgrade
 
@@ -265,8 +266,9 @@ def test_each_players_record_across_classic_games(db, tmp_path) -> None:
         fastest = min((winners[g][1] for g in won), default=None)
         record = f"Your record in classic games here: 2 played, {len(won)} won"
         if fastest:
-            record += f" (fastest in {fastest} rounds)"
-        assert record in over[1] and f"{ladders} ladders climbed, {snakes} snakes slid" in over[1]
+            record += f" (fastest in {counted(fastest, 'round')})"
+        climbed = f"{counted(ladders, 'ladder')} climbed, {counted(snakes, 'snake')} slid"
+        assert record in over[1] and climbed in over[1]
         assert "Your record in classic games here: 1 played" in over[0]
 
 

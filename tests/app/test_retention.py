@@ -163,7 +163,7 @@ def test_the_scheduler_purges_in_batches_and_logs_how_many(
     with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
         assert rs.purge_mail() == PURGE_BATCH + 3
     assert (
-        f"trimmed {PURGE_BATCH + 3} handled inbound message(s) received more than 30d ago"
+        f"trimmed {PURGE_BATCH + 3} handled inbound messages received more than 30d ago"
         in caplog.text
     )
     off = load_config(_config(tmp_path, db.url, "keep_processed_mail = false"))

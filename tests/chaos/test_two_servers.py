@@ -166,4 +166,4 @@ players = [
     delivered = Counter(d.message_id for d in smtp_sink.delivered)
     assert set(delivered) == set(outbox) and set(delivered.values()) == {1}  # sent once each
     both = [(tmp_path / f"serve{i}.log").read_text() for i in range(2)]
-    assert all("serving 1 game(s)" in text for text in both)
+    assert all("serving 1 game from" in text for text in both)

@@ -119,7 +119,7 @@ def test_adjudicate_stops_when_the_game_ends(tmp_path: Path, capsysbinary) -> No
     doc = json.loads(out)
     assert code == 0 and doc["result"] == {"winner": "ann"}
     assert len(doc["rounds"]) == 5  # 6+5+4+3+2 = 20
-    assert "13 later round(s) in the file were not played" in err
+    assert "13 later rounds in the file were not played" in err
 
 
 @pytest.mark.parametrize(
@@ -242,7 +242,7 @@ def test_board_no_orders_line_stops_at_the_end(tmp_path: Path, capsysbinary) -> 
     bare = write(tmp_path, "b.toml", 'rows = 2\ncolumns = 5\nladders = { "3" = 12 }\n')
     code, out, _ = run(["board", str(bare)], capsysbinary)
     assert code == 0 and out.decode().splitlines()[-1] == (
-        "No orders (R17): a player who never writes plays 1 2 in the first 2 turn(s) and "
+        "No orders (R17): a player who never writes plays 1 2 in the first 2 turns and "
         "stands at 1, 12 (3^12), at or past the last space 10: the game ends "
         "(with no trapdoor under them)"
     )

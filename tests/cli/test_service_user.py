@@ -129,7 +129,7 @@ def test_check_config_checks_a_credential_where_systemd_reads_it(
     source.chmod(0o600)
     code, out, err = run(argv, capsys)
     assert code == 0, err
-    assert "credential(s) imap.password loaded by systemd" in out
+    assert "credential imap.password loaded by systemd" in out
 
 
 def test_check_config_says_the_service_cannot_run_a_command_under_root(
@@ -206,3 +206,88 @@ def test_close_round_as_root_leaves_the_service_s_files(
     assert code == 0, err
     assert "round 2 closed" in out
     assert len(list(backups.iterdir())) == 2
+
+
+# -- what check-config reads as a name, not a path (issue 21) ------------------------------
+
+
+def _readable(config: Path, user: str, *names: str) -> None:
+    """Give the service's group read access to files beside the config (0640)."""
+    for name in names:
+        os.chown(config.parent / name, 0, pwd.getpwnam(user).pw_gid)
+        (config.parent / name).chmod(0o640)
+
+
+@pytest.mark.parametrize("as_service", [False, True])
+def test_a_bundled_board_by_name_is_no_file_to_read(
+    place: Path, service_user: str, capsys: pytest.CaptureFixture[str], as_service: bool
+) -> None:
+    """board = "standard" names a bundled board, as the guide allows: the check as the
+    service's user read it as /etc/snl-pbem/standard and failed. A file of that name
+    beside the config wins over the bundled board (snl_pbem.boards.locate), and then it
+    is a file the service must be able to read."""
+    config, state = lay_out(place, service_user)
+    _readable(config, service_user, "imap.secret", "smtp.secret")
+    text = config.read_text()
+    config.write_text(text.replace('board = { ladders = { "4" = 14 } }', 'board = "standard"'))
+    unit = service_unit(place, service_user, config, state)
+    argv = ["check-config", "--config", str(config), "--unit", str(unit)]
+    argv += ["--as-service"] if as_service else []
+
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert "board: 10x10, 10 snakes, 9 ladders, last space 100" in out
+    assert f"as the service's user {service_user}" in out
+
+    beside = config.parent / "standard"
+    beside.write_text('[board]\nrows = 4\ncolumns = 4\nladders = { "2" = 9 }\n')
+    beside.chmod(0o600)  # root's alone: the service could not read the board it would use
+    code, out, err = run(argv, capsys)
+    assert code == 2, out
+    assert f"games[0].board: the service's user {service_user} cannot read {beside}" in err
+    _readable(config, service_user, "standard")
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert "board: 4x4, 0 snakes, 1 ladder, last space 16" in out
+
+
+def test_a_credential_systemd_skips_falls_back_to_the_file_beside_the_config(
+    place: Path, service_user: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LoadCredential=smtp.password:snl-pbem.smtp.password with no such file in the
+    credential stores: systemd skips it and the service reads smtp.password beside the
+    config, which the check then tries as the service's user. With neither, the problem
+    names both places, the fix, and the setup that needs no password."""
+    config, state = lay_out(place, service_user)
+    _readable(config, service_user, "imap.secret")
+    config.write_text(config.read_text().replace('"smtp.secret"', '"smtp.password"'))
+    name = f"snl-test-{service_user}.smtp.password"  # in no credential store
+    unit = service_unit(place, service_user, config, state, **{"smtp.password": name})
+    argv = ["check-config", "--config", str(config), "--unit", str(unit)]
+
+    code, out, err = run(argv, capsys)
+    assert code == 2, out
+    assert (
+        "mail.smtp.password_file: 'smtp.password' is the service's credential smtp.password "
+        f"(LoadCredential= in {unit}), but systemd finds no file for it at /etc/credstore/{name}"
+    ) in err
+    assert f"and there is no file {config.parent / 'smtp.password'} either: create it" in err
+    assert (
+        "or, for a relay that takes mail without a password, remove username and "
+        "password_file from [mail.smtp]"
+    ) in err
+    assert "without it the service does not start" not in err
+
+    beside = config.parent / "smtp.password"
+    beside.write_text("s3cret\n")
+    beside.chmod(0o600)
+    code, out, err = run(argv, capsys)
+    assert code == 2, out
+    assert f"mail.smtp.password_file: the service's user {service_user} cannot read {beside}" in (
+        err
+    )
+    _readable(config, service_user, "smtp.password")
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert f"systemd finds no credential smtp.password (at /etc/credstore/{name}" in out
+    assert f"so the service reads {beside}" in out

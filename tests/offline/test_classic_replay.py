@@ -99,7 +99,7 @@ def test_finish_all_gives_the_order_round_and_rolls(tmp_path: Path, capsysbinary
         ]
     }
     code, text, _ = adjudicate(tmp_path, capsysbinary, game, "--text")
-    assert code == 0 and b"Finishing order: ann (round 1, 1 rolls), bob (round 3, 3 rolls)" in text
+    assert code == 0 and b"Finishing order: ann (round 1, 1 roll), bob (round 3, 3 rolls)" in text
 
 
 def test_a_seed_plays_the_servers_dice_the_same_every_time(tmp_path, capsysbinary) -> None:
@@ -129,7 +129,7 @@ def test_a_seed_plays_the_servers_dice_the_same_every_time(tmp_path, capsysbinar
         ({"reenter_needs_max": True}, "reenter_needs_max"),
         ({"rolls": {"zed": [1]}}, "rolls.zed: 'zed' is not one of the players"),
         ({"rolls": {"ann": [1, 2, 7]}}, "rolls.ann[2]: 7 is not a die value 1 to 6"),
-        ({"rolls": {"ann": [1, [2, 3]]}}, "rolls.ann[1]: [2, 3] is not a throw of 1 dice"),
+        ({"rolls": {"ann": [1, [2, 3]]}}, "rolls.ann[1]: [2, 3] is not a throw of 1 die"),
         ({"dice": "2d6", "rolls": {"ann": [[1, 9]]}}, "rolls.ann[0][1]: 9 is not a die value"),
         ({"board": {"rows": 10, "columns": 10, "ladders": {"100": 5}}}, "board"),
         ({"board": {"rows": 10, "columns": 10, "snakes": {"100": 5}}}, "last space 100"),

@@ -74,7 +74,7 @@ def test_last_space_may_be_a_snake_and_ladders_may_lead_past_it() -> None:
         ),
         ({"grid": [[3, 4], [1, 1]]}, "spaces given more than once in the grid: 1"),
         ({"grid": [[3, 5], [1, 2]]}, "spaces missing from the grid: 4"),
-        ({"grid": [[4, 3], [1]]}, "grid row 2 (from the top) has 1 cells, not 2"),
+        ({"grid": [[4, 3], [1]]}, "grid row 2 (from the top) has 1 cell, not 2"),
         ({"grid": [[1, 2], [3, 4]]}, "space 3 is beneath space 1 but has a higher number"),
         ({"grid": [[1, 2], [None, None]]}, "space 1 must be on the bottom row"),
         ({"grid": [[2, "x"]]}, "board.grid[0][1]: 'x' is not a space number"),

@@ -219,7 +219,7 @@ def test_referee_commands_while_the_server_runs(tmp_path: Path, dovecot, smtp_si
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(lambda: "serving 2 game(s)" in log_path.read_text(), WAIT, "serve", log_path)
+        wait_for(lambda: "serving 2 games from" in log_path.read_text(), WAIT, "serve", log_path)
         done = run("start", "new", config=config)
         assert done.returncode == 0, done.stderr
         done = run("extend", "ext", "--by", "1h", config=config)

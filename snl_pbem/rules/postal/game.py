@@ -33,6 +33,7 @@ from snl_pbem.rules.postal.trapdoors import (
     default_nomination,
     tally_trapdoors,
 )
+from snl_pbem.rules.words import counted
 
 DEFAULT_DOUBLE_FROM_ROUND = 7
 """R7: rounds 1-6 are single-turn (the first set of six), two-turn from round 7."""
@@ -139,7 +140,7 @@ class GameState:
             or expected < 0
         ):
             raise GameSetupError(
-                f"every player must have played {expected} dice since turn "
+                f"every player must have played {counted(expected, 'die', 'dice')} since turn "
                 f"{self.played_from} (found {sorted(lengths)})"
             )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from snl_pbem.rules.board import LADDER_MARK, SNAKE_MARK, Board, EventKind, Position
 from snl_pbem.rules.postal.dice import SET_SIZE, lowest_legal_dice
+from snl_pbem.rules.words import counted
 
 
 def no_orders_line(board: Board) -> str:
@@ -32,6 +33,6 @@ def no_orders_line(board: Board) -> str:
     played = " ".join(map(str, dice[: len(steps)]))
     return (
         f"No orders (R17): a player who never writes plays {played} in the first "
-        f"{'six turns' if len(steps) == SET_SIZE else f'{len(steps)} turn(s)'} and stands at "
+        f"{'six turns' if len(steps) == SET_SIZE else counted(len(steps), 'turn')} and stands at "
         f"{', '.join(steps)} (with no trapdoor under them)"
     )
