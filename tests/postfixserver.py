@@ -1,6 +1,9 @@
 """A private Postfix for the test run (Debian's postfix package), set up as
-deploy/postfix-lmtp.md says: the game's domain is a relay domain whose only recipient
-is the game address, and the transport map hands that address to snl-pbem over LMTP.
+deploy/postfix-lmtp.md says, with the guide's own lines (``guide_files`` reads them
+there, so the guide and the test cannot drift apart): the game's domain is a relay
+domain whose only recipient is the game address, and the transport map hands that
+address to snl-pbem over LMTP. Everything else is Postfix's default (retries, queue runs,
+ETRN).
 
 It has its own config_directory and queue_directory in a temporary folder, listens
 for SMTP on a free port of 127.0.0.1, and trusts only 127.0.0.1/32 (``mynetworks``):
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -19,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+GUIDE_PATH = Path(__file__).parents[1] / "deploy" / "postfix-lmtp.md"
 HOSTNAME = "mx.snl-test.example"
 """Postfix's myhostname: what it writes in its Received header's ``by`` clause."""
 
@@ -44,17 +49,32 @@ smtp_dns_support_level = disabled
 biff = no
 maillog_file_prefixes = {d}
 maillog_file = {d}/postfix.log
-# Postfix's defaults: a deferred message is retried after 300 s, or at once on postqueue -f
+# Postfix's defaults: a deferred message waits at least minimal_backoff_time (300 s) and
+# for a queue run (queue_run_delay, 300 s), unless asked for with ETRN or postqueue -f
 # --- deploy/postfix-lmtp.md ---
 {guide}
 """
 
-GUIDE = """\
-relay_domains = {domain}
-relay_recipient_maps = hash:{d}/etc/relay_recipients
-transport_maps = hash:{d}/etc/transport
-lmtp_destination_recipient_limit = 1
-"""
+
+def guide_files(address: str, lmtp_port: int, etc: Path) -> dict[str, str]:
+    """The guide's Postfix files (its code blocks that begin ``# /etc/postfix/NAME``) by
+    NAME, as written there, for ``address`` delivered to ``lmtp_port``, in ``etc``."""
+    text = GUIDE_PATH.read_text()
+    local, _, domain = address.partition("@")
+    files: dict[str, str] = {}
+    for block in re.findall(r"^```\n# /etc/postfix/(.*?)```$", text, re.S | re.M):
+        first, _, body = block.partition("\n")
+        name = first.split()[0]
+        body = (
+            body.replace("/etc/postfix/", f"{etc}/")
+            .replace("127.0.0.1:8024", f"127.0.0.1:{lmtp_port}")
+            .replace("snl@example.org", f"{local}@{domain}")
+            .replace("example.org", domain)
+        )
+        files[name] = body
+    assert {"main.cf", "relay_recipients", "transport"} <= set(files), sorted(files)
+    return files
+
 
 MASTER_CF = """\
 {port} inet n - n - - smtpd
@@ -135,18 +155,15 @@ class PostfixServer:
             (d / sub).mkdir(exist_ok=True)
         owner = pwd.getpwnam("postfix")
         os.chown(d / "data", owner.pw_uid, owner.pw_gid)
-        domain = self.address.rpartition("@")[2]
-        text = GUIDE.format(d=d, domain=domain)
-        if not guide:
-            text = GUIDE.format(d=d, domain=domain).split("\n", 2)[2]  # transport_maps alone
+        files = guide_files(self.address, self.lmtp_port, self.etc)
+        text = files.pop("main.cf")
+        if not guide:  # the old guide: transport_maps alone
+            text = "".join(line for line in text.splitlines(True) if "relay_" not in line)
         (self.etc / "main.cf").write_text(MAIN_CF.format(d=d, hostname=self.hostname, guide=text))
         (self.etc / "master.cf").write_text(MASTER_CF.format(port=f"127.0.0.1:{self.port}"))
-        (self.etc / "transport").write_text(
-            f"{self.address}    lmtp:inet:127.0.0.1:{self.lmtp_port}\n"
-        )
-        (self.etc / "relay_recipients").write_text(f"{self.address}    OK\n")
-        for table in ("transport", "relay_recipients"):
-            self._run("postmap", "-c", str(self.etc), f"hash:{self.etc / table}")
+        for name, body in files.items():  # the tables; postmap as the guide says
+            (self.etc / name).write_text(body)
+            self._run("postmap", "-c", str(self.etc), f"hash:{self.etc / name}")
         self._run(self.binary, "-c", str(self.etc), "start")
         self.wait_ready()
 
@@ -161,10 +178,6 @@ class PostfixServer:
             except OSError:
                 time.sleep(0.1)
         raise PostfixUnavailable(f"postfix is not answering on {self.port}: {self.log()}")
-
-    def flush(self) -> None:
-        """``postqueue -f``: deliver every deferred message now."""
-        self._run("postqueue", "-c", str(self.etc), "-f")
 
     def queue(self) -> str:
         return self._run("postqueue", "-c", str(self.etc), "-p", check=False).stdout

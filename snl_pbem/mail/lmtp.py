@@ -11,19 +11,25 @@ reply codes live in one table:
 - ``250`` only once the message is committed to the database.
 
 ``deliver`` is the service layer's ``ingest``; this module knows nothing of games.
+
+At start-up the receiver asks the MTA for what it queued while snl-pbem was down
+(``ReceiverController.redeliver``: ETRN, snl_pbem.mail.etrn) and says when that has been
+delivered, so that rounds waiting on it need not wait for the MTA's next retry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
+from snl_pbem.mail.etrn import FIX, EtrnRefused, ask_to_deliver
 from snl_pbem.mail.sessions import (
     IDLE_TIMEOUT,
     MAX_SESSIONS,
@@ -37,6 +43,7 @@ from snl_pbem.mail.sessions import (
     session_limit,
     storing,
 )
+from snl_pbem.rules.words import counted
 
 log = logging.getLogger("snl_pbem.lmtp")
 
@@ -60,6 +67,8 @@ class GameAddressHandler:
         self.deliver = deliver
         self.lmtp = lmtp
         self.throttle = Throttle(log)
+        self.not_stored = 0
+        """Messages answered 451 (not stored: the MTA keeps them and retries later)."""
 
     async def handle_RCPT(
         self,
@@ -86,6 +95,7 @@ class GameAddressHandler:
                 await loop.run_in_executor(None, self.deliver, raw, f"lmtp:{peer}")
         except Exception as exc:
             log.error("could not store a message from %s: %s: %s", peer, type(exc).__name__, exc)
+            self.not_stored += 1
             return "\r\n".join([STATUS["temporary"]] * replies)
         return "\r\n".join([STATUS["stored"]] * replies)
 
@@ -125,6 +135,7 @@ class ReceiverController(Controller):
                 max_sessions,
             )
         self.sessions = Sessions(limit, throttle)
+        self._redelivery: concurrent.futures.Future[None] | None = None
         self.fqdn = socket.getfqdn()  # once: aiosmtpd would look it up for every connection
         self.loop.set_exception_handler(self._loop_error)
         aiosmtpd_log = logging.getLogger("mail.log")
@@ -143,6 +154,64 @@ class ReceiverController(Controller):
             ident="snl-pbem",
             timeout=self.idle_timeout,
         )
+
+    def redeliver(
+        self,
+        server: tuple[str, int],
+        domains: Sequence[str],
+        settle: float,
+        then: Callable[[], None],
+    ) -> concurrent.futures.Future[None]:
+        """Ask the MTA at ``server`` (ETRN) to deliver now what it queued for ``domains``,
+        then call ``then`` (in a worker thread) once it has: no delivery started or under
+        way for ``settle`` seconds. If it cannot be asked or says no, or a message could
+        not be stored meanwhile (the MTA keeps it for its next retry), say so once and do
+        not call ``then``. Call after ``start``; the future is done when all is said."""
+        self._redelivery = asyncio.run_coroutine_threadsafe(
+            self._redeliver(server, list(domains), settle, then), self.loop
+        )
+        return self._redelivery
+
+    async def _redeliver(
+        self,
+        server: tuple[str, int],
+        domains: list[str],
+        settle: float,
+        then: Callable[[], None],
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        failed_before = self.handler.not_stored
+        try:
+            await loop.run_in_executor(None, ask_to_deliver, server, domains, self.fqdn)
+        except EtrnRefused as exc:
+            log.warning(
+                "LMTP: could not have the MTA deliver what it queued while snl-pbem was "
+                "down (%s): it comes at the MTA's next retry, and rounds past their deadline "
+                "wait up to redelivery_grace. %s",
+                exc,
+                FIX,
+            )
+            return
+        log.info("LMTP: asked the MTA (ETRN %s) to deliver what it queued", " ".join(domains))
+        await self.sessions.quiet(settle)
+        if self.handler.not_stored > failed_before:
+            log.warning(
+                "LMTP: %s redelivered after start-up could not be stored (451): "
+                "the MTA retries them later",
+                counted(self.handler.not_stored - failed_before, "message"),
+            )
+            return
+        log.info("LMTP: the MTA's queue is delivered (nothing for %g s)", settle)
+        try:
+            await loop.run_in_executor(None, then)
+        except Exception as exc:
+            log.error("after the MTA's redelivery: %s: %s", type(exc).__name__, exc)
+
+    def stop(self, no_assert: bool = False) -> None:
+        if self._redelivery is not None:
+            self._redelivery.cancel()  # thread-safe: cancels the task in the loop
+            self._redelivery = None
+        super().stop(no_assert)
 
     def _create_server(self) -> Awaitable[asyncio.AbstractServer]:
         return self._listen()

@@ -12,6 +12,9 @@ The review of issue 20 held 1,100 idle half-open sessions: they used up the proc
 - :class:`Listener` accepts connections in place of ``loop.create_server``, whose
   accept loop, out of handles, logs a traceback per connection waiting;
 - :class:`Throttle` logs each kind of failure once per interval, with a count.
+
+:meth:`Sessions.quiet` tells when the MTA has stopped delivering (the start-up
+redelivery, snl_pbem.mail.etrn).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import Any, AnyStr
 
 from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP
+
+from snl_pbem.rules.words import counted
 
 CLOSING = {
     "busy": "421 4.3.2 {host} Too many connections; closing this one, please try again",
@@ -112,6 +117,8 @@ class Sessions:
         self.limit = limit
         self.throttle = throttle
         self._order: dict[GuardedSMTP, None] = {}
+        self.moved = time.monotonic()
+        """When a session last connected or progressed (``time.monotonic()``)."""
 
     def __len__(self) -> int:
         return len(self._order)
@@ -122,6 +129,7 @@ class Sessions:
             if not self.shed(1):
                 return False
         self._order[session] = None
+        self.moved = time.monotonic()
         return True
 
     def shed(self, count: int) -> int:
@@ -137,8 +145,8 @@ class Sessions:
             self.throttle(
                 logging.WARNING,
                 "shed",
-                f"LMTP: closed {len(victims)} idle session(s) to make room for new connections"
-                f" ({len(self._order)} open, at most {self.limit})",
+                f"LMTP: closed {counted(len(victims), 'idle session')} to make room for new "
+                f"connections ({len(self._order)} open, at most {self.limit})",
             )
         return len(victims)
 
@@ -146,6 +154,18 @@ class Sessions:
         if session in self._order:
             del self._order[session]
             self._order[session] = None
+            self.moved = time.monotonic()
+
+    async def quiet(self, settle: float) -> None:
+        """Return once no session has connected or progressed for ``settle`` seconds,
+        counted from now at the earliest, and none is in the middle of a message (between
+        its MAIL and the reply to its data): the MTA has delivered what it had for us."""
+        self.moved = max(self.moved, time.monotonic())
+        while True:
+            left = self.moved + settle - time.monotonic()
+            if left <= 0 and not any(s.delivering for s in self._order):
+                return
+            await asyncio.sleep(max(left, min(settle, 1.0)))
 
     def drop(self, session: GuardedSMTP) -> None:
         self._order.pop(session, None)
@@ -196,6 +216,12 @@ class GuardedSMTP(SMTP):
     def connection_lost(self, error: Exception | None) -> None:
         self.sessions.drop(self)
         super().connection_lost(error)
+
+    @property
+    def delivering(self) -> bool:
+        """A message is on its way: MAIL accepted, and its data not yet answered."""
+        envelope = self.envelope
+        return self.storing or (envelope is not None and envelope.mail_from is not None)
 
     def _timeout_cb(self) -> None:
         """aiosmtpd's ``timeout``: the client said nothing for that long (no command,
@@ -303,7 +329,7 @@ class Listener(asyncio.AbstractServer):
             logging.WARNING,
             f"accept:{exc.errno}",
             f"LMTP: cannot accept connections: {exc.strerror or exc}"
-            f" ({len(self.sessions)} sessions open; closed {shed} idle ones)",
+            f" ({counted(len(self.sessions), 'session')} open; closed {counted(shed, 'idle one')})",
         )
         soon = shed or self.connecting  # handles are being freed, or about to be in use
         self.loop.call_later(0.05 if soon else 1.0, self._resume, sock)

@@ -11,9 +11,14 @@ guarded close). Every job calls a plain method that takes the time from the
 injected clock, so tests drive them directly instead of sleeping. A deadline
 job looks at the round again before closing it: if the deadline was moved
 later meanwhile (``extend``), it only plans the close for the new time. With
-LMTP, no round closes in the first ``[mail.lmtp] redelivery_grace`` after
-start-up (``redelivery_until``): mail the MTA queued while the server was down,
-timed by the MTA's own Received header, is delivered first.
+LMTP, no round closes after start-up until the MTA has delivered what it queued
+while the server was down (timed by the MTA's own Received header): the LMTP
+receiver asks for it (ETRN) and calls ``redelivered`` once it has come, and
+``[mail.lmtp] redelivery_grace`` is the longest wait (``redelivery_until``).
+
+The jobs run one at a time on one thread (``OneWorker``), and a job due again
+while an earlier run of it waits its turn is merged into that run: a due close is
+never skipped, and nothing routine is logged as a warning.
 
 The circuit breaker: when an IMAP mailbox is configured and its last good
 poll is older than ``healthy_within`` at a deadline, the round is *held*
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from apscheduler.executors.base import run_job
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
@@ -60,6 +66,7 @@ from snl_pbem.app.schedule import (
     waiting_before_deadline,
 )
 from snl_pbem.config import Config
+from snl_pbem.rules.words import agree, counted
 from snl_pbem.runners.mailboxes import Readers, default_readers, imap_poller
 from snl_pbem.store import Database
 from snl_pbem.timeutil import format_duration, utcnow
@@ -96,13 +103,90 @@ class Planned:
     run_at: datetime
 
 
-def make_scheduler() -> BackgroundScheduler:
-    """One worker thread: closes never run in parallel within a process."""
-    return BackgroundScheduler(
-        executors={"default": ThreadPoolExecutor(1)},
-        timezone="UTC",
-        job_defaults={"coalesce": True, "misfire_grace_time": None},
-    )
+class OneWorker(ThreadPoolExecutor):  # type: ignore[misc]
+    """APScheduler's thread pool with one thread, so that closes never run in parallel
+    within a process, which never refuses a job that falls due.
+
+    APScheduler counts a job as running from the moment it is handed to the pool, and a
+    job that falls due again meanwhile is skipped, with a warning ("maximum number of
+    running instances reached"); a skipped date job is gone. Two rounds due at the same
+    time did that: the first close re-plans the rounds, the second's job is due again
+    while it still waits for the thread. Here a job due again while an earlier run of it
+    waits for the thread is merged into that run (every job reads the database when it
+    runs, so that run does what this one would), and one due while a run of it is under
+    way runs after it.
+
+    APScheduler's shutdown waits for the job under way while it holds the lock that the
+    job needs to re-plan the rounds (``rebuild``): a close under way at a stop hung
+    ``serve`` until systemd killed it. Here ``shutdown`` only stops taking jobs, and
+    ``join`` (``Scheduler.shutdown``) waits for them without that lock."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self._waiting: set[str] = set()
+        self._stopped = False
+
+    def shutdown(self, wait: bool = True) -> None:
+        self._stopped = True
+        self._pool.shutdown(wait=False)  # what was handed to the pool still runs
+
+    def join(self) -> None:
+        """Wait for every job handed to the pool (after ``shutdown``)."""
+        self._pool.shutdown(wait=True)
+
+    def submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        assert self._lock is not None, "the executor has not been started"
+        with self._lock:
+            if self._stopped:
+                return  # serve is stopping: the next start plans the job again
+            if job.id in self._waiting:
+                return  # merged into the run that waits
+            self._waiting.add(job.id)
+            self._do_submit_job(job, run_times)
+            self._instances[job.id] += 1
+
+    def _do_submit_job(self, job: Any, run_times: list[datetime]) -> None:
+        def run() -> Any:
+            with self._lock:
+                self._waiting.discard(job.id)
+            return run_job(job, job._jobstore_alias, run_times, self._logger.name)
+
+        def done(future: Any) -> None:
+            error = future.exception()
+            if error is None:
+                self._run_job_success(job.id, future.result())
+            else:
+                self._run_job_error(job.id, error, error.__traceback__)
+
+        try:
+            self._pool.submit(run).add_done_callback(done)
+        except BaseException:
+            self._waiting.discard(job.id)
+            raise
+
+
+class Scheduler(BackgroundScheduler):  # type: ignore[misc]
+    """APScheduler's background scheduler on one ``OneWorker``."""
+
+    def __init__(self) -> None:
+        self.worker = OneWorker()
+        super().__init__(
+            executors={"default": self.worker},
+            timezone="UTC",
+            job_defaults={"coalesce": True, "misfire_grace_time": None},
+        )
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop; with ``wait``, once the job under way (a close) and those handed to the
+        worker have finished."""
+        super().shutdown(wait=False)
+        if wait:
+            self.worker.join()
+
+
+def make_scheduler() -> Scheduler:
+    """One worker thread (``OneWorker``): closes never run in parallel within a process."""
+    return Scheduler()
 
 
 class RoundScheduler:
@@ -133,6 +217,8 @@ class RoundScheduler:
         """Asks this process's IMAP poller to read the mailbox now (the server sets it)."""
         self.started_at = clock()
         """When this scheduler (the server) started: see ``redelivery_until``."""
+        self.redelivered_at: datetime | None = None
+        """When the MTA had delivered what it queued while the server was down (``redelivered``)."""
 
     # -- planning ---------------------------------------------------------------------
 
@@ -177,14 +263,36 @@ class RoundScheduler:
 
     @property
     def redelivery_until(self) -> datetime | None:
-        """With LMTP, no round closes before ``redelivery_grace`` after start-up: mail the
-        MTA accepted while this server was down stays in its queue until its next retry
-        (Postfix: 300 s, or at once on ``postqueue -f``) and, timed by the MTA's own
-        Received header, may still count for a round whose deadline has passed."""
+        """With LMTP, no round closes after start-up until the MTA has delivered what it
+        queued while this server was down (timed by the MTA's own Received header, it may
+        still count for a round whose deadline has passed): until ``redelivered`` is
+        called, or ``redelivery_grace`` after start-up at the latest (the MTA could not
+        be asked; its next retry may be later still: Postfix's is up to about 10 minutes
+        after a short outage)."""
         lmtp = self.config.settings.mail.lmtp
         if lmtp is None or lmtp.redelivery_grace <= timedelta(0):
             return None
-        return self.started_at + lmtp.redelivery_grace
+        limit = self.started_at + lmtp.redelivery_grace
+        ended = self.redelivered_at
+        return limit if ended is None else min(ended, limit)
+
+    def redelivered(self) -> None:
+        """The LMTP receiver's word that the MTA has delivered its queue: the start-up
+        grace ends now, and the rounds that wait on it are planned for now."""
+        until = self.redelivery_until
+        now = self.clock()
+        if until is None or now >= until:
+            return
+        self.redelivered_at = now
+        due = self._due()
+        if due:
+            log.info(
+                "the MTA has delivered what it queued while the server was down: %s past "
+                "the deadline %s now",
+                counted(len(due), "round"),
+                agree(len(due), "closes", "close"),
+            )
+        self.rebuild()
 
     def _not_before(self, at: datetime) -> datetime:
         until = self.redelivery_until
@@ -267,8 +375,8 @@ class RoundScheduler:
             if trimmed < PURGE_BATCH:
                 break
         log.info(
-            "trimmed %d handled inbound message(s) received more than %s ago to their headers",
-            total,
+            "trimmed %s received more than %s ago to their headers",
+            counted(total, "handled inbound message"),
             format_duration(keep),
         )
         return total
@@ -297,15 +405,17 @@ class RoundScheduler:
 
     def catch_up(self) -> list[CloseOutcome]:
         """At start: close every round whose deadline passed while nothing ran (with LMTP,
-        once ``redelivery_grace`` has passed: they are planned for then)."""
+        once the MTA has delivered its queue: they are planned for ``redelivery_until``,
+        and for now once ``redelivered`` is called)."""
         until = self.redelivery_until
         if until is not None and self.clock() < until:
             due = self._due()
             if due:
                 log.info(
-                    "%d round(s) past their deadline close at %s, once the MTA has "
-                    "redelivered what it queued while the server was down",
-                    len(due),
+                    "%s past the deadline %s once the MTA has delivered what it queued "
+                    "while the server was down, at %s at the latest",
+                    counted(len(due), "round"),
+                    agree(len(due), "closes", "close"),
                     until.isoformat(timespec="seconds"),
                 )
             self.rebuild()
@@ -326,9 +436,7 @@ class RoundScheduler:
         self.rebuild()
         return outcomes
 
-    def on_deadline(
-        self, game_id: str, number: int, *, early: bool = False
-    ) -> CloseOutcome | None:
+    def on_deadline(self, game_id: str, number: int, *, early: bool = False) -> CloseOutcome | None:
         """A round's deadline: close it, unless mail intake is unhealthy (then hold it).
 
         A paused game's deadline does nothing (the referee may still close-round it). A
@@ -411,10 +519,10 @@ class RoundScheduler:
             return
         futures = self.readers.submit_urgent(self.db, self.config, waiting_sizes(self.db, ids))
         log.info(
-            "%s: round %d: reading %d message(s) received before the deadline first",
+            "%s: round %d: reading %s received before the deadline first",
             game_id,
             number,
-            len(futures),
+            counted(len(futures), "message"),
         )
         unread = self.readers.wait_for_close(self.db, futures, self.close_wait)
         for inbound_id in unread:
@@ -477,7 +585,7 @@ class RoundScheduler:
 
     def _remind(self, game_id: str, number: int) -> int:
         sent = send_reminders(self.db, self.config, game_id, number, self.clock())
-        log.info("%s: round %d reminders sent to %d player(s)", game_id, number, sent)
+        log.info("%s: round %d reminders sent to %s", game_id, number, counted(sent, "player"))
         return sent
 
     def check_all_in(self, game_id: str) -> datetime | None:
@@ -578,4 +686,3 @@ class RoundScheduler:
     def _backup(self) -> dict[str, Any]:
         database = self.config.settings.database
         return {"backups": database.backups, "backup_dir": database.backup_dir}
-

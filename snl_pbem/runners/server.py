@@ -35,6 +35,7 @@ from snl_pbem.mail.lmtp import ReceiverController
 from snl_pbem.mail.sandbox import default_sandbox
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
 from snl_pbem.procs import identity
+from snl_pbem.rules.words import counted
 from snl_pbem.runners.mailboxes import (
     DatabaseHooks,
     default_readers,
@@ -127,7 +128,8 @@ class Server:
         self.rounds.rebuild()
         self.scheduler.resume()
         self._kick.set()
-        log.info("serving %d game(s) from %s", len(self.config.games), self.config_path)
+        games = counted(len(self.config.games), "game")
+        log.info("serving %s from %s", games, self.config_path)
 
     def _start_mail(self, first_poll: bool = False) -> None:
         self._mail_stop = threading.Event()
@@ -151,10 +153,24 @@ class Server:
             lmtp = self.config.settings.mail.lmtp
             assert lmtp is not None
             log.info("receiving %s on %s:%d", lmtp.protocol.upper(), lmtp.host, lmtp.port)
+            self._ask_for_queued_mail(self._receiver)
         if self.config.settings.mail.smtp is None:
             log.warning("no [mail.smtp] configured: mail is queued in the outbox, not sent")
         else:
             self._spawn("sender", self._send_loop)
+
+    def _ask_for_queued_mail(self, receiver: ReceiverController) -> None:
+        """Have the MTA deliver now what it queued while the listener was down (ETRN), and
+        end the start-up grace once it has (``RoundScheduler.redelivered``)."""
+        lmtp = self.config.settings.mail.lmtp
+        assert lmtp is not None
+        if lmtp.etrn is None:
+            log.info("etrn_server is off: mail the MTA queued comes at its next retry")
+            return
+        domain = self.config.settings.mail.address.rpartition("@")[2]
+        receiver.redeliver(
+            lmtp.etrn, [domain], lmtp.redelivery_settle.total_seconds(), self.rounds.redelivered
+        )
 
     def _spawn(self, name: str, target: Callable[[], Any]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -287,7 +303,7 @@ class Server:
             log.info("mail settings changed: restarting intake and sender")
             self._stop_mail()
             self._start_mail()
-        log.info("config reloaded: %d game(s)", len(new.games))
+        log.info("config reloaded: %s", counted(len(new.games), "game"))
 
     def _stop_mail(self) -> None:
         self._mail_stop.set()

@@ -1,14 +1,20 @@
-"""The LMTP/SMTP receiver driven by smtplib: 250 only after the commit; 550, 552, 451."""
+"""The LMTP/SMTP receiver driven by smtplib: 250 only after the commit; 550, 552, 451; and
+its ETRN at start-up, answered by an aiosmtpd server that takes ETRN as Postfix does."""
 
 from __future__ import annotations
 
+import logging
 import smtplib
 import socket
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP
 from mailhelpers import CORPUS, T0, orders_of
 
 from snl_pbem.app.intake import ingest
@@ -134,3 +140,128 @@ def test_lmtp_answers_once_per_recipient(receiver) -> None:
         # RFC 2033: a second reply follows for the second recipient
         assert client.getreply()[0] == 250
     assert len(orders_of(db)) == 1
+
+
+# -- asking the MTA for what it queued at start-up (ETRN, issue 21) -------------------------
+
+WAIT = 120  # waits end on their event; the limit only detects a hang
+
+
+class EtrnSMTP(SMTP):
+    """An MTA's SMTP server that takes ETRN (RFC 1985) as Postfix does: 250 for the domain
+    it flushes (a relay domain), 459 for any other, and only after EHLO."""
+
+    async def smtp_ETRN(self, arg: str) -> None:
+        if not self.session.host_name:
+            await self.push("503 5.5.1 Error: send HELO/EHLO first")
+        elif arg.lower() == "example.org":
+            await self.push("250 Queuing started")
+        else:
+            await self.push(f"459 4.3.0 <{arg}>: service unavailable")
+
+
+class EtrnMTA(Controller):
+    def factory(self) -> SMTP:
+        return EtrnSMTP(self.handler)
+
+
+@pytest.fixture
+def mta() -> Iterator[tuple[str, int]]:
+    port = free_port()
+    controller = EtrnMTA(object(), hostname="127.0.0.1", port=port)
+    controller.start()
+    yield "127.0.0.1", port
+    controller.stop()
+
+
+class Then:
+    """The receiver's word that the MTA's queue is delivered, and when it came."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.at: float | None = None
+
+    def __call__(self) -> None:
+        self.at = time.monotonic()
+        self.event.set()
+
+
+def plain_receiver(deliver) -> tuple[ReceiverController, int]:
+    port = free_port()
+    controller = ReceiverController(
+        GameAddressHandler("snl@example.org", deliver), "127.0.0.1", port, max_size=1 << 20
+    )
+    controller.start()
+    return controller, port
+
+
+def etrn_warnings(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "snl_pbem.lmtp" and r.levelno == logging.WARNING
+    ]
+
+
+def test_an_mta_that_cannot_be_asked_is_one_warning_naming_the_fix(caplog) -> None:
+    """Nothing listens at etrn_server: one warning, which says what to set, and the
+    receiver never says the queue is delivered (the grace runs to its limit)."""
+    controller, _ = plain_receiver(lambda raw, source: None)
+    then = Then()
+    try:
+        closed_port = free_port()
+        controller.redeliver(("127.0.0.1", closed_port), ["example.org"], 0.1, then).result(WAIT)
+    finally:
+        controller.stop()
+    (warning,) = etrn_warnings(caplog)
+    assert f"127.0.0.1:{closed_port}" in warning and "ConnectionRefusedError" in warning
+    assert "etrn_server" in warning and "fast_flush_domains" in warning
+    assert not then.event.is_set()
+
+
+def test_a_message_under_way_holds_the_word_until_it_is_stored(mta, caplog) -> None:
+    """The MTA took the ETRN; a delivery has begun (MAIL accepted) and pauses for longer
+    than the settle time: the queue is not delivered until that message is stored and
+    nothing more has come for the settle time."""
+    stored: list[bytes] = []
+    controller, port = plain_receiver(lambda raw, source: stored.append(raw))
+    then = Then()
+    settle = 0.3
+    try:
+        with lmtp(port) as client:
+            client.ehlo_or_helo_if_needed()
+            assert client.mail("ann@example.org")[0] == 250  # a message under way
+            done = controller.redeliver(mta, ["example.org"], settle, then)
+            time.sleep(10 * settle)  # the MTA is slow to send the rest
+            assert not then.event.is_set()
+            assert client.rcpt("snl@example.org")[0] == 250
+            assert client.data(b"Subject: x\r\n\r\nDICE 3\r\n")[0] == 250
+            stored_at = time.monotonic()
+        assert then.event.wait(WAIT)
+        done.result(WAIT)
+    finally:
+        controller.stop()
+    assert len(stored) == 1
+    assert then.at is not None and then.at - stored_at >= settle
+    assert etrn_warnings(caplog) == []
+
+
+def test_a_message_not_stored_meanwhile_keeps_the_grace(mta, caplog) -> None:
+    """A redelivered message answered 451 (the database busy) stays in the MTA's queue
+    until its next retry: the queue is not delivered, and the warning says so."""
+
+    def busy(raw: bytes, source: str) -> None:
+        raise RuntimeError("database is locked")
+
+    controller, port = plain_receiver(busy)
+    then = Then()
+    try:
+        done = controller.redeliver(mta, ["example.org"], 0.3, then)
+        with lmtp(port) as client, pytest.raises(smtplib.SMTPDataError):
+            client.sendmail("ann@example.org", ["snl@example.org"], b"Subject: x\r\n\r\nhi\r\n")
+        done.result(WAIT)
+    finally:
+        controller.stop()
+    (warning,) = etrn_warnings(caplog)
+    assert "could not be stored" in warning
+    assert not then.event.is_set()

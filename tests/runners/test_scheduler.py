@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from mailhelpers import T0, code_in, game_config
 from sqlalchemy import select
@@ -316,3 +318,164 @@ def test_a_game_filled_by_mail_has_round_1_planned_at_once(tmp_path) -> None:
     assert mail("xb", f"CONFIRM {code('xb')}") == ("joined full2 as xb: seated; the game started")
     # the first deadline (T0) had come: round 1 is one round length after the start
     assert planned() == [("close:full2:1", T0 + timedelta(hours=1))]
+
+
+# -- the start-up grace with LMTP, and the worker (issue 21) -------------------------------
+
+WAIT = 120  # waits end on their event (a second or so); the limit only detects a hang
+
+
+def two_games_after_their_deadline(tmp_path, lmtp: str):
+    """g1 and g2, each with round 1 open and its deadline just passed (serve was down),
+    and a [mail.lmtp] section."""
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    path = tmp_path / "c.toml"
+    game_config(path, db.url)
+    text = path.read_text()
+    g2 = text[text.index("[[games]]") :].replace('id = "g1"', 'id = "g2"')
+    path.write_text(f"{text}\n{g2}\n[mail.lmtp]\n{lmtp}")
+    config = load_config(path)
+    sync_games(db, config, T0)
+    for game in ("g1", "g2"):
+        start_game(db, config, game, T0)
+    with db.transaction() as s:
+        for round_ in s.scalars(select(Round)):
+            round_.deadline = datetime.now(UTC) - timedelta(minutes=1)
+    return db, config
+
+
+def test_rounds_due_at_the_end_of_the_grace_all_close_without_a_warning(tmp_path, caplog):
+    """Issue 21: two rounds closing at the end of the start-up grace logged APScheduler's
+    "Execution of job ... skipped: maximum number of running instances reached (1)". The
+    first close re-plans the rounds, and the second's job, due, was handed to the worker
+    again while its first run still waited there. Both close; nothing is logged as a
+    warning."""
+    caplog.set_level(logging.DEBUG, logger="apscheduler")
+    caplog.set_level(logging.INFO)
+    db, config = two_games_after_their_deadline(tmp_path, 'redelivery_grace = "2s"\n')
+    closed: list[str] = []
+    both = threading.Event()
+
+    def after_close(outcome) -> None:
+        closed.append(outcome.game)
+        if len(closed) == 2:
+            both.set()
+
+    scheduler = make_scheduler()
+    rs = RoundScheduler(db, config, scheduler=scheduler, after_close=after_close)
+    scheduler.start(paused=True)
+    try:
+        assert rs.catch_up() == []  # the grace: planned for its end, both at the same time
+        runs = {
+            job.id: job.trigger.run_date
+            for job in scheduler.get_jobs()
+            if job.id.startswith("close:")
+        }
+        assert runs["close:g1:1"] == runs["close:g2:1"] == rs.redelivery_until
+        scheduler.resume()
+        assert both.wait(WAIT), f"closed: {closed}"
+    finally:
+        scheduler.shutdown(wait=True)
+    assert sorted(closed) == ["g1", "g2"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_job_due_again_while_it_runs_or_waits_is_never_skipped(caplog) -> None:
+    """A job that falls due while a run of it is under way runs again after it (APScheduler's
+    own pool skipped it, with a warning, and a date job skipped so was gone: a close lost
+    until the next rescan); one that falls due while a run of it waits for the worker is
+    merged into that run (every job reads the database when it runs)."""
+    caplog.set_level(logging.DEBUG, logger="apscheduler")
+    from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_SUBMITTED
+
+    scheduler = make_scheduler()
+    runs: list[str] = []
+    submitted: list[str] = []
+    executed = threading.Semaphore(0)
+    under_way, release = threading.Event(), threading.Event()
+
+    def close(tag: str) -> None:
+        runs.append(tag)
+        if tag == "first":
+            under_way.set()
+            release.wait(WAIT)
+
+    def due(tag: str) -> None:
+        count = len(submitted)
+        scheduler.add_job(
+            close,
+            "date",
+            run_date=datetime.now(UTC),
+            id="close:g1:1",
+            args=(tag,),
+            replace_existing=True,
+        )
+        deadline = time.monotonic() + WAIT
+        while len(submitted) == count and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the scheduler has handed it to the worker
+        assert len(submitted) == count + 1
+
+    scheduler.add_listener(lambda e: submitted.append(e.job_id), EVENT_JOB_SUBMITTED)
+    scheduler.add_listener(lambda e: executed.release(), EVENT_JOB_EXECUTED)
+    scheduler.start()
+    try:
+        due("first")
+        assert under_way.wait(WAIT)
+        due("again")  # while "first" is under way
+        due("merged")  # while "again" waits for the worker
+        release.set()
+        assert executed.acquire(timeout=WAIT) and executed.acquire(timeout=WAIT)
+    finally:
+        scheduler.shutdown(wait=True)
+    assert runs == ["first", "again"]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_stopping_waits_for_a_close_that_replans(tmp_path) -> None:
+    """serve's stop while a close is under way: the close re-plans the rounds (which needs
+    the scheduler's job store), and the stop waits for it. APScheduler's own shutdown held
+    that store's lock while it waited: neither ended (systemd killed serve)."""
+    scheduler = make_scheduler()
+    under_way, release = threading.Event(), threading.Event()
+
+    def close() -> None:
+        under_way.set()
+        release.wait(WAIT)
+        scheduler.get_jobs()  # what rebuild does after a close
+
+    scheduler.add_job(close, "date", run_date=datetime.now(UTC), id="close:g1:1")
+    scheduler.start()
+    assert under_way.wait(WAIT)
+    stopping = threading.Thread(target=scheduler.shutdown, kwargs={"wait": True}, daemon=True)
+    stopping.start()
+    time.sleep(0.2)  # the stop has begun (if it had not, the close ends first: no harm)
+    release.set()
+    stopping.join(WAIT)
+    assert not stopping.is_alive(), "the stop never ended"
+
+
+def test_the_mta_s_word_ends_the_grace_at_once(tmp_path) -> None:
+    """The LMTP receiver says the MTA has delivered its queue (ETRN answered, nothing more
+    coming): the rounds waiting on the start-up grace are planned for now, not its end."""
+    db, config = two_games_after_their_deadline(tmp_path, "")
+    started = datetime.now(UTC)
+    clock = Clock(started)
+    rs = RoundScheduler(db, config, clock=clock)
+    limit = started + timedelta(minutes=6)  # the default grace
+    assert rs.catch_up() == [] and rs.redelivery_until == limit
+    assert {p.run_at for p in rs.plan()} == {limit}
+    clock.now = started + timedelta(seconds=11)
+    rs.redelivered()
+    assert rs.redelivery_until == clock.now
+    assert {p.run_at for p in rs.plan()} == {clock.now}
+    assert rs.on_deadline("g1", 1) is not None and rs.on_deadline("g2", 1) is not None
+    rs.redelivered()  # once the grace is over, the word changes nothing
+    assert rs.redelivery_until == started + timedelta(seconds=11)
+
+
+def test_the_mta_s_word_is_nothing_without_a_grace(tmp_path) -> None:
+    db, config = two_games_after_their_deadline(tmp_path, 'redelivery_grace = "0s"\n')
+    rs = RoundScheduler(db, config)
+    rs.redelivered()
+    assert rs.redelivery_until is None and rs.redelivered_at is None
