@@ -27,6 +27,7 @@ from snl_pbem.app.reports import enqueue_deadline_notice
 from snl_pbem.app.rounds import latest_orders, load_state
 from snl_pbem.config import Config, GameSettings
 from snl_pbem.errors import LifecycleError, NotFound
+from snl_pbem.rules.words import counted
 from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player, Round
 from snl_pbem.store.states import GamePhase, InboundStatus, OutboxStatus
 from snl_pbem.timeutil import format_duration
@@ -249,7 +250,7 @@ def resume_in(
         shifted_s=int(shift.total_seconds()),
         deadline=round_.deadline.isoformat(),
     )
-    if config is not None:
+    if config is not None and round_.deadline > now:
         enqueue_deadline_notice(
             session,
             config,
@@ -260,6 +261,8 @@ def resume_in(
             reason="resumed",
             now=now,
         )
+    # else a round reopened after its deadline (rollback): it closes at once, and its
+    # close tells the players; a "deadline now" already past would only mislead them
     return round_.deadline
 
 
@@ -498,7 +501,7 @@ def render_status(game: GameStatus) -> str:
         lines.append(f"  {p.name:<{width}}  {p.position:>8}  {p.orders}{note}{gone}")
     lines.append(
         f"  mail: {game.mail_pending} waiting to be sent, {game.mail_failed} failed; "
-        f"{game.inbound_set_aside} incoming message(s) set aside"
+        f"{counted(game.inbound_set_aside, 'incoming message')} set aside"
     )
     if game.mail_pending and game.mail_waiting_since_shown:
         lines.append(f"  the oldest mail waiting was written {game.mail_waiting_since_shown}")
@@ -559,7 +562,5 @@ def outbox_messages(
             .order_by(OutboxMessage.id.desc())
             .limit(limit)
         ).all()
-        total = session.scalar(
-            select(func.count()).select_from(OutboxMessage).where(*conditions)
-        )
+        total = session.scalar(select(func.count()).select_from(OutboxMessage).where(*conditions))
         return [(row, game_id) for row, game_id in reversed(rows)], total or 0

@@ -47,6 +47,7 @@ from snl_pbem.app.referee import (
     resume_in,
     status_in,
 )
+from snl_pbem.app.reopened import rolled_back
 from snl_pbem.app.replies import Context, redact, redacted, send
 from snl_pbem.app.rounds import close_round_in, rollback_round_in
 from snl_pbem.app.server_keys import REFEREE, is_referee_key
@@ -156,8 +157,7 @@ def _refusal(ctx: Context) -> tuple[str, bool] | None:
         where = mail.sender or "no address that could be read"
         doubt = f" ({mail.sender_doubt})" if mail.sender_doubt else ""
         return (
-            f"it gave the referee's key, but came from {where}{doubt}, not plainly "
-            f"from {referee}"
+            f"it gave the referee's key, but came from {where}{doubt}, not plainly from {referee}"
         ), True
     if session.get(ServerKey, REFEREE) is None:
         why = "referee commands by mail are off: mail.referee_key is not set in the config"
@@ -285,14 +285,15 @@ def handle_referee_mail(ctx: Context) -> tuple[str, str]:
 
 
 def _obey(ctx: Context) -> list[Outcome]:
-    """Each command in order, each in a savepoint of its own; then STATUS (the state they
-    left)."""
+    """Each command in the order written, each in a savepoint of its own; a STATUS shows
+    the games as the commands above it left them."""
     commands = ctx.commands
     if commands.conflict is not None:
         return [Outcome("", False, f"nothing was done: {commands.conflict}")]
     actor = _referee(ctx)[:64]  # AuditEntry.actor's length
     outcomes = []
-    for action in commands.actions:
+    for index, action in enumerate(commands.actions):
+        outcomes += [_status(ctx) for at in commands.status_at if at == index]
         line = redact(action.line, commands.order_keys)
         if action.word not in REFEREE_ACTIONS:
             outcomes.append(Outcome(line, False, "a player's command: not read in referee mail"))
@@ -307,19 +308,27 @@ def _obey(ctx: Context) -> list[Outcome]:
         else:
             started = was == GamePhase.NEW and game.state != GamePhase.NEW
             outcomes.append(Outcome(line, True, text, started=started))
+    last = len(commands.actions)
+    after = [at for at in commands.status_at if at >= last]
+    if commands.status and not commands.status_at:
+        after = [last]
+    outcomes += [_status(ctx) for _ in after]
     if commands.has_orders or commands.clear:
         outcomes.append(
             Outcome("", False, "DICE, TRAPDOOR, ROLL and CLEAR are a player's: not read here")
         )
-    if commands.status:
-        try:
-            games = status_in(ctx.session, _message_game(ctx))
-        except NotFound as exc:
-            outcomes.append(Outcome("STATUS", False, str(exc)))
-        else:
-            block = "\n".join(render_status(g) for g in games) or "no games\n"
-            outcomes.append(Outcome("STATUS", True, "the games as they are now:", block))
     return outcomes
+
+
+def _status(ctx: Context) -> Outcome:
+    """STATUS at its place in the message: the games as the commands before it left them."""
+    try:
+        games = status_in(ctx.session, _message_game(ctx))
+    except NotFound as exc:
+        return Outcome("STATUS", False, str(exc))
+    block = "\n".join(render_status(g) for g in games) or "no games\n"
+    where = "now" if not ctx.commands.actions else "at this point of your message"
+    return Outcome("STATUS", True, f"the games as they are {where}:", block)
 
 
 def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
@@ -343,6 +352,11 @@ def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
         return f"{game.name}: paused; its deadline stops until RESUME; the players are told"
     if word == "RESUME":
         new = resume_in(session, config, game, now, actor=actor, via=VIA)
+        if new <= now:
+            return (
+                f"{game.name}: resumed; its deadline {game_time(game, new)} has passed: the "
+                "round closes at once (the players get its mail)"
+            )
         return f"{game.name}: resumed; deadline now {game_time(game, new)}; the players are told"
     if word == "CLOSE ROUND":
         outcome = close_round_in(session, game, now, actor=actor, config=config, via=VIA)
@@ -365,11 +379,9 @@ def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
                 "by mail a rollback never discards orders (on the server, "
                 f"snl-pbem rollback {game.name} --force does)"
             ),
+            config=config,
         )
-        return (
-            f"{game.name}: round {number} reopened (results discarded, orders kept); the game "
-            "is paused: correct what you need, then CLOSE ROUND or RESUME"
-        )
+        return f"{game.name}: {rolled_back(session, game, number, now)}; then CLOSE ROUND or RESUME"
     if word == "START":
         return start_forming_game(session, config, game, now, actor=actor, via=VIA)
     if word == "APPROVE":

@@ -32,11 +32,13 @@ from snl_pbem.app.games import (
     turns_in_round,
 )
 from snl_pbem.app.membership import fill_resigned_seats
+from snl_pbem.app.reopened import rolled_back_before, tell_closed_again, tell_rolled_back
 from snl_pbem.app.reports import enqueue_deadline_notice, enqueue_round_mail
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import LifecycleError
 from snl_pbem.rules.ruleset import Adjudication, OrderReading, Orders, Stored
+from snl_pbem.rules.words import agree, counted
 from snl_pbem.store import (
     Database,
     Game,
@@ -178,9 +180,7 @@ def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
     """Each player's latest order set for a round (by player id), whatever its receipt time."""
     latest: dict[int, OrderRecord] = {}
     for record in session.scalars(
-        select(OrderRecord)
-        .where(OrderRecord.round_id == round_id)
-        .order_by(*RECEIPT_ORDER)
+        select(OrderRecord).where(OrderRecord.round_id == round_id).order_by(*RECEIPT_ORDER)
     ):
         latest[record.player_id] = record
     return latest
@@ -357,7 +357,9 @@ def _adjudicate_and_store(
     state = load_state(session, game, players)
     if state.rounds_played != round_.number - 1:
         raise LifecycleError(
-            f"{game.name}: round {round_.number} is open but {state.rounds_played} were played"
+            f"{game.name}: round {round_.number} is open but "
+            f"{counted(state.rounds_played, 'round')} {agree(state.rounds_played, 'was', 'were')} "
+            "played"
         )
     orders = counting_orders(session, round_, players)
     decided = ruleset_of(game).adjudicate(settings_of(game), state, orders)
@@ -433,7 +435,10 @@ def _adjudicate_and_store(
         )
     if config is not None and next_round is not None:
         fill_resigned_seats(session, config, game, now)  # auto_replace: standby takes a seat
-    if config is not None and by_referee and now < round_.deadline:
+    if config is not None and rolled_back_before(session, game, round_.number):
+        # its players hold a report of it that no longer counts: the new one replaces it
+        tell_closed_again(session, config, game, round_, now, over=decided.result is not None)
+    elif config is not None and by_referee and now < round_.deadline:
         enqueue_deadline_notice(
             session, config, game, round_, old=round_.deadline, new=now, reason="closed", now=now
         )
@@ -556,11 +561,14 @@ def rollback_round(
     actor: str = "referee",
     force: bool = False,
     via: str | None = None,
+    config: Config | None = None,
 ) -> int:
     """:func:`rollback_round_in` in a transaction of its own."""
     with db.transaction() as session:
         game = game_by_id(session, game_id, lock=True)
-        return rollback_round_in(session, game, now, actor=actor, force=force, via=via)
+        return rollback_round_in(
+            session, game, now, actor=actor, force=force, via=via, config=config
+        )
 
 
 def rollback_round_in(
@@ -572,6 +580,7 @@ def rollback_round_in(
     force: bool = False,
     via: str | None = None,
     force_hint: str = "rollback --force discards them (their emails stay stored)",
+    config: Config | None = None,
 ) -> int:
     """Reopen the last closed round (``game`` locked): its results are discarded, its
     orders kept.
@@ -580,7 +589,8 @@ def rollback_round_in(
     once; correct what needs correcting, then ``close-round`` or ``resume``.
     The next round is removed; if it already has orders, only with ``force``
     (the messages they came in stay stored and can be ingested again); without it the
-    refusal ends with ``force_hint``.
+    refusal ends with ``force_hint``. With ``config``, every player and observer is told
+    what now counts (snl_pbem.app.reopened).
     """
     game_id = game.name
     last = session.scalar(
@@ -595,16 +605,17 @@ def rollback_round_in(
     following = session.scalar(
         select(Round).where(Round.game_id == game.id, Round.number == last.number + 1)
     )
+    dropped: dict[int, int] = {}
     if following is not None:
-        count = len(
-            session.scalars(
-                select(OrderRecord.id).where(OrderRecord.round_id == following.id)
-            ).all()
-        )
+        for player_id in session.scalars(
+            select(OrderRecord.player_id).where(OrderRecord.round_id == following.id)
+        ):
+            dropped[player_id] = dropped.get(player_id, 0) + 1
+        count = sum(dropped.values())
         if count and not force:
             raise LifecycleError(
-                f"{game_id}: round {following.number} already has {count} order set(s); "
-                + force_hint
+                f"{game_id}: round {following.number} already has "
+                f"{counted(count, 'order set')}; " + force_hint
             )
         session.delete(following)
         session.flush()
@@ -614,6 +625,7 @@ def rollback_round_in(
         .order_by(TurnRecord.turn)
         .limit(1)
     )
+    was_over = game.state == GamePhase.OVER
     session.execute(delete(TurnRecord).where(TurnRecord.round_id == last.id))
     session.execute(delete(RoundTally).where(RoundTally.round_id == last.id))
     last.state, last.closed_at, last.closed_by = RoundPhase.OPEN, None, None
@@ -622,4 +634,6 @@ def rollback_round_in(
     game.result, game.ended_at = None, None
     game.state, game.paused_at = GamePhase.PAUSED, now
     audit(session, now, actor, "rollback", game, via=via, round=last.number, force=force)
+    if config is not None:
+        tell_rolled_back(session, config, game, last, now, was_over=was_over, dropped=dropped)
     return last.number

@@ -1,5 +1,6 @@
 """The referee's and GM's commands: check-config, db upgrade, start, status, close-round,
-extend, ingest, inbound, outbox, pause, resume, rollback. Each takes ``--config FILE``.
+extend, ingest, inbound, outbox, pause, resume, rollback, notify-restored. Each takes
+``--config FILE``.
 
 Every time they print is ``timeutil.show``: a game's in its zone, the rest in the
 config's ``timezone``."""
@@ -32,12 +33,14 @@ from snl_pbem.app.referee import (
     retry_mail,
     status,
 )
+from snl_pbem.app.reopened import notify_restored
 from snl_pbem.app.rounds import close_with_backup, rollback_round
 from snl_pbem.cli.service import service_check
 from snl_pbem.config import Config, config_path, load_config
 from snl_pbem.errors import CommandError, ConfigError, LifecycleError
 from snl_pbem.keys import WEAK_BELOW
 from snl_pbem.rules.outcome import ranked
+from snl_pbem.rules.words import counted
 from snl_pbem.runners.server import serve
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import current_revision, head_revision, upgrade
@@ -135,6 +138,14 @@ def add_commands(sub: Any) -> None:
         action="store_true",
         help="also discard orders already sent for the round after it",
     )
+    nr = command(
+        "notify-restored",
+        cmd_notify_restored,
+        "after restoring the database from a backup: tell every player what now counts "
+        "(the open round, its deadline, their orders as the server has them; what they "
+        "sent later must be sent again)",
+    )
+    nr.add_argument("game", nargs="?", help="only this game (default: every game in play)")
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -199,10 +210,14 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"  database: {config.database_url.split('@')[-1]}")
     mail = settings.mail
     intakes = [name for name in ("imap", "lmtp") if getattr(mail, name) is not None]
+    login = ""
+    if mail.smtp is not None:
+        who = mail.smtp.username
+        login = f" (logging in as {who})" if who else " (no login: a relay without a password)"
     print(
         f"  game address: {mail.address}; referee: {mail.referee}; "
         f"mail in: {', '.join(intakes) or 'none configured'}; "
-        f"mail out: {'smtp ' + mail.smtp.host if mail.smtp else 'none configured'}"
+        f"mail out: {'smtp ' + mail.smtp.host + login if mail.smtp else 'none configured'}"
     )
     for game in config.games:
         s = game.settings
@@ -211,8 +226,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"  game {game.id}: {s.title or '(no title)'}")
         print(f"    players ({len(s.players)}): " + ", ".join(p.name for p in s.players))
         print(
-            f"    board: {game.board.rows}x{game.board.columns}, {len(game.board.snakes)} "
-            f"snakes, {len(game.board.ladders)} ladders, last space {game.board.last}"
+            f"    board: {game.board.rows}x{game.board.columns}, "
+            f"{counted(len(game.board.snakes), 'snake')}, "
+            f"{counted(len(game.board.ladders), 'ladder')}, last space {game.board.last}"
         )
         rules = (
             f"two-turn rounds from round {s.double_from_round}"
@@ -285,7 +301,8 @@ def cmd_start(args: argparse.Namespace) -> int:
         tz = config.game(args.game).tz
         print(
             f"{args.game}: started; round 1 deadline {show(report.round_deadline, tz)}; "
-            f"{report.generated} key(s) generated; {report.welcomes} welcome mail(s) queued"
+            f"{counted(report.generated, 'key')} generated; "
+            f"{counted(report.welcomes, 'welcome mail')} queued"
         )
         return 0
     finally:
@@ -329,9 +346,7 @@ def cmd_close_round(args: argparse.Namespace) -> int:
     if outcome is None:
         raise CommandError(f"{args.game}: no round is open")
     tz = _zone(config, args.game)
-    positions = ", ".join(
-        f"{n} {p}" for n, p in ranked(outcome.adjudication.positions)
-    )
+    positions = ", ".join(f"{n} {p}" for n, p in ranked(outcome.adjudication.positions))
     print(f"{args.game}: round {outcome.round} closed; positions: {positions}")
     if outcome.next_round is not None and outcome.next_deadline is not None:
         print(f"  round {outcome.next_round} open, deadline {show(outcome.next_deadline, tz)}")
@@ -482,7 +497,7 @@ def _outbox_show(db: Database, outbox_id: int, tz: ZoneInfo) -> int:
     print(
         f"outbox {row.id}: {row.status}, {row.kind} to {row.recipient}"
         + (f" (game {game_id})" if game_id else "")
-        + f", {row.attempts} attempt(s), written {show(row.created_at, tz)}"
+        + f", {counted(row.attempts, 'attempt')}, written {show(row.created_at, tz)}"
         + (f", sent {show(row.sent_at, tz)}" if row.sent_at else ""),
         file=sys.stderr,
     )
@@ -546,22 +561,78 @@ def cmd_resume(args: argparse.Namespace) -> int:
     config = _config(args)
     db = _database(config)
     try:
-        new = _run(lambda: resume(db, args.game, utcnow(), config=config, via="cli"))
+        now = utcnow()
+        new = _run(lambda: resume(db, args.game, now, config=config, via="cli"))
     finally:
         db.dispose()
-    print(f"{args.game}: resumed; deadline now {show(new, _zone(config, args.game))}")
+    shown = show(new, _zone(config, args.game))
+    if new <= now:
+        print(f"{args.game}: resumed; its deadline {shown} has passed: the round closes at once")
+    else:
+        print(f"{args.game}: resumed; deadline now {shown}")
     return 0
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     config = _config(args)
     db = _database(config)
+    now = utcnow()
     try:
-        number = _run(lambda: rollback_round(db, args.game, utcnow(), force=args.force, via="cli"))
+        number = _run(
+            lambda: rollback_round(db, args.game, now, force=args.force, via="cli", config=config)
+        )
+        [game] = status(db, args.game)
     finally:
         db.dispose()
-    print(
-        f"{args.game}: round {number} reopened (results discarded, orders kept); the game "
-        "is paused: correct what you need, then close-round or resume"
+    kept = (
+        "results discarded, its orders kept"
+        if not args.force
+        else f"results discarded, its orders kept, any for round {number + 1} discarded"
     )
+    deadline = (
+        f"its deadline {game.deadline_shown} has passed: resume closes it again at once"
+        if game.deadline is not None and game.deadline <= now
+        else f"its deadline {game.deadline_shown} is stopped until resume"
+    )
+    print(
+        f"{args.game}: round {number} reopened ({kept}); the game is paused and the players "
+        f"are told; {deadline}. Correct what you need, then close-round or resume"
+    )
+    return 0
+
+
+def cmd_notify_restored(args: argparse.Namespace) -> int:
+    """After a restore from a backup: every player of each game in play is told what now
+    counts (snl_pbem.app.reopened.notify_restored)."""
+    config = _config(args)
+    db = _database(config)
+    try:
+        now = utcnow()
+        report = _run(lambda: notify_restored(db, config, now, args.game, via="cli"))
+    finally:
+        db.dispose()
+    if report.records_end is not None:
+        print(f"the database's records end at {show(report.records_end, _zone(config))}")
+    if report.waiting:
+        print(
+            f"{counted(report.waiting, 'message')} it holds unsent go out when the service "
+            "starts (some may have gone out before the restore: a player may get them twice)"
+        )
+    for item in report.games:
+        if item.skipped is not None:
+            print(f"{item.game}: {item.skipped}: nobody told")
+            continue
+        assert item.deadline is not None
+        deadline = show(item.deadline, _zone(config, item.game))
+        when = (
+            "has passed: the round closes as soon as the service runs"
+            if item.passed
+            else "is ahead"
+        )
+        print(
+            f"{item.game}: round {item.round} open, its deadline {deadline} {when}; "
+            f"{item.told} told (players and observers)"
+        )
+    if not report.games:
+        print("no games in the database")
     return 0

@@ -204,6 +204,9 @@ class Commands:
     """Why the message cannot be read as one order set (two games, two keys)."""
     actions: tuple[Action, ...] = ()
     """Life-cycle and referee commands, in the order written."""
+    status_at: tuple[int, ...] = ()
+    """For each STATUS line, how many of ``actions`` come before it: the referee's STATUS
+    shows the games at its place among the commands."""
 
     @property
     def has_orders(self) -> bool:
@@ -659,6 +662,7 @@ class _Builder:
     replaced: list[tuple[str, str]] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
+    status_at: list[int] = field(default_factory=list)
 
     def once(self, word: str, line: str) -> None:
         """Note a line of ``word``; a repeated one replaces the earlier (the last block
@@ -719,6 +723,7 @@ def parse_commands(text: str, subject: str = "") -> Commands:
             else None
         ),
         actions=tuple(b.actions[:MAX_ACTIONS]),
+        status_at=tuple(min(at, MAX_ACTIONS) for at in b.status_at),
     )
 
 
@@ -917,6 +922,8 @@ def _flag(name: str) -> Handler:
             b.ignored.append(line)  # "Clear skies here today": a sentence, not CLEAR
             return
         b.values[name] = True
+        if name == "status" and b.status_at[-1:] != [len(b.actions)]:
+            b.status_at.append(len(b.actions))
 
     return handler
 

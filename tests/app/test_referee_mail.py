@@ -265,7 +265,11 @@ def test_extend_pause_resume_close_and_rollback_by_mail(referee) -> None:
 
     send_mail(db, config, mail(as_referee("ROLLBACK g1"), tag="rb"), at=T0 + timedelta(hours=3))
     reply = " ".join(replies(db)[-1].split())
-    assert "Done: g1: round 1 reopened (results discarded, orders kept); the game is" in reply
+    assert (
+        "Done: g1: round 1 reopened (results discarded, its orders kept); the game is paused; "
+        "the players are told; its deadline Sun 6 Jan 2030 18:00 GMT is stopped until RESUME; "
+        "then CLOSE ROUND or RESUME"
+    ) in reply
     assert game_row(db).state == "paused" and game_row(db).rounds_played == 0
 
     actions = [
@@ -334,7 +338,7 @@ def test_rollback_by_mail_never_discards_the_next_rounds_orders(referee) -> None
     send_mail(db, config, mail(as_referee("ROLLBACK g1"), tag="rb"), at=later)
     flat = " ".join(replies(db)[-1].split())
     assert (
-        "NOT DONE: g1: round 2 already has 1 order set(s); by mail a rollback never discards "
+        "NOT DONE: g1: round 2 already has 1 order set; by mail a rollback never discards "
         "orders (on the server, snl-pbem rollback g1 --force does)"
     ) in flat
     assert game_row(db).rounds_played == 1 and game_row(db).state == "running"
@@ -599,7 +603,7 @@ def test_approve_refuse_start_and_replace_by_mail(db: Database, tmp_path: Path) 
     assert "> APPROVE appr Xavier Done: appr: Xavier approved, seated" in flat
     assert "> REFUSE appr Yo Done: appr: Yo's sign-up refused (they are told)" in flat
     assert "> APPROVE appr Nobody NOT DONE: appr: no sign-up named 'Nobody'" in flat
-    assert "> START appr Done: appr: started with 1 players; round 1 deadline" in flat
+    assert "> START appr Done: appr: started with 1 player; round 1 deadline" in flat
     assert (
         "> REPLACE g1 bob dora@example.net Done: g1: bob's seat now belongs to "
         "dora@example.net (a new key was mailed)"
@@ -666,3 +670,64 @@ def test_a_referee_who_plays_keeps_their_orders(referee) -> None:
     assert (result.status, result.detail) == ("processed", "orders for round 1 (valid)")
     assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "4")]
     assert game_row(db).state == "running"
+
+
+# -- the order written (issue 21) --------------------------------------------------------------
+
+J1_CONFIG = """
+timezone = "Europe/London"
+[database]
+url = "{url}"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+referee_key = "{key}"
+
+[[games]]
+id = "j1"
+title = "Issue game"
+board = "standard"
+first_deadline = "2030-01-04T18:00"
+round_length = "3d"
+players = [
+  {{ name = "ann", email = "ann@example.org", key = "ann-key-123" }},
+  {{ name = "bob", email = "bob@example.org", key = "bob-key-123" }},
+]
+"""
+
+
+def test_commands_run_and_are_answered_in_the_order_written(db: Database, tmp_path: Path) -> None:
+    """The referee's mail of issue 21, as sent: STATUS, then EXTEND, then a PAUSE of a game
+    that does not exist. The reply answers them in that order, and STATUS shows the deadline
+    as it was before the EXTEND below it; a STATUS after them shows the new one."""
+    from mailhelpers import T0
+
+    from snl_pbem.app.games import start_game
+
+    path = tmp_path / "config.toml"
+    path.write_text(J1_CONFIG.format(url=db.url, key=REFEREE_KEY))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "j1", T0)
+    raw = mail(as_referee("STATUS", "EXTEND j1 BY 10m", "PAUSE nosuchgame"), tag="order")
+    detail = send_mail(db, config, raw).detail
+    assert detail == "referee's commands: 2 done, 1 not done"
+    [reply] = replies(db)
+    flat = " ".join(reply.split())
+    status, extend, pause = (
+        flat.index("> STATUS Done: the games as they are at this point of your message:"),
+        flat.index("> EXTEND j1 BY 10m Done: j1: deadline now Fri 4 Jan 2030 18:10 GMT"),
+        flat.index("> PAUSE nosuchgame NOT DONE: no game 'nosuchgame'"),
+    )
+    assert status < extend < pause
+    shown = flat[status:extend]
+    assert "round 1 (one turn), deadline Fri 4 Jan 2030 18:00 GMT" in shown  # not yet extended
+    assert "18:10" not in shown
+
+    raw = mail(as_referee("EXTEND j1 BY 5m", "STATUS", "PAUSE j1", "STATUS"), tag="order2")
+    assert send_mail(db, config, raw).detail == "referee's commands: 4 done, 0 not done"
+    flat = " ".join(replies(db)[-1].split())
+    first, second = flat.split("> STATUS")[1:]
+    assert "j1: Issue game [running]" in first and "deadline Fri 4 Jan 2030 18:15 GMT" in first
+    assert "j1: Issue game [paused]" in second
+    assert flat.index("> EXTEND j1 BY 5m") < flat.index("> STATUS") < flat.index("> PAUSE j1")

@@ -28,7 +28,7 @@ def test_referee_commands(make_config, capsys: pytest.CaptureFixture[str]) -> No
 
     code, out, _ = run(capsys, "start", "g1", *cfg)
     assert code == 0 and "config: g1: new game with 3 players" in out
-    assert "g1: started; round 1 deadline Fri 4 Jan 2030 18:00 GMT; 3 key(s) generated" in out
+    assert "g1: started; round 1 deadline Fri 4 Jan 2030 18:00 GMT; 3 keys generated" in out
     code, _, err = run(capsys, "start", "g1", *cfg)
     assert code == 2 and "already started" in err
 

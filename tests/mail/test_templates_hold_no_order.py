@@ -41,6 +41,7 @@ from snl_pbem.app import outbox as outbox_module
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
 from snl_pbem.app.outbox import drain_outbox
+from snl_pbem.app.reopened import notify_restored
 from snl_pbem.app.schedule import hold_round, send_reminders
 from snl_pbem.config import Config, load_config
 from snl_pbem.mail.commands import parse_commands
@@ -461,6 +462,9 @@ def test_no_mail_we_send_holds_a_complete_order(
     s.referee("RESUME g1")
     s.referee("REFUSE appr Yo")
     s.referee("REPLACE g1 cy dora@example.net")
+    s.join("y2@example.net", "appr", "Zed")  # a seat given away before the start
+    s.referee("APPROVE appr Zed")
+    s.referee("REPLACE appr Zed zoe@example.net")
     s.check()
     s.send("ref@example.org", "STATUS", "commands")
     s.tick(hours=2)
@@ -474,6 +478,12 @@ def test_no_mail_we_send_holds_a_complete_order(
     s.send("ann@new.example", "GAME g1\nKEY ann-key-123\nDICE 5")
     s.send("bob@example.org", f"GAME g1\nKEY {bob_key}\nDICE 6")
     s.referee("CLOSE ROUND g1")
+    s.check()
+    # the last round rolled back (each player told, their own orders restated) and closed
+    # again; then the players told of a restore from a backup (issue 21)
+    s.referee("ROLLBACK g1")
+    s.referee("CLOSE ROUND g1")
+    assert notify_restored(s.db, s.config, s.tick()).games
     s.check()
     for _ in range(30):
         with s.db.transaction() as session:
