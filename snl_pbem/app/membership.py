@@ -27,7 +27,7 @@ import logging
 import re
 import secrets
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -47,6 +47,7 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, GameConfig, address_problem
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.keys import ALPHABET, generate_key, hash_key
+from snl_pbem.rules.words import agree, counted
 from snl_pbem.store import (
     AuditEntry,
     Confirmation,
@@ -587,10 +588,17 @@ class JoinOutcome:
 
 
 def complete_join(
-    session: Session, config: Config, game: Game, name: str, address: str, now: datetime
+    session: Session,
+    config: Config,
+    game: Game,
+    name: str,
+    address: str,
+    now: datetime,
+    tell: Callable[[JoinOutcome], None],
 ) -> JoinOutcome:
     """A confirmed sign-up: seated (a forming game with room), on the standby list (full,
-    or already running), or waiting for the referee (signup = "approval")."""
+    or already running), or waiting for the referee (signup = "approval"). ``tell`` queues
+    the joiner's answer, before the welcome when their seat starts the game."""
     refusal = _address_taken(session, game, address) or _name_problem(session, game, name)
     if refusal is not None:
         raise LifecycleError(refusal + ".")
@@ -619,8 +627,10 @@ def complete_join(
             f"{name} or REFUSE {game.name} {name} (with your referee key), or run "
             f"snl-pbem approve {game.name} {shlex.quote(name)}.",
         )
-        return JoinOutcome(SignupState.WAITING, name)
-    return _place(session, config, game, signup, now, actor=address.lower(), via="mail")
+        outcome = JoinOutcome(SignupState.WAITING, name)
+        tell(outcome)
+        return outcome
+    return _place(session, config, game, signup, now, tell, actor=address.lower(), via="mail")
 
 
 def _place(
@@ -629,11 +639,14 @@ def _place(
     game: Game,
     signup: Signup,
     now: datetime,
+    tell: Callable[[JoinOutcome], None],
     *,
     actor: str,
     via: str | None,
 ) -> JoinOutcome:
-    """Seat an accepted sign-up if the game is forming and has room; else standby."""
+    """Seat an accepted sign-up if the game is forming and has room; else standby.
+    ``tell`` queues the joiner's mail about it: before the game starts, when this seat
+    fills it, so that "your welcome message follows" comes before the welcome."""
     found = game_config(config, game)
     limit = found.settings.max_players if found is not None else None
     if game.state == GamePhase.NEW and (limit is None or len(seated(session, game)) < limit):
@@ -649,19 +662,22 @@ def _place(
         session.flush()
         signup.state, signup.player_id, signup.decided_at = SignupState.SEATED, player.id, now
         audit(session, now, actor, "signup-seated", game, name=signup.name, via=via)
-        started = False
-        if (
+        started = (
             found is not None
             and found.settings.starts == "when_full"
             and limit is not None
             and len(seated(session, game)) >= limit
-        ):
+        )
+        outcome = JoinOutcome(SignupState.SEATED, signup.name, started)
+        tell(outcome)
+        if started:
             start_in(session, config, game, now, actor="signup", shift_late_start=True)
-            started = True
-        return JoinOutcome(SignupState.SEATED, signup.name, started)
+        return outcome
     signup.state, signup.decided_at = SignupState.STANDBY, now
     audit(session, now, actor, "signup-standby", game, name=signup.name, via=via)
-    return JoinOutcome(SignupState.STANDBY, signup.name)
+    outcome = JoinOutcome(SignupState.STANDBY, signup.name)
+    tell(outcome)
+    return outcome
 
 
 def _waiting_signup(session: Session, game: Game, name: str, *states: str) -> Signup:
@@ -694,19 +710,22 @@ def approve_signup(
 ) -> str:
     """The referee accepts a waiting sign-up: seated, or standby when there is no seat."""
     signup = _waiting_signup(session, game, name)
-    outcome = _place(session, config, game, signup, now, actor=actor, via=via)
     signup.decided_by = actor
-    _mail(
-        session,
-        config,
-        game,
-        signup.email,
-        now,
-        "player/signup.txt.j2",
-        name=signup.name,
-        outcome="approved-" + outcome.state,
-        started=outcome.started,
-    )
+
+    def tell(outcome: JoinOutcome) -> None:
+        _mail(
+            session,
+            config,
+            game,
+            signup.email,
+            now,
+            "player/signup.txt.j2",
+            name=signup.name,
+            outcome="approved-" + outcome.state,
+            started=outcome.started,
+        )
+
+    outcome = _place(session, config, game, signup, now, tell, actor=actor, via=via)
     where = "seated" if outcome.state == SignupState.SEATED else "on the standby list"
     started = "; the game is full and has started" if outcome.started else ""
     return f"{game.name}: {signup.name} approved, {where}{started}"
@@ -766,7 +785,7 @@ def start_forming_game(
         shift_late_start=signup_mode(config, game) != "closed",
     )
     return (
-        f"{game.name}: started with {report.welcomes} players; round 1 deadline "
+        f"{game.name}: started with {counted(report.welcomes, 'player')}; round 1 deadline "
         f"{game_time(game, report.round_deadline)}"
     )
 
@@ -803,7 +822,8 @@ def start_due_games(db: Database, config: Config, now: datetime) -> list[str]:
                     session, config, game, now, actor="scheduler", shift_late_start=True
                 )
                 done.append(
-                    f"{game.name}: started at its start time with {report.welcomes} players"
+                    f"{game.name}: started at its start time with "
+                    f"{counted(report.welcomes, 'player')}"
                 )
             elif game.start_noted_at is None:
                 game.start_noted_at = now
@@ -815,8 +835,8 @@ def start_due_games(db: Database, config: Config, now: datetime) -> list[str]:
                     now,
                     "not started: too few players",
                     f"{game.name} was due to start at {game_time(game, game_config_.starts_at)} "
-                    f"but has {count} of the {settings.min_players} players it needs. It "
-                    "waits: it starts as soon as it has them (or when you send START "
+                    f"but has {count} of the {counted(settings.min_players, 'player')} it "
+                    "needs. It waits: it starts as soon as it has them (or when you send START "
                     f"{game.name}, or run snl-pbem start {game.name}).",
                 )
                 done.append(f"{game.name}: waiting for players ({count}/{settings.min_players})")
@@ -917,20 +937,24 @@ def _leave_before_start(
     how = "The game has not started: their seat is free again"
     waiting = signups(session, game, SignupState.STANDBY)
     if waiting:
-        placed = _place(session, config, game, waiting[0], now, actor="standby", via=None)
+
+        def tell(placed: JoinOutcome) -> None:
+            if placed.state == SignupState.SEATED:
+                _mail(
+                    session,
+                    config,
+                    game,
+                    waiting[0].email,
+                    now,
+                    "player/signup.txt.j2",
+                    name=placed.name,
+                    outcome=str(placed.state),
+                    started=placed.started,
+                )
+
+        placed = _place(session, config, game, waiting[0], now, tell, actor="standby", via=None)
         if placed.state == SignupState.SEATED:
             how += f", and {placed.name} from the standby list has it"
-            _mail(
-                session,
-                config,
-                game,
-                waiting[0].email,
-                now,
-                "player/signup.txt.j2",
-                name=placed.name,
-                outcome=str(placed.state),
-                started=placed.started,
-            )
     _tell_referee(
         session,
         config,
@@ -947,6 +971,43 @@ def _auto(config: Config, game: Game) -> bool:
     return bool(found is not None and found.settings.auto_replace)
 
 
+def holder_name(session: Session, game: Game, player: Player) -> str | None:
+    """The name the seat's holder goes by: the name they joined with (their own seat, or
+    one they took from the standby list), the seat's own name for its first holder, or
+    None for an address the referee gave the seat to (REPLACE knows no name)."""
+    return holder_names(session, game, [player])[player.id]
+
+
+def holder_names(session: Session, game: Game, players: Sequence[Player]) -> dict[int, str | None]:
+    """:func:`holder_name` of each of ``players`` (by id), in two queries."""
+    joined: dict[tuple[int | None, str], str] = {}
+    for player_id, address, name in session.execute(
+        select(Signup.player_id, Signup.email, Signup.name)
+        .where(
+            Signup.game_id == game.id,
+            Signup.state == SignupState.SEATED,
+            Signup.player_id.is_not(None),
+        )
+        .order_by(Signup.id)
+    ):
+        joined[(player_id, address.lower())] = name
+    given = set()
+    for detail in session.scalars(
+        select(AuditEntry.detail).where(
+            AuditEntry.game_id == game.id, AuditEntry.action == "replace"
+        )
+    ):
+        given.add((detail.get("player"), str(detail.get("new", "")).lower()))
+    names: dict[int, str | None] = {}
+    for player in players:
+        address = player.email.lower()
+        if (player.id, address) in joined:
+            names[player.id] = joined[(player.id, address)]
+        else:
+            names[player.id] = None if (player.name, address) in given else player.name
+    return names
+
+
 def replace_seat(
     session: Session,
     config: Config,
@@ -959,7 +1020,8 @@ def replace_seat(
     via: str | None,
 ) -> str:
     """Give ``player_name``'s seat (its position and dice history) to ``email`` with a new
-    key: the old key stops at once; the old address, if it still held the seat, is told."""
+    key: the old key stops at once; the old address, if it still held the seat, is told.
+    Each holder is greeted by the name they go by (``holder_name``), never the other's."""
     email = email.strip().lower()
     player = session.scalar(
         select(Player).where(
@@ -987,6 +1049,7 @@ def replace_seat(
     if other is not None:
         raise LifecycleError(f"{email} already plays in {game.name} (as {other.name})")
     old_email, was_playing = player.email, player.active
+    old_holder = holder_name(session, game, player)
     order_key = generate_key()
     player.email = email
     # before the start the key is made, and mailed, with everyone's at the start
@@ -996,9 +1059,11 @@ def replace_seat(
     player.order_key_source = "generated"
     player.active, player.resigned_at, player.absent_until = True, None, None
     player.managed_by = ManagedBy.MAIL
+    holder = None
     for signup in signups(session, game, SignupState.STANDBY, SignupState.WAITING):
         if signup.email.lower() == email:
             signup.state, signup.player_id, signup.decided_at = SignupState.SEATED, player.id, now
+            holder = signup.name
     audit(
         session,
         now,
@@ -1011,26 +1076,7 @@ def replace_seat(
         via=via,
     )
     if game.state != GamePhase.NEW:
-        round_ = open_round(session, game)
-        from snl_pbem.app.rounds import player_state
-
-        state = player_state(session, game, player)
-        enqueue_mail(
-            session,
-            config,
-            game=game,
-            kind=MailKind.WELCOME,
-            to=email,
-            now=now,
-            template="player/seat.txt.j2",
-            secret=True,
-            player=player,
-            order_key=order_key,
-            position=state.positions[player.name],
-            round=round_,
-            deadline=game_time(game, round_.deadline) if round_ else "",
-            ruleset=ruleset_of(game).name,
-        )
+        _mail_seat(session, config, game, player, holder, order_key, now)
     else:
         _mail(
             session,
@@ -1038,19 +1084,57 @@ def replace_seat(
             game,
             email,
             now,
-            "player/signup.txt.j2",
-            name=player.name,
-            outcome=str(SignupState.SEATED),
-            started=False,
+            "player/seat_before_start.txt.j2",
+            player=player,
+            holder=holder,
         )
     if was_playing and old_email.lower() != email:
-        _mail(session, config, game, old_email, now, "player/replaced.txt.j2", name=player.name)
+        _mail(session, config, game, old_email, now, "player/replaced.txt.j2", name=old_holder)
+    who = f"{email}, who joined as {holder}," if holder else email
     if game.state == GamePhase.NEW:
         return (
-            f"{game.name}: {player.name}'s seat now belongs to {email} (told; the key comes "
+            f"{game.name}: {player.name}'s seat now belongs to {who} (told; the key comes "
             "with the welcome at the start)"
         )
-    return f"{game.name}: {player.name}'s seat now belongs to {email} (a new key was mailed)"
+    return f"{game.name}: {player.name}'s seat now belongs to {who} (a new key was mailed)"
+
+
+def _mail_seat(
+    session: Session,
+    config: Config,
+    game: Game,
+    player: Player,
+    holder: str | None,
+    order_key: str,
+    now: datetime,
+) -> None:
+    """The new holder's welcome to a running (or paused) game: the key, the seat, and the
+    game's state: paused or running, the open round, its deadline, and whether the seat
+    has orders in for it already (its previous holder's: they count unless replaced)."""
+    from snl_pbem.app.rounds import counting_orders, player_state
+
+    round_ = open_round(session, game)
+    state = player_state(session, game, player)
+    has_orders = round_ is not None and player.name in counting_orders(session, round_, [player])
+    enqueue_mail(
+        session,
+        config,
+        game=game,
+        kind=MailKind.WELCOME,
+        to=player.email,
+        now=now,
+        template="player/seat.txt.j2",
+        secret=True,
+        player=player,
+        holder=holder,
+        order_key=order_key,
+        position=state.positions[player.name],
+        round=round_,
+        deadline=game_time(game, round_.deadline) if round_ else "",
+        paused=game.state == GamePhase.PAUSED,
+        has_orders=has_orders,
+        ruleset=ruleset_of(game).name,
+    )
 
 
 def fill_resigned_seats(session: Session, config: Config, game: Game, now: datetime) -> list[str]:
@@ -1159,8 +1243,8 @@ def absent(
     )
     if (others or 0) >= most:
         raise LifecycleError(
-            f"{most} players of {game.name} are already absent, the most this game allows at "
-            "once. Send your orders as usual, or ask the referee."
+            f"{counted(most, 'player')} of {game.name} {agree(most, 'is', 'are')} already absent, "
+            "the most this game allows at once. Send your orders as usual, or ask the referee."
         )
     if player.absent_until is None or player.absent_until <= now:
         player.absences += 1
@@ -1184,7 +1268,8 @@ def absent(
 
 def _days(delta: timedelta) -> str:
     days = delta.total_seconds() / 86400
-    return f"{days:g} days" if days >= 1 else f"{delta.total_seconds() / 3600:g} hours"
+    hours = delta.total_seconds() / 3600
+    return f"{days:g} {agree(days, 'day')}" if days >= 1 else f"{hours:g} {agree(hours, 'hour')}"
 
 
 def is_absent(player: Player, when: datetime) -> bool:
@@ -1524,7 +1609,7 @@ def seats_of(db: Database, game_id: str, now: datetime) -> Seats:
                 assert player.absent_until is not None
                 notes.append(f"absent until {game_time(game, player.absent_until)}")
             if player.absences:
-                notes.append(f"{player.absences} absence(s) declared")
+                notes.append(f"{counted(player.absences, 'absence')} declared")
             rows.append(SeatRow(player.name, player.email, tuple(notes)))
         return Seats(
             game.name,

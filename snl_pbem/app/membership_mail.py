@@ -468,22 +468,27 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
         )
         return "observing"
     name = str(confirmation.payload.get("name", ""))
+
+    def tell(outcome: membership.JoinOutcome) -> None:  # before the welcome, if it starts
+        send(
+            ctx,
+            game,
+            address,
+            MailKind.MEMBERSHIP,
+            "player/signup.txt.j2",
+            name=name,
+            outcome=str(outcome.state),
+            started=outcome.started,
+        )
+
     try:
-        outcome = membership.complete_join(ctx.session, ctx.config, game, name, address, ctx.now)
+        outcome = membership.complete_join(
+            ctx.session, ctx.config, game, name, address, ctx.now, tell
+        )
     except LifecycleError as exc:
         _guest_reply(ctx, game, address, str(exc), "Send LIST for the games you can join.")
         return f"join refused: {exc}"
     membership.void_other_joins(ctx.session, game, address, ctx.now)
-    send(
-        ctx,
-        game,
-        address,
-        MailKind.MEMBERSHIP,
-        "player/signup.txt.j2",
-        name=name,
-        outcome=str(outcome.state),
-        started=outcome.started,
-    )
     started = f"; {STARTED}" if outcome.started else ""
     return f"joined {game.name} as {name}: {outcome.state}{started}"
 

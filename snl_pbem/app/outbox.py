@@ -32,6 +32,7 @@ from snl_pbem.mail.render import render
 from snl_pbem.mail.smtp import SendError, SmtpSender
 from snl_pbem.procs import dead_here
 from snl_pbem.rules.errors import RulesetError
+from snl_pbem.rules.words import agree
 from snl_pbem.store import Database, Game, OutboxMessage
 from snl_pbem.store.states import MailKind, OutboxStatus
 
@@ -71,8 +72,9 @@ def enqueue_mail(
         clash = sorted(set(rules) & {"game", *context})
         if clash:
             raise RulesetError(
-                f"ruleset {game.ruleset if game else '?'!r}: template value(s) "
-                f"{', '.join(clash)} clash with the server's own for {template}: "
+                f"ruleset {game.ruleset if game else '?'!r}: template "
+                f"{agree(len(clash), 'value')} {', '.join(clash)} "
+                f"{agree(len(clash), 'clashes', 'clash')} with the server's own for {template}: "
                 "rename them in the ruleset's views"
             )
         context = {**context, **rules}
@@ -126,6 +128,13 @@ SCRUBBED = (
 CLAIM = timedelta(minutes=10)
 FIRST_RETRY = timedelta(minutes=1)
 LONGEST_RETRY = timedelta(hours=6)
+ORDER_WAIT = timedelta(minutes=30)
+"""How far ahead an earlier message's next try may be for a recipient's later mail to wait
+for it. Mail to one recipient goes in the order it was written (a welcome before the
+report that follows it), so a message that failed for the time being holds back the
+later ones while its retries come often; once its backoff is longer than this (after
+about half an hour of failures), they go without it: a message the recipient's server
+keeps refusing must not hold up their reports for days."""
 
 
 @dataclass
@@ -151,10 +160,12 @@ class Claimed:
 def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Claimed]:
     """Claim due messages, at most one per recipient: the oldest waiting for each.
 
-    Only a recipient's oldest waiting message is ever taken, so mail reaches
-    every player in the order it was written, and no two senders (threads or
-    processes) work on the same recipient at once. PostgreSQL skips rows
-    another process has locked; a claim expires if its sender dies.
+    Only a recipient's oldest waiting message is ever taken (one whose retry is more
+    than ``ORDER_WAIT`` away aside), so mail reaches every player in the order it was
+    written, and no two senders (threads or processes) work on the same recipient at
+    once: the next message to a recipient is claimed only once the one before it is
+    marked sent. PostgreSQL skips rows another process has locked; a claim expires if
+    its sender dies (and a live sender stops using its claims well before they do).
     """
     older = aliased(OutboxMessage)
     query = (
@@ -167,6 +178,7 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
                 older.recipient == OutboxMessage.recipient,
                 older.status == OutboxStatus.PENDING,
                 older.id < OutboxMessage.id,
+                older.next_attempt_at <= now + ORDER_WAIT,
             ),
         )
         .order_by(OutboxMessage.id)
@@ -219,15 +231,21 @@ def drain_outbox(
 
     Each batch's results are written in one transaction after its messages went
     out; a sender killed in between sends those again later (same Message-IDs),
-    never fewer.
+    never fewer. A batch whose sending outlasts half of ``CLAIM`` (a slow server)
+    hands the rest back and claims again, so no message is sent on a claim that
+    may have lapsed: another sender could have sent it, and the mail after it, by then.
     """
     report = DrainReport()
     while True:
-        claimed = claim_due(db, clock(), worker, batch)
+        claimed_at = clock()
+        claimed = claim_due(db, claimed_at, worker, batch)
         if not claimed:
             return report
         results: list[tuple[Claimed, SendError | None]] = []
+        down: SendError | None = None
         for item in claimed:
+            if results and clock() >= claimed_at + CLAIM / 2:
+                break  # (one at least per claim: a drain always moves on)
             try:
                 sender.send(item.recipient, item.message)
                 results.append((item, None))
@@ -235,10 +253,10 @@ def drain_outbox(
             except SendError as exc:
                 results.append((item, exc))
                 if exc.unreachable:
-                    report.unreachable = str(exc)
+                    report.unreachable, down = str(exc), exc
                     break
         untried = [item.id for item in claimed[len(results) :]]
-        _record(db, config, results, clock(), worker, give_up_after, report, untried)
+        _record(db, config, results, clock(), worker, give_up_after, report, untried, down)
         if report.unreachable is not None:
             return report
 
@@ -252,21 +270,24 @@ def _record(
     give_up_after: timedelta,
     report: DrainReport,
     untried: list[int] | None = None,
+    down: SendError | None = None,
 ) -> None:
+    """Write a batch's results; ``untried`` are handed back as they were (the server was
+    ``down``, not their fault, or the batch ran out of claim time)."""
     sent = [item.id for item, error in results if error is None]
     with db.transaction() as session:
-        if untried:  # handed back as they were: the server was down, not their fault ...
-            down = results[-1][1]
-            assert down is not None and down.unreachable
-            expired = set(
-                session.scalars(
-                    select(OutboxMessage.id).where(
-                        OutboxMessage.id.in_(untried),
-                        OutboxMessage.created_at <= now - give_up_after,
+        if untried:
+            expired: set[int] = set()
+            if down is not None:  # waited too long: they fail with the server, not one per try
+                expired = set(
+                    session.scalars(
+                        select(OutboxMessage.id).where(
+                            OutboxMessage.id.in_(untried),
+                            OutboxMessage.created_at <= now - give_up_after,
+                        )
                     )
                 )
-            )  # ... unless they have waited too long: they fail with it, not one per try
-            results = results + [(Claimed(i, "", b""), down) for i in sorted(expired)]
+                results = results + [(Claimed(i, "", b""), down) for i in sorted(expired)]
             session.execute(
                 update(OutboxMessage)
                 .where(

@@ -4,7 +4,10 @@ and the notice of a moved deadline.
 Enqueued in the close's own transaction, so a round is never closed without
 its reports, nor reported without being closed. A player's report holds only
 what R19 allows: every position, the next round's kind and deadline, and the
-reader's own dice of the current set. The referee's summary holds everything.
+reader's own dice of the current set; and, when the referee chose the reader's
+move (R17, R18) or nomination (R16), what was chosen and why (``own_defaults``):
+it is the reader's own move, and a player moved without being told cannot know
+to send orders next time. The referee's summary holds everything.
 A deadline notice holds the game, the round, the old and new deadline and why.
 """
 
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.games import careers, game_time, ruleset_of, settings_of
@@ -24,10 +27,12 @@ from snl_pbem.config import Config
 from snl_pbem.rules import Board, Position
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.ruleset import Adjudication, StoredRound
+from snl_pbem.rules.words import counted
 from snl_pbem.store import (
     AuditEntry,
     Game,
     InboundMessage,
+    OrderRecord,
     OutboxMessage,
     Player,
     Round,
@@ -54,6 +59,98 @@ def standings(positions: dict[str, Position]) -> list[Standing]:
         shared = sum(1 for _, p in ordered if p == position) > 1
         rows.append(Standing(f"{first + 1}{'=' if shared else ''}", name, position))
     return rows
+
+
+@dataclass(frozen=True)
+class OwnDefaults:
+    """What the referee chose for one player in a round, for that player's eyes only."""
+
+    dice: tuple[int, ...]
+    """The dice played for the player, turn by turn (whoever chose them)."""
+    start: Position
+    """Where the player stood before the round's first move (+ the first die: the space
+    the move aimed at, which R16 nominates)."""
+    played_for: bool
+    """The referee chose the dice (R17, or R18 for dice that could not be played)."""
+    why: str
+    """Why, when ``played_for``: "none" (no orders by the deadline), "withdrawn" (CLEAR
+    and nothing after) or "invalid" (R18); "" otherwise."""
+    problems: tuple[str, ...]
+    """For "invalid": what was wrong with the dice, as the acknowledgement said it."""
+    away_until: str | None
+    """ABSENT over the deadline: the default is not held against the player."""
+    nomination: int | None
+    """The nomination the referee made for the player (R16), when it did; None when the
+    player's own stood, or when the move aimed past the last space (no nomination)."""
+    nomination_defaulted: bool
+    nomination_kept: bool
+    """The dice were refused but the player's own nomination still counted (R18)."""
+
+
+def own_defaults(
+    session: Session, game: Game, round_: Round, decided: Adjudication, players: list[Player]
+) -> dict[str, OwnDefaults]:
+    """Each player whose move or nomination the referee chose this round (R16-R18), with
+    what it chose and why; a player who chose both is not in it. Only the reader's own
+    entry is ever given to a reader's template (R19)."""
+    defaulted = set(decided.tally.get("defaulted", ()))
+    nominations = decided.tally.get("nominations", {})
+    concerned = set(decided.nmr) | defaulted
+    if not concerned:
+        return {}
+    from snl_pbem.app.rounds import RECEIPT_ORDER  # here: rounds imports this module
+
+    latest: dict[int, tuple[bool, bool, list[Any]]] = {}  # the orders that counted, if any
+    if decided.nmr:
+        for player_id, valid, withdrawn, problems in session.execute(
+            select(
+                OrderRecord.player_id,
+                OrderRecord.valid,
+                OrderRecord.withdrawn,
+                OrderRecord.problems,
+            )
+            .where(
+                OrderRecord.round_id == round_.id,
+                or_(OrderRecord.received_at <= round_.deadline, OrderRecord.source == "referee"),
+            )
+            .order_by(*RECEIPT_ORDER)
+        ):  # later ones replace earlier ones, as a whole
+            latest[player_id] = (valid, withdrawn, problems or [])
+    found: dict[str, OwnDefaults] = {}
+    for player in players:
+        name = player.name
+        if name not in concerned:
+            continue
+        moves = [turn.moves[name] for turn in decided.turns if name in turn.moves]
+        if not moves:
+            continue
+        played_for = name in decided.nmr
+        if not played_for and nominations.get(name) is None:
+            continue  # a default nomination of nothing (the move aimed past the end): no news
+        why, problems = "", ()
+        if played_for:
+            record = latest.get(player.id)
+            if record is None:
+                why = "none"
+            elif record[1]:
+                why = "withdrawn"
+            else:
+                why, problems = "invalid", tuple(str(p) for p in record[2])
+        away = player.absent_until is not None and player.absent_until > round_.deadline
+        found[name] = OwnDefaults(
+            dice=tuple(move.die for move in moves),
+            start=moves[0].start,
+            played_for=played_for,
+            why=why,
+            problems=problems,
+            away_until=game_time(game, player.absent_until)
+            if away and player.absent_until is not None
+            else None,
+            nomination=nominations.get(name) if name in defaulted else None,
+            nomination_defaulted=name in defaulted,
+            nomination_kept=played_for and why == "invalid" and name not in defaulted,
+        )
+    return found
 
 
 DEADLINE_REASONS = ("extended", "earlier", "paused", "resumed", "closed")
@@ -132,7 +229,7 @@ def enqueue_round_mail(
         order = (decided.result.summary or {}).get("order")
         if order:  # the classic game's finish = "all": everyone's place
             headline = "the finishing order is " + ", ".join(
-                f"{o['player']} (round {o['round']}, {o['rolls']} rolls)" for o in order
+                f"{o['player']} (round {o['round']}, {counted(o['rolls'], 'roll')})" for o in order
             )
         elif decided.result.is_draw:
             headline = f"a draw between {', '.join(winners)}"
@@ -151,6 +248,7 @@ def enqueue_round_mail(
         svg = render_svg(board, title=f"{game.title or game.name}: the board")
         attachments = (("board.svg", "image/svg+xml", svg.encode()),)
     records = careers(session, game, [p for p in players if p.active]) if over else {}
+    defaults = own_defaults(session, game, round_, decided, [p for p in players if p.active])
     for player in players:
         if not player.active:
             continue
@@ -172,6 +270,7 @@ def enqueue_round_mail(
                 attachments=attachments,
                 rules=ruleset.player_view(settings, decided.after, player.name),
                 career=records[player.email.lower()],
+                your_move=defaults.get(player.name),  # R19: the reader's own, nobody else's
                 **reveal,
             )
             continue
@@ -193,6 +292,7 @@ def enqueue_round_mail(
             next_turns=next_turns,
             deadline=game_time(game, next_deadline) if next_deadline else "",
             rules=ruleset.player_view(settings, decided.after, player.name),  # R19: own only
+            your_move=defaults.get(player.name),  # R19: the reader's own, nobody else's
         )
     for address in observers(session, game):  # the public report only (R19)
         enqueue_mail(

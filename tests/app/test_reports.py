@@ -13,6 +13,7 @@ from sqlalchemy import select
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
 from snl_pbem.app.rounds import close_round
+from snl_pbem.config import load_config
 from snl_pbem.store import Database, OutboxMessage
 from snl_pbem.store.migrate import upgrade
 
@@ -43,6 +44,21 @@ def mails(db: Database, kind: str) -> dict[str, str]:
     return out
 
 
+def flat(text: str) -> str:
+    """A paragraph's words on one line (the mail wraps them)."""
+    return " ".join(text.split())
+
+
+def own_part(text: str) -> str:
+    """What a report tells its reader alone of the round: between the standings and
+    "Next:" (or the end of the game's positions and the reveal); "" when nothing."""
+    after = text.split("<- you\n", 1)[1]
+    rows = re.match(r"(?:\s+\d+=?\s+\S+\s+\d+\n)*", after)
+    assert rows is not None
+    rest = after[rows.end() :]
+    return re.split(r"\n(?:Next: |The board, revealed|Thank you for playing)", rest)[0].strip()
+
+
 def test_reports_show_positions_and_nothing_else(intake) -> None:
     db, config = intake
     orders(db, config, "ann", "DICE 6\nTRAPDOOR 37", "a")
@@ -51,7 +67,12 @@ def test_reports_show_positions_and_nothing_else(intake) -> None:
     assert outcome is not None and outcome.result.trapdoors == (37,)
     reports = mails(db, "report")
     assert sorted(reports) == list(NAMES)
+    assert own_part(reports["ann"]) == own_part(reports["bob"]) == ""
+    mine = flat(own_part(reports["cy"]))  # R17 and R16 for cy, told to cy alone: their own
+    assert "No orders from you for round 1" in mine and "(rule 17): 1." in mine
+    assert "Your trapdoor nomination was space 1" in mine
     for reader, text in reports.items():
+        text = text.replace(own_part(text), "")  # the rest: what R19 allows everyone
         assert "[g1] Round 1 report" in text
         assert re.search(rf"\n\s+\S+\s+{reader}\s+\d+\s+<- you\n", text), text
         for other in set(NAMES) - {reader}:
@@ -103,9 +124,104 @@ def test_game_over_reveals_the_board_when_configured(tmp_path) -> None:
     text = over["bob"]
     assert "Game over: bob wins" in text  # ann repeated her 5: R18 moved her 1
     assert "2^9" in text and "Round 1: ann 5; bob 2; cy 1" in text
+    assert own_part(text) == ""  # bob's move aimed past the end: no nomination, no news
+    ann = flat(own_part(over["ann"]))  # the last round's default, told in the last mail
+    assert ann.startswith("Your dice for round 2 could not be played: 5 is already used")
+    assert "(rule 17): 1." in ann and "before the deadline" not in ann  # no next time
     with db.transaction() as s:
         row = s.scalar(select(OutboxMessage).where(OutboxMessage.kind == "game-over"))
         msg = email.message_from_bytes(row.message, policy=email.policy.default)
     [svg] = [p for p in msg.walk() if p.get_content_type() == "image/svg+xml"]
     assert svg.get_filename() == "board.svg" and b"<svg" in svg.get_content()
+    db.dispose()
+
+
+def test_each_player_is_told_their_own_default_and_why(intake) -> None:
+    """Issue 21: a player the referee moved was told nothing of it. Now each report tells
+    its reader, and only its reader (R19: their own move), what the referee chose for
+    them and why: no orders (R17), dice that could not be played (R18), orders withdrawn,
+    or away (ABSENT, not held against them); the nomination made for them (R16); and how
+    to choose their own next time."""
+    db, config = intake
+    away_at = T0.replace(year=2030, month=1, day=2)  # round 1's deadline: 4 Jan 2030 18:00
+    orders(db, config, "cy", "ABSENT UNTIL 2030-01-10", "c1", at=away_at)  # and no orders
+    orders(db, config, "bob", "DICE 7\nTRAPDOOR 9", "b1")  # not a die: R18, TRAPDOOR stands
+    assert close_round(db, "g1", LATE, config=config) is not None  # ann sends nothing: R17
+    reports = mails(db, "report")
+    ann, bob, cy = (flat(own_part(reports[name])) for name in NAMES)
+    assert ann.startswith("No orders from you for round 1 reached us before its deadline")
+    assert "the lowest die you could play (rule 17): 1." in ann
+    assert "Your trapdoor nomination was space 1, where your move aimed (0 + your die 1)" in ann
+    assert "send your orders before the deadline" in ann and "DICE line" in ann
+    assert bob.startswith("Your dice for round 1 could not be played: 7 is not a die value")
+    assert "counts as sending no orders (rule 18)" in bob and "(rule 17): 1." in bob
+    assert "Your own TRAPDOOR nomination still counted (rule 18)." in bob
+    assert "trapdoor nomination was space" not in bob and "send your orders before" in bob
+    assert cy.startswith("No orders from you for round 1") and "(rule 17): 1." in cy
+    assert "You are away (ABSENT) until Thu 10 Jan 2030" in cy and "not held against you" in cy
+    assert "send your orders before" not in cy  # away: nothing to mend
+    told = {"ann": ann, "bob": bob, "cy": cy}
+    for reader, own in told.items():  # nobody's own part names anyone else or their case
+        for other in set(NAMES) - {reader}:
+            assert other not in own
+        assert bool(re.search(r"\b[79]\b", own)) == (reader == "bob"), own  # bob's 7 and 9
+        assert ("away" in own) == (reader == "cy")
+    assert_rest_alike(reports)
+
+    # round 2: ann withdraws her orders; bob's dice stand but he names no trapdoor (R16
+    # alone); cy is back and sends nothing (R17, held against nobody's report but hers)
+    orders(db, config, "ann", "DICE 2", "a2", at=LATE + timedelta(hours=1))
+    orders(db, config, "ann", "CLEAR", "a3", at=LATE + timedelta(hours=2))
+    orders(db, config, "bob", "DICE 3", "b2", at=LATE + timedelta(hours=1))
+    assert close_round(db, "g1", LATE + timedelta(days=10), config=config) is not None
+    reports = {k: v for k, v in mails(db, "report").items()}  # the latest of each
+    ann, bob, cy = (flat(own_part(reports[name])) for name in NAMES)
+    assert ann.startswith("You withdrew your orders for round 2 (CLEAR) and sent none after")
+    assert "the lowest die you could play (rule 17): 2." in ann
+    assert bob == (
+        "Your trapdoor nomination was space 4, where your move aimed (1 + your die 3), "
+        "as you named no space of the board on a TRAPDOOR line (rule 16)."
+    )
+    assert cy.startswith("No orders from you for round 2") and "away" not in cy
+    assert "send your orders before the deadline" in cy
+    assert_rest_alike(reports)
+
+
+def assert_rest_alike(reports: dict[str, str]) -> None:
+    """Apart from each reader's own part, name, marker and own dice, every report is the
+    same text: nothing in it depends on another player's orders (R19)."""
+    own_lines = ("Hello ", "Your dice used in this set of six:", "Still open:", "DICE ")
+    rests = set()
+    for text in reports.values():
+        rest = text.replace(own_part(text), "").replace("   <- you", "")
+        rests.add("\n".join(x for x in rest.splitlines() if not x.startswith(own_lines)))
+    assert len(rests) == 1, rests
+
+
+def test_two_dice_played_for_a_player(tmp_path) -> None:
+    """A two-turn round (R7): the referee plays the lowest legal die for each turn (R17),
+    and the nomination is where the first move aimed (R16)."""
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    path = tmp_path / "c.toml"
+    config = game_config(path, db.url)
+    two_turns = path.read_text().replace('round_length = "3d"', "double_from_round = 1")
+    path.write_text(two_turns.replace("players = [", 'round_length = "3d"\nplayers = ['))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    orders(db, config, "ann", "DICE 2 5\nTRAPDOOR 30", "a")
+    orders(db, config, "bob", "DICE 1 2", "b")
+    assert close_round(db, "g1", LATE, config=config) is not None
+    reports = mails(db, "report")
+    assert flat(own_part(reports["cy"])) == (
+        "No orders from you for round 1 reached us before its deadline, so the referee "
+        "played for you the lowest dice you could play, one per turn (rule 17): 1 then 2. "
+        "Your trapdoor nomination was space 1, where your first move aimed (0 + your die "
+        "1), as you named no space of the board on a TRAPDOOR line (rule 16).\n"
+        "To choose your own dice, send your orders before the deadline: the lines at the "
+        "end of this message, with your two dice (one per turn) on the DICE line."
+    ).replace(".\nTo", ". To")
+    assert own_part(reports["ann"]) == ""
+    assert flat(own_part(reports["bob"])).startswith("Your trapdoor nomination was space 1,")
     db.dispose()

@@ -1,0 +1,271 @@
+"""Mail to one recipient arrives in the order it was written (issue 21), over several
+SMTP connections at once, on SQLite and PostgreSQL, through a real SMTP peer (aiosmtpd).
+
+The outbox claims a recipient's next message only once the one before it is marked sent,
+so parallel connections cannot overtake one another; a message that fails for the time
+being holds the later ones back while its retries come often (``ORDER_WAIT``), and not
+for days; and a sender whose batch outlasts half its claim hands the rest back rather
+than send on a claim that may have lapsed (another sender could have sent that message,
+and the next one, by then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import random
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+from mailhelpers import OPENED as T0  # the fixtures' game opened then: mail is that old
+from smtpsink import SinkHandler, SmtpSink
+from sqlalchemy import select
+
+from snl_pbem.app.outbox import CLAIM, ORDER_WAIT, drain_outbox, drain_parallel, enqueue_mail
+from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
+from snl_pbem.store import Database, Game, OutboxMessage
+
+
+class Clock:
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+        self.lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self.lock:
+            return self.now
+
+    def advance(self, **kwargs: float) -> None:
+        with self.lock:
+            self.now += timedelta(**kwargs)
+
+
+@dataclass
+class SlowHandler(SinkHandler):
+    """The sink, taking ``pause(message)`` seconds over some messages' DATA (the other
+    connections go on meanwhile), then calling ``then(message)``."""
+
+    pause: Callable[[bytes], float] = lambda raw: 0.0
+    then: Callable[[bytes], None] = lambda raw: None
+    seen: list[str] = field(default_factory=list)
+
+    async def handle_DATA(self, server, session, envelope):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(self.pause(envelope.original_content))
+        self.then(envelope.original_content)
+        return await super().handle_DATA(server, session, envelope)
+
+
+@pytest.fixture
+def slow_sink():
+    sink = SmtpSink()
+    sink.handler = SlowHandler()
+    sink.start()
+    yield sink
+    sink.stop()
+
+
+def sender_for(sink: SmtpSink) -> SmtpSender:
+    return SmtpSender(SmtpConfig(sink.host, sink.port, "none", timeout=30), "snl@example.org")
+
+
+def queue(db: Database, config, messages: list[tuple[str, str]]) -> None:
+    """Queue ``(recipient, text)`` messages in one transaction, in this order."""
+    with db.transaction() as s:
+        game = s.scalar(select(Game))
+        for to, text in messages:
+            enqueue_mail(
+                s,
+                config,
+                game=game,
+                kind="notice",
+                to=to,
+                now=T0,
+                template="player/notice.txt.j2",
+                subject=text,
+                player=None,
+                message=text,
+                line_problems=(),
+            )
+
+
+def queued(db: Database) -> dict[str, list[str]]:
+    """Each recipient's Message-IDs in the order they were written."""
+    by_to: dict[str, list[str]] = {}
+    with db.transaction() as s:
+        for to, message_id in s.execute(
+            select(OutboxMessage.recipient, OutboxMessage.message_id).order_by(OutboxMessage.id)
+        ):
+            by_to.setdefault(to, []).append(message_id)
+    return by_to
+
+
+def arrived(sink: SmtpSink) -> dict[str, list[str]]:
+    """Each recipient's Message-IDs in the order the sink took them."""
+    by_to: dict[str, list[str]] = {}
+    for delivered in sink.delivered:
+        by_to.setdefault(delivered.recipient, []).append(delivered.message_id)
+    return by_to
+
+
+def number(raw: bytes) -> int:
+    subject = str(email.message_from_bytes(raw)["Subject"])
+    found = re.search(r"number (\d+)", subject)
+    return int(found.group(1)) if found else -1
+
+
+def test_each_recipients_mail_arrives_in_order_over_parallel_connections(intake, slow_sink) -> None:
+    """Many messages to few recipients, written in several transactions, sent over six
+    connections at once while the sink holds one message in three for a moment: every
+    recipient gets each of theirs once, in the order written. (Without the one-at-a-time
+    claim, a connection with a later message passes one held up at the sink.)"""
+    db, config = intake  # ann, bob and cy's welcomes come first
+    people = ["ann@example.org", "bob@example.org", "cy@example.org", "dan@example.org"]
+    n = 0
+    for _ in range(6):  # six events, each writing to everyone, in mixed order
+        batch = []
+        for to in random.Random(n).sample(people * 4, 16):
+            n += 1
+            batch.append((to, f"number {n}"))
+        queue(db, config, batch)
+    slow_sink.handler.pause = lambda raw: 0.05 if number(raw) % 3 == 0 else 0.0
+    report = drain_parallel(
+        db, config, lambda: sender_for(slow_sink), Clock(), connections=6, worker="w", batch=4
+    )
+    assert report.sent == 3 + n and report.deferred == report.failed == 0
+    assert arrived(slow_sink) == queued(db)
+    with db.transaction() as s:
+        assert set(s.scalars(select(OutboxMessage.status))) == {"sent"}
+
+
+def test_a_message_failing_for_now_holds_the_later_ones_for_a_while(intake, slow_sink) -> None:
+    """The first of two messages to dan is refused (451) again and again: the second waits
+    for it while its retries come within ORDER_WAIT (1, 2, 4, 8, 16 minutes apart), then
+    goes without it; the first goes when dan's server takes it. A message refused for good
+    (550) holds nothing back."""
+    db, config = intake
+    clock = Clock()
+    sender = sender_for(slow_sink)
+    assert drain_outbox(db, config, sender, clock, worker="w").sent == 3  # the welcomes
+    queue(db, config, [("dan@example.org", "number 1"), ("dan@example.org", "number 2")])
+    queue(db, config, [("eve@example.org", "number 3"), ("eve@example.org", "number 4")])
+    slow_sink.handler.script = {"dan@example.org": ["451"] * 6, "eve@example.org": ["550"]}
+    first, second = queued(db)["dan@example.org"]
+    waited = []
+    while not any(d.message_id == second for d in slow_sink.delivered):
+        drain_outbox(db, config, sender, clock, worker="w")
+        with db.transaction() as s:
+            head = s.scalar(select(OutboxMessage).where(OutboxMessage.message_id == first))
+        waited.append((head.attempts, head.next_attempt_at - clock()))
+        clock.advance(minutes=1)
+        assert clock() < T0 + timedelta(hours=2), waited
+    assert [attempts for attempts, _ in waited][-1] == 6 and len(waited) >= 31  # half an hour
+    assert all(ahead <= ORDER_WAIT for _, ahead in waited[:-1]) and waited[-1][1] > ORDER_WAIT
+    clock.advance(hours=1)
+    drain_outbox(db, config, sender, clock, worker="w")
+    sender.close()
+    assert arrived(slow_sink)["dan@example.org"] == [second, first]  # first taken at last
+    eve = queued(db)["eve@example.org"]
+    assert arrived(slow_sink)["eve@example.org"] == [eve[1]]  # the 550 held nothing back
+
+
+def test_a_slow_batch_hands_back_what_its_claim_no_longer_covers(intake, slow_sink) -> None:
+    """Each message takes the sink four minutes (of the test's clock): a sender that
+    claimed ten at once stops when half its claim has passed, hands the rest back and
+    claims them again. No message is ever sent on a claim that may have lapsed: another
+    sender could have taken it (and the next one to the same player) by then."""
+    db, config = intake
+    clock = Clock()
+    queue(db, config, [(f"p{i}@example.org", f"number {i}") for i in range(10)])
+    late: list[str] = []
+    checker = Database(db.url)
+
+    def check(raw: bytes) -> None:  # at the sink: is the sender's claim still good?
+        message_id = str(email.message_from_bytes(raw)["Message-ID"])
+        with checker.transaction() as s:
+            row = s.scalar(select(OutboxMessage).where(OutboxMessage.message_id == message_id))
+            if row.claim_until is None or row.claim_until <= clock():
+                late.append(message_id)
+        clock.advance(minutes=4)
+
+    slow_sink.handler.then = check
+    sender = sender_for(slow_sink)
+    report = drain_outbox(db, config, sender, clock, worker="w", batch=20)
+    sender.close()
+    checker.dispose()
+    assert report.sent == 13 and late == []  # with the welcomes
+    assert sorted(arrived(slow_sink)) == sorted(queued(db))
+    assert clock() - T0 == timedelta(minutes=4 * 13)  # the claim is 10: handed back 3 times
+    assert timedelta(minutes=10) == CLAIM
+
+
+JOIN_CONFIG = """
+timezone = "UTC"
+[database]
+url = "{url}"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+[[games]]
+id = "duo"
+board = "standard"
+first_deadline = "2029-12-04T18:00"
+round_length = "3d"
+signup = "{signup}"
+max_players = 2
+starts = "when_full"
+"""
+
+
+def joining(sender: str, body: str, tag: str) -> bytes:
+    return (
+        f"From: {sender}\r\nTo: snl@example.org\r\nSubject: join\r\n"
+        f"Message-ID: <{tag}@example.net>\r\n\r\n{body}\r\n"
+    ).encode()
+
+
+@pytest.mark.parametrize("signup", ["open", "approval"])
+def test_the_last_joiner_hears_of_the_seat_before_the_welcome(
+    db, tmp_path, slow_sink, signup
+) -> None:
+    """The player who fills a game is told of the seat ("your welcome message, with your
+    order key, follows") and then gets the welcome, in that order, whether a code seated
+    them or the referee's approval did."""
+    from mailhelpers import code_in
+
+    from snl_pbem.app.games import sync_games
+    from snl_pbem.app.intake import ingest
+    from snl_pbem.app.membership import approve_signup
+    from snl_pbem.config import load_config
+
+    path = tmp_path / "config.toml"
+    path.write_text(JOIN_CONFIG.format(url=db.url, signup=signup))
+    config = load_config(path)
+    now = T0.replace(year=2029, month=12, day=1)
+    sync_games(db, config, now)
+    for n, who in enumerate(("x1", "x2")):
+        address = f"{who}@example.net"
+        ingest(db, config, joining(address, f"JOIN duo {who.upper()}", f"j{n}"), now, "t")
+        with db.transaction() as s:
+            code_mail = s.scalars(
+                select(OutboxMessage.message).where(OutboxMessage.recipient == address)
+            ).all()[-1]
+        code = code_in(re.sub(r"=\r?\n", "", code_mail.decode()))
+        ingest(db, config, joining(address, f"CONFIRM {code}", f"c{n}"), now, "t")
+        if signup == "approval":
+            with db.transaction() as s:
+                game = s.scalar(select(Game).where(Game.name == "duo"))
+                approve_signup(s, config, game, who.upper(), now, actor="ref", via=None)
+    with db.transaction() as s:
+        assert s.scalar(select(Game.state).where(Game.name == "duo")) == "running"
+    drain_parallel(
+        db, config, lambda: sender_for(slow_sink), Clock(now), connections=4, worker="w", batch=3
+    )
+    to_x2 = [d.raw for d in slow_sink.delivered if d.recipient == "x2@example.net"]
+    subjects = [str(email.message_from_bytes(raw)["Subject"]) for raw in to_x2]
+    seat = next(i for i, s in enumerate(subjects) if "You have a seat" in s)
+    welcome = next(i for i, raw in enumerate(to_x2) if b"Your order key is" in raw)
+    assert seat < welcome, subjects
