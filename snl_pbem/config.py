@@ -261,10 +261,12 @@ class LmtpSettings(_Section):
     message is timed when snl-pbem receives it. See snl_pbem.mail.received."""
     max_queue_time: PositiveDuration = timedelta(days=1)
     """The MTA's receipt time is believed only if it is at most this long ago."""
-    redelivery_grace: Duration = timedelta(minutes=6)
+    redelivery_grace: Duration = timedelta(minutes=11)
     """After ``serve`` starts, no round closes for this long at most, so that mail the MTA
     kept queued while snl-pbem was down is delivered first; it ends sooner once the MTA,
-    asked with ETRN (``etrn_server``), has delivered its queue. ``"0s"``: no wait."""
+    asked with ETRN (``etrn_server``), has delivered its queue. Longer than Postfix's own
+    retry after a short outage (up to about 10 minutes), for when ETRN fails. ``"0s"``: no
+    wait."""
     etrn_server: str = "127.0.0.1:25"
     """The MTA's SMTP server (``host:port``, ``[v6-address]:port``; the port defaults to
     25), asked at start-up (RFC 1985 ``ETRN``) to deliver now what it queued for the game

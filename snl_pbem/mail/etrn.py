@@ -11,11 +11,14 @@ domain now. Postfix answers ``250 Queuing started`` for a domain in ``fast_flush
 
 from __future__ import annotations
 
+import contextlib
 import smtplib
+import time
 from collections.abc import Iterable
 
 TIMEOUT = 30.0
-"""Seconds for the connection and each reply (the MTA answers ETRN at once)."""
+"""Seconds for the whole exchange, however many replies (the MTA answers ETRN at once): a
+hung MTA costs this once, not once per reply."""
 
 
 FIX = (
@@ -34,21 +37,38 @@ class EtrnRefused(Exception):
 def ask_to_deliver(
     server: tuple[str, int], domains: Iterable[str], helo: str, timeout: float = TIMEOUT
 ) -> None:
-    """Send ``ETRN domain`` for each domain; raises EtrnRefused unless each is taken
-    (RFC 1985 §5: 250 started, 251 none waiting, 252 and 253 pending messages started)."""
+    """Send ``ETRN domain`` for each domain, all within ``timeout`` seconds; raises
+    EtrnRefused unless each is taken (RFC 1985 §5: 250 started, 251 none waiting, 252 and
+    253 pending messages started)."""
     host, port = server
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    end = time.monotonic() + timeout
+
+    def left(client: smtplib.SMTP) -> smtplib.SMTP:
+        """The client, its socket's timeout cut to what is left of the whole."""
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"no answer within {timeout:g} s")
+        if client.sock is not None:
+            client.sock.settimeout(remaining)
+        return client
+
     try:
-        with smtplib.SMTP(host, port, local_hostname=helo, timeout=timeout) as client:
-            code, text = client.ehlo()
+        client = smtplib.SMTP(host, port, local_hostname=helo, timeout=timeout)
+        try:
+            code, text = left(client).ehlo()
             if not 200 <= code < 300:
-                code, text = client.helo()
+                code, text = left(client).helo()
             if not 200 <= code < 300:
                 raise EtrnRefused(f"{where} refused our greeting: {_reply(code, text)}")
             for domain in domains:
-                code, text = client.docmd("ETRN", domain)
+                code, text = left(client).docmd("ETRN", domain)
                 if code not in (250, 251, 252, 253):
                     raise EtrnRefused(f"{where} answered ETRN {domain} with {_reply(code, text)}")
+            with contextlib.suppress(OSError, smtplib.SMTPException):  # taken: QUIT is manners
+                left(client).quit()
+        finally:
+            client.close()  # no QUIT after a failure: it could wait on the MTA again
     except (OSError, smtplib.SMTPException) as exc:
         raise EtrnRefused(f"could not ask {where}: {type(exc).__name__}: {exc}") from None
 

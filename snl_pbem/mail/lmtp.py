@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import socket
+import threading
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
@@ -54,6 +57,8 @@ STATUS = {
     "temporary": "451 4.3.0 Temporary failure storing the message; please try again later",
     "error": "500 5.5.0 Error: {name}",
 }
+
+T = TypeVar("T")
 
 Deliver = Callable[[bytes, str], object]
 """Store (and process) one raw message; raises if it could not be stored."""
@@ -179,10 +184,9 @@ class ReceiverController(Controller):
         settle: float,
         then: Callable[[], None],
     ) -> None:
-        loop = asyncio.get_running_loop()
         failed_before = self.handler.not_stored
         try:
-            await loop.run_in_executor(None, ask_to_deliver, server, domains, self.fqdn)
+            await in_daemon_thread(partial(ask_to_deliver, server, domains, self.fqdn))
         except EtrnRefused as exc:
             log.warning(
                 "LMTP: could not have the MTA deliver what it queued while snl-pbem was "
@@ -203,7 +207,7 @@ class ReceiverController(Controller):
             return
         log.info("LMTP: the MTA's queue is delivered (nothing for %g s)", settle)
         try:
-            await loop.run_in_executor(None, then)
+            await in_daemon_thread(then)
         except Exception as exc:
             log.error("after the MTA's redelivery: %s: %s", type(exc).__name__, exc)
 
@@ -231,3 +235,29 @@ class ReceiverController(Controller):
             f"LMTP: {message}: {kind} {exc or ''}".strip(),
             exc_info=exc,
         )
+
+
+async def in_daemon_thread(func: Callable[[], T]) -> T:
+    """``func()`` in a thread of its own, a daemon: the ETRN, waiting on a hung MTA, never
+    delays the process's exit (the loop's executor threads are joined at exit)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(set_outcome: Callable[[Any], object], outcome: object) -> None:
+        def apply() -> None:
+            if not future.done():  # not cancelled meanwhile (stop)
+                set_outcome(outcome)
+
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(apply)
+
+    def run() -> None:
+        try:
+            result = func()
+        except BaseException as exc:
+            settle(future.set_exception, exc)
+        else:
+            settle(future.set_result, result)
+
+    threading.Thread(target=run, name="lmtp-etrn", daemon=True).start()
+    return await future

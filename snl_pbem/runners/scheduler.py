@@ -127,8 +127,10 @@ class OneWorker(ThreadPoolExecutor):  # type: ignore[misc]
         self._stopped = False
 
     def shutdown(self, wait: bool = True) -> None:
-        self._stopped = True
-        self._pool.shutdown(wait=False)  # what was handed to the pool still runs
+        # under the lock: a submit racing the stop must not reach the closed pool
+        with self._lock:
+            self._stopped = True
+            self._pool.shutdown(wait=False)  # what was handed to the pool still runs
 
     def join(self) -> None:
         """Wait for every job handed to the pool (after ``shutdown``)."""
@@ -219,6 +221,8 @@ class RoundScheduler:
         """When this scheduler (the server) started: see ``redelivery_until``."""
         self.redelivered_at: datetime | None = None
         """When the MTA had delivered what it queued while the server was down (``redelivered``)."""
+        self._all_in_waiting: set[tuple[str, int]] = set()
+        """All-in rounds whose early close waits on the start-up grace (``on_deadline``)."""
 
     # -- planning ---------------------------------------------------------------------
 
@@ -278,12 +282,31 @@ class RoundScheduler:
 
     def redelivered(self) -> None:
         """The LMTP receiver's word that the MTA has delivered its queue: the start-up
-        grace ends now, and the rounds that wait on it are planned for now."""
+        grace ends now, and the rounds that wait on it are planned for now. Called from
+        the receiver's thread: the re-planning runs as a job on the worker, one at a time
+        with the closes (two rebuilds at once could drop a close)."""
         until = self.redelivery_until
         now = self.clock()
         if until is None or now >= until:
             return
         self.redelivered_at = now
+        if self.scheduler is None:
+            self._replan_redelivered()
+            return
+        self.scheduler.add_job(
+            self._replan_redelivered,
+            "date",
+            run_date=datetime.now(UTC),
+            id="redelivered",
+            replace_existing=True,
+            misfire_grace_time=None,
+        )
+
+    def _replan_redelivered(self) -> None:
+        now = self.clock()
+        for game_id, number in sorted(self._all_in_waiting):
+            self._all_in_at(game_id, number, now)  # on_all_in looks at the round again
+        self._all_in_waiting.clear()
         due = self._due()
         if due:
             log.info(
@@ -451,6 +474,7 @@ class RoundScheduler:
             until = self.redelivery_until
             if early and until is not None and self.clock() < until:
                 self._all_in_at(game_id, number, until)  # an order may be in the MTA's queue
+                self._all_in_waiting.add((game_id, number))  # for now once redelivered
                 return None
             if not early:
                 due = self._close_due_at(game_id, number)

@@ -7,6 +7,8 @@ import logging
 import smtplib
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ from aiosmtpd.smtp import SMTP
 from mailhelpers import CORPUS, T0, orders_of
 
 from snl_pbem.app.intake import ingest
+from snl_pbem.mail.etrn import EtrnRefused, ask_to_deliver
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
 from snl_pbem.store import Database
 
@@ -265,3 +268,83 @@ def test_a_message_not_stored_meanwhile_keeps_the_grace(mta, caplog) -> None:
     (warning,) = etrn_warnings(caplog)
     assert "could not be stored" in warning
     assert not then.event.is_set()
+
+
+class SlowMTA:
+    """An SMTP server on a raw socket that answers each line ``delay`` seconds late and,
+    once ``hold`` is set, holds its answer to EHLO until ``release`` is set: an MTA that
+    hangs."""
+
+    def __init__(self, delay: float, hold: bool = False) -> None:
+        self.delay = delay
+        self.ehlo_came, self.release = threading.Event(), threading.Event()
+        if not hold:
+            self.release.set()
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = ("127.0.0.1", int(self.sock.getsockname()[1]))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn, conn.makefile("rwb") as stream:
+            for reply in (b"220 slow ESMTP", b"250 slow", b"250 Queuing started", b"221 bye"):
+                time.sleep(self.delay)
+                stream.write(reply + b"\r\n")
+                stream.flush()
+                line = stream.readline()
+                if not line:
+                    return
+                if line.upper().startswith(b"EHLO"):
+                    self.ehlo_came.set()
+                    self.release.wait(WAIT)
+
+    def close(self) -> None:
+        self.release.set()
+        self.sock.close()
+
+
+def test_a_slow_mta_costs_one_timeout_in_all() -> None:
+    """Each reply comes within the timeout, but all three do not: the ETRN gives up at the
+    timeout for the whole exchange (each reply had its own, so an MTA that drips its
+    answers took up to three times as long)."""
+    mta = SlowMTA(0.4)
+    try:
+        with pytest.raises(EtrnRefused, match=r"timed out|within"):
+            ask_to_deliver(mta.address, ["example.org"], "snl.example.org", timeout=1.0)
+    finally:
+        mta.close()
+
+
+HUNG_ETRN = """
+import sys
+from snl_pbem.mail import etrn
+from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
+
+etrn.ask_to_deliver.__defaults__ = (3600.0,)  # the MTA hangs for longer than any timeout
+mta_port, port = int(sys.argv[1]), int(sys.argv[2])
+handler = GameAddressHandler("snl@example.org", lambda raw, source: None)
+controller = ReceiverController(handler, "127.0.0.1", port, max_size=1 << 20)
+controller.start()
+controller.redeliver(("127.0.0.1", mta_port), ["example.org"], 0.1, lambda: None)
+sys.stdin.readline()  # serve is told to stop
+controller.stop()
+"""
+
+
+def test_the_etrn_on_a_hung_mta_never_delays_the_exit() -> None:
+    """serve stops while its ETRN waits on an MTA that does not answer: the process ends at
+    once. The ETRN ran on the loop's executor, whose threads Python joins at exit, so the
+    stop waited for the MTA (up to three 30 s timeouts); now it is a thread of its own."""
+    mta = SlowMTA(0.0, hold=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HUNG_ETRN, str(mta.address[1]), str(free_port())],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        assert mta.ehlo_came.wait(WAIT)  # the ETRN waits on the MTA's answer
+        proc.communicate(b"stop\n", timeout=WAIT / 2)  # the MTA holds for WAIT
+        assert proc.returncode == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        mta.close()

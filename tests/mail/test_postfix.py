@@ -172,7 +172,7 @@ class Closes:
 
 def test_an_order_queued_while_serve_was_down_counts(tmp_path: Path, postfix, caplog) -> None:
     """Issue 21: serve is stopped; ann's order, sent before the deadline, is accepted and
-    deferred by Postfix; the deadline passes; serve starts, with the default grace (6
+    deferred by Postfix; the deadline passes; serve starts, with the default grace (11
     minutes) and no postqueue -f. It asks Postfix (ETRN) for what it queued: the order
     comes at once, counts in its round by Postfix's receipt time, and the round closes
     long before the grace ends. Without the ETRN, Postfix's own retry comes no sooner than
@@ -181,7 +181,7 @@ def test_an_order_queued_while_serve_was_down_counts(tmp_path: Path, postfix, ca
     caplog.set_level(logging.INFO)
     db, config = setup_game(tmp_path, postfix, datetime.now(UTC) + timedelta(days=1))
     path = tmp_path / "config.toml"
-    assert config.settings.mail.lmtp.redelivery_grace == timedelta(minutes=6)  # type: ignore[union-attr]
+    assert config.settings.mail.lmtp.redelivery_grace == timedelta(minutes=11)  # type: ignore[union-attr]
     serve = Server(path)
     serve.start()
     serve.shutdown()  # serve is stopped
@@ -252,7 +252,7 @@ def test_an_etrn_postfix_refuses_is_one_warning_and_the_grace_stays(
             ]
 
         wait_for(lambda: warnings(), WAIT, postfix, "the warning")
-        limit = serve.rounds.started_at + timedelta(minutes=6)
+        limit = serve.rounds.started_at + timedelta(minutes=11)
         assert serve.rounds.redelivery_until == limit
         assert serve.scheduler.get_job("close:g1:1").trigger.run_date == limit
     finally:

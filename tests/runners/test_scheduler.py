@@ -462,7 +462,7 @@ def test_the_mta_s_word_ends_the_grace_at_once(tmp_path) -> None:
     started = datetime.now(UTC)
     clock = Clock(started)
     rs = RoundScheduler(db, config, clock=clock)
-    limit = started + timedelta(minutes=6)  # the default grace
+    limit = started + timedelta(minutes=11)  # the default grace
     assert rs.catch_up() == [] and rs.redelivery_until == limit
     assert {p.run_at for p in rs.plan()} == {limit}
     clock.now = started + timedelta(seconds=11)
@@ -479,3 +479,66 @@ def test_the_mta_s_word_is_nothing_without_a_grace(tmp_path) -> None:
     rs = RoundScheduler(db, config)
     rs.redelivered()
     assert rs.redelivery_until is None and rs.redelivered_at is None
+
+
+def test_an_all_in_round_waiting_on_the_grace_closes_once_the_mta_has_delivered(tmp_path):
+    """close_when_all_in during the start-up grace: the early close waits for the grace (an
+    order may still be in the MTA's queue). The MTA's word ends the grace: the all-in close
+    is planned for now, not left at the grace's limit (11 minutes). The word is acted on
+    by a job on the worker, one at a time with the closes (two rebuilds at once, one from
+    the receiver's thread, could drop a close)."""
+    from apscheduler.events import EVENT_JOB_EXECUTED
+
+    db, config = setup(tmp_path, extra='close_when_all_in = true\nsettle_time = "1m"')
+    path = tmp_path / "c.toml"
+    path.write_text(path.read_text() + "\n[mail.lmtp]\n")
+    config = load_config(path)
+    clock = Clock(T0)
+    scheduler = make_scheduler()
+    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
+    replanned = threading.Event()
+    scheduler.add_listener(
+        lambda e: e.job_id == "redelivered" and replanned.set(), EVENT_JOB_EXECUTED
+    )
+    scheduler.start()  # T0 is years ahead: the planned jobs do not fire by themselves
+    try:
+        for who, dice in (("ann", "1"), ("bob", "2"), ("cy", "3")):
+            order(db, config, who, dice, T0, who)
+        assert rs.check_all_in("g1") == T0 + timedelta(minutes=1)
+        clock.now = T0 + timedelta(minutes=1)
+        assert rs.on_all_in("g1", 1) is None  # the grace: not yet
+        limit = T0 + timedelta(minutes=11)
+        assert scheduler.get_job("allin:g1:1").next_run_time == limit
+        clock.now = T0 + timedelta(seconds=90)
+        rs.redelivered()
+        assert replanned.wait(WAIT)
+        assert scheduler.get_job("allin:g1:1").next_run_time == clock.now
+    finally:
+        scheduler.shutdown(wait=True)
+    assert rs.on_all_in("g1", 1) is not None  # what that job does: the round closes
+
+
+def test_a_job_handed_over_while_the_worker_stops_is_no_error() -> None:
+    """serve stops while a job is being handed to the worker: the stop waits for the hand-
+    over (it closed the pool under it: RuntimeError "cannot schedule new futures after
+    shutdown", a traceback in the journal)."""
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    worker = scheduler.worker
+    ran = threading.Event()
+    scheduler.add_job(ran.set, "date", run_date=T0, id="close:g1:1")
+    job = scheduler.get_job("close:g1:1")
+    hand_over = worker._do_submit_job
+
+    def stopped_meanwhile(job, run_times) -> None:
+        stopping = threading.Thread(target=worker.shutdown, daemon=True)
+        stopping.start()
+        stopping.join(0.5)  # it waits for this hand-over (without the lock: done at once)
+        hand_over(job, run_times)
+
+    worker._do_submit_job = stopped_meanwhile
+    try:
+        worker.submit_job(job, [datetime.now(UTC)])  # raised RuntimeError
+        assert ran.wait(WAIT)  # what was handed over still runs
+    finally:
+        scheduler.shutdown(wait=True)
