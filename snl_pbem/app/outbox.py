@@ -129,12 +129,24 @@ CLAIM = timedelta(minutes=10)
 FIRST_RETRY = timedelta(minutes=1)
 LONGEST_RETRY = timedelta(hours=6)
 ORDER_WAIT = timedelta(minutes=30)
-"""How far ahead an earlier message's next try may be for a recipient's later mail to wait
-for it. Mail to one recipient goes in the order it was written (a welcome before the
-report that follows it), so a message that failed for the time being holds back the
-later ones while its retries come often; once its backoff is longer than this (after
-about half an hour of failures), they go without it: a message the recipient's server
-keeps refusing must not hold up their reports for days."""
+"""How long a recipient's later mail waits for an earlier message that keeps failing.
+Mail to one recipient goes in the order it was written (a welcome before the report
+that follows it), so a message that failed for the time being holds back the later ones
+while its retries come often; once its backoff is longer than this (after about half an
+hour of failures), they go without it, however near its next retry: a message the
+recipient's server keeps refusing must not hold up their reports for days."""
+
+
+def _held_attempts() -> int:
+    """The most failures after which a message still holds later ones back: its backoff
+    (``FIRST_RETRY`` doubled each time) is then at most ``ORDER_WAIT``."""
+    attempts = 1
+    while FIRST_RETRY * 2**attempts <= ORDER_WAIT:
+        attempts += 1
+    return attempts
+
+
+HELD_ATTEMPTS = _held_attempts()
 
 
 @dataclass
@@ -160,11 +172,11 @@ class Claimed:
 def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Claimed]:
     """Claim due messages, at most one per recipient: the oldest waiting for each.
 
-    Only a recipient's oldest waiting message is ever taken (one whose retry is more
-    than ``ORDER_WAIT`` away aside), so mail reaches every player in the order it was
-    written, and no two senders (threads or processes) work on the same recipient at
-    once: the next message to a recipient is claimed only once the one before it is
-    marked sent. PostgreSQL skips rows another process has locked; a claim expires if
+    Only a recipient's oldest waiting message is ever taken (one that has failed for
+    longer than ``ORDER_WAIT`` aside, unless it is due now), so mail reaches every player
+    in the order it was written, and no two senders (threads or processes) work on the
+    same recipient at once: the next message to a recipient is claimed only once the one
+    before it is marked sent. PostgreSQL skips rows another process has locked; a claim expires if
     its sender dies (and a live sender stops using its claims well before they do).
     """
     older = aliased(OutboxMessage)
@@ -178,7 +190,10 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
                 older.recipient == OutboxMessage.recipient,
                 older.status == OutboxStatus.PENDING,
                 older.id < OutboxMessage.id,
-                older.next_attempt_at <= now + ORDER_WAIT,
+                # by its failures, not by how near its next retry is: one retried every
+                # 6 hours would hold the later mail in the half hour before each retry;
+                # due now, it goes first (after an outage, which counts a try per drain)
+                or_(older.attempts <= HELD_ATTEMPTS, older.next_attempt_at <= now),
             ),
         )
         .order_by(OutboxMessage.id)

@@ -379,6 +379,10 @@ def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
                 "by mail a rollback never discards orders (on the server, "
                 f"snl-pbem rollback {game.name} --force does)"
             ),
+            reveal_hint=(
+                "by mail it stays over (on the server, "
+                f"snl-pbem rollback {game.name} --force reopens it all the same)"
+            ),
             config=config,
         )
         return f"{game.name}: {rolled_back(session, game, number, now)}; then CLOSE ROUND or RESUME"

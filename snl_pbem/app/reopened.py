@@ -11,6 +11,7 @@ who get the public reports, get the same notice without orders.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -75,11 +76,13 @@ def _tell(
     *,
     orders: dict[int, OrderRecord] | None = None,
     dropped: dict[int, int] | None = None,
+    own: Callable[[str, Player | None], dict[str, Any]] | None = None,
     **context: Any,
 ) -> int:
     """The notice to every active player, with their own orders for the round (``orders``,
     by player id) and how many of their order sets for the next round were dropped
-    (``dropped``); and to every observer, without either. How many were queued."""
+    (``dropped``); and to every observer, without either; ``own`` adds what is one
+    recipient's alone (by address and player). How many were queued."""
     ruleset = ruleset_of(game).name
     players = _players(session, game)
     names = holder_names(session, game, players)  # a seat given away: its holder's own name
@@ -99,6 +102,7 @@ def _tell(
             orders=(orders or {}).get(player.id),
             dropped=(dropped or {}).get(player.id, 0),
             **context,
+            **(own(player.email, player) if own else {}),
         )
     watchers = observers(session, game)
     for address in watchers:
@@ -117,6 +121,7 @@ def _tell(
             orders=None,
             dropped=0,
             **context,
+            **(own(address, None) if own else {}),
         )
     return len(players) + len(watchers)
 
@@ -210,6 +215,8 @@ class Restored:
     passed: bool = False
     skipped: str | None = None
     """Why nobody was told (a game not started, or over)."""
+    told_before: datetime | None = None
+    """When its players were told of this same restore already (so not again)."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +251,41 @@ def records_end(session: Session) -> datetime | None:
     return max(found) if found else None
 
 
+def records_end_for(
+    session: Session, game: Game, address: str, player: Player | None
+) -> datetime | None:
+    """The time of the last mail between one recipient and the server that a restored
+    database still has: what they sent (their orders, their messages) and what it sent
+    them, and the game's rounds opening and closing, which every player hears of. This is
+    what the restore notice shows them, rather than :func:`records_end`: the server's
+    last record may be another player's message, whose time is theirs alone (R19). The
+    restore notices themselves are left out, so that telling twice gives the same time."""
+    told = select(AuditEntry.at).where(AuditEntry.action == RESTORED)
+    times = [
+        session.scalar(
+            select(func.max(InboundMessage.received_at)).where(
+                func.lower(InboundMessage.sender) == address.lower()
+            )
+        ),
+        session.scalar(
+            select(func.max(OutboxMessage.created_at)).where(
+                func.lower(OutboxMessage.recipient) == address.lower(),
+                OutboxMessage.created_at.not_in(told),
+            )
+        ),
+        session.scalar(select(func.max(Round.opened_at)).where(Round.game_id == game.id)),
+        session.scalar(select(func.max(Round.closed_at)).where(Round.game_id == game.id)),
+    ]
+    if player is not None:
+        times.append(
+            session.scalar(
+                select(func.max(OrderRecord.received_at)).where(OrderRecord.player_id == player.id)
+            )
+        )
+    found = [t for t in times if t is not None]
+    return max(found) if found else None
+
+
 def notify_restored(
     db: Database,
     config: Config,
@@ -252,11 +294,15 @@ def notify_restored(
     *,
     actor: str = "referee",
     via: str | None = None,
+    again: bool = False,
 ) -> RestoreReport:
     """After the database was restored from a backup: every player (and observer) of each
-    game in play (or of ``game_id``) is told what the server now knows (its records end at
-    :func:`records_end`), which round is open and its deadline, their own orders for it as
-    the server has them, and that whatever they sent later must be sent again."""
+    game in play (or of ``game_id``) is told what the server now knows (the last of their
+    own mail it has: :func:`records_end_for`), which round is open and its deadline, their
+    own orders for it as the server has them, and that whatever they sent later must be
+    sent again. The report has the server's own end (:func:`records_end`), for the GM.
+    A game whose players were told of this restore already (a notice with the same end)
+    is not told twice, unless ``again``."""
     with db.transaction() as session:
         end = records_end(session)
         waiting = (
@@ -271,7 +317,9 @@ def notify_restored(
             games = [game_by_id(session, game_id, lock=True)]
         else:
             games = list(session.scalars(select(Game).order_by(Game.name).with_for_update()))
-        done = [_notify_restored(session, config, game, now, end, actor, via) for game in games]
+        done = [
+            _notify_restored(session, config, game, now, end, actor, via, again) for game in games
+        ]
         return RestoreReport(end, waiting, done)
 
 
@@ -283,11 +331,24 @@ def _notify_restored(
     end: datetime | None,
     actor: str,
     via: str | None,
+    again: bool,
 ) -> Restored:
     round_ = open_round(session, game)
     if game.state not in (GamePhase.RUNNING, GamePhase.PAUSED) or round_ is None:
         why = "not started" if game.state == GamePhase.NEW else f"{game.state}"
         return Restored(game.name, 0, skipped=why)
+    stamp = end.isoformat() if end is not None else None
+    before = [
+        entry.at
+        for entry in session.scalars(
+            select(AuditEntry)
+            .where(AuditEntry.game_id == game.id, AuditEntry.action == RESTORED)
+            .order_by(AuditEntry.at)
+        )
+        if isinstance(entry.detail, dict) and entry.detail.get("records_end") == stamp
+    ]
+    if before and not again:  # a second run would only repeat it, with a new Message-ID
+        return Restored(game.name, 0, round_.number, round_.deadline, told_before=before[-1])
     passed = round_.deadline <= now
     told = _tell(
         session,
@@ -300,7 +361,7 @@ def _notify_restored(
         deadline=game_time(game, round_.deadline),
         passed=passed,
         paused=game.state == GamePhase.PAUSED,
-        records_end=game_time(game, end) if end is not None else None,
+        own=lambda address, player: {"records_end": _shown(game, session, address, player)},
     )
     audit(
         session,
@@ -310,7 +371,12 @@ def _notify_restored(
         game,
         via=via,
         round=round_.number,
-        records_end=end.isoformat() if end is not None else None,
+        records_end=stamp,
         told=told,
     )
     return Restored(game.name, told, round_.number, round_.deadline, passed)
+
+
+def _shown(game: Game, session: Session, address: str, player: Player | None) -> str | None:
+    end = records_end_for(session, game, address, player)
+    return game_time(game, end) if end is not None else None

@@ -580,6 +580,7 @@ def rollback_round_in(
     force: bool = False,
     via: str | None = None,
     force_hint: str = "rollback --force discards them (their emails stay stored)",
+    reveal_hint: str = "rollback --force reopens it all the same",
     config: Config | None = None,
 ) -> int:
     """Reopen the last closed round (``game`` locked): its results are discarded, its
@@ -589,10 +590,18 @@ def rollback_round_in(
     once; correct what needs correcting, then ``close-round`` or ``resume``.
     The next round is removed; if it already has orders, only with ``force``
     (the messages they came in stay stored and can be ingested again); without it the
-    refusal ends with ``force_hint``. With ``config``, every player and observer is told
-    what now counts (snl_pbem.app.reopened).
+    refusal ends with ``force_hint``. A finished game whose reveal went out (R19: every
+    player has seen the board, all dice and the trapdoors) is reopened only with ``force``
+    too (``reveal_hint``): its players would play on knowing what they must not. With
+    ``config``, every player and observer is told what now counts (snl_pbem.app.reopened).
     """
     game_id = game.name
+    if game.state == GamePhase.OVER and game.reveal_after_game and not force:
+        raise LifecycleError(
+            f"{game_id}: the game is over and its reveal has gone to every player (the "
+            "board, all dice and the trapdoors): a replayed round would be played knowing "
+            "them; " + reveal_hint
+        )
     last = session.scalar(
         select(Round)
         .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)

@@ -136,7 +136,8 @@ def add_commands(sub: Any) -> None:
     rb.add_argument(
         "--force",
         action="store_true",
-        help="also discard orders already sent for the round after it",
+        help="also discard orders already sent for the round after it, and reopen a "
+        "finished game whose reveal the players have seen",
     )
     nr = command(
         "notify-restored",
@@ -146,6 +147,11 @@ def add_commands(sub: Any) -> None:
         "sent later must be sent again)",
     )
     nr.add_argument("game", nargs="?", help="only this game (default: every game in play)")
+    nr.add_argument(
+        "--again",
+        action="store_true",
+        help="tell the players once more of a restore they were told of already",
+    )
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -608,7 +614,9 @@ def cmd_notify_restored(args: argparse.Namespace) -> int:
     db = _database(config)
     try:
         now = utcnow()
-        report = _run(lambda: notify_restored(db, config, now, args.game, via="cli"))
+        report = _run(
+            lambda: notify_restored(db, config, now, args.game, via="cli", again=args.again)
+        )
     finally:
         db.dispose()
     if report.records_end is not None:
@@ -618,9 +626,19 @@ def cmd_notify_restored(args: argparse.Namespace) -> int:
             f"{counted(report.waiting, 'message')} it holds unsent go out when the service "
             "starts (some may have gone out before the restore: a player may get them twice)"
         )
+    refused = False
     for item in report.games:
         if item.skipped is not None:
             print(f"{item.game}: {item.skipped}: nobody told")
+            continue
+        if item.told_before is not None:
+            refused = True
+            print(
+                f"{item.game}: its players were told of this restore at "
+                f"{show(item.told_before, _zone(config, item.game))} already: nobody told "
+                "(notify-restored --again tells them once more)",
+                file=sys.stderr,
+            )
             continue
         assert item.deadline is not None
         deadline = show(item.deadline, _zone(config, item.game))
@@ -635,4 +653,4 @@ def cmd_notify_restored(args: argparse.Namespace) -> int:
         )
     if not report.games:
         print("no games in the database")
-    return 0
+    return 2 if refused else 0

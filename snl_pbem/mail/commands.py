@@ -723,7 +723,9 @@ def parse_commands(text: str, subject: str = "") -> Commands:
             else None
         ),
         actions=tuple(b.actions[:MAX_ACTIONS]),
-        status_at=tuple(min(at, MAX_ACTIONS) for at in b.status_at),
+        # capped like the actions, and once each: STATUS lines below the last command
+        # obeyed show the same thing (one block, not one per line)
+        status_at=tuple(dict.fromkeys(min(at, MAX_ACTIONS) for at in b.status_at)),
     )
 
 

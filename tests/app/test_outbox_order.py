@@ -23,9 +23,16 @@ from datetime import datetime, timedelta
 import pytest
 from mailhelpers import OPENED as T0  # the fixtures' game opened then: mail is that old
 from smtpsink import SinkHandler, SmtpSink
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from snl_pbem.app.outbox import CLAIM, ORDER_WAIT, drain_outbox, drain_parallel, enqueue_mail
+from snl_pbem.app.outbox import (
+    CLAIM,
+    ORDER_WAIT,
+    claim_due,
+    drain_outbox,
+    drain_parallel,
+    enqueue_mail,
+)
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
 from snl_pbem.store import Database, Game, OutboxMessage
 
@@ -170,6 +177,36 @@ def test_a_message_failing_for_now_holds_the_later_ones_for_a_while(intake, slow
     assert arrived(slow_sink)["dan@example.org"] == [second, first]  # first taken at last
     eve = queued(db)["eve@example.org"]
     assert arrived(slow_sink)["eve@example.org"] == [eve[1]]  # the 550 held nothing back
+
+
+def test_a_long_failing_message_holds_nothing_back_even_when_its_retry_is_near(
+    intake, slow_sink
+) -> None:
+    """dan's first message has failed for hours (eight tries, its retries now 6 hours
+    apart) and is due again in ten minutes: his later mail goes now, without waiting for
+    that retry. What counts is how long it has been failing, not how near its next try
+    is (which would hold dan's reports for the half hour before each retry, for days).
+    Due now, though (as after an outage), it is tried first and keeps its place."""
+    db, config = intake
+    clock = Clock()
+    sender = sender_for(slow_sink)
+    assert drain_outbox(db, config, sender, clock, worker="w").sent == 3  # the welcomes
+    queue(db, config, [("dan@example.org", "number 1"), ("dan@example.org", "number 2")])
+    queue(db, config, [("eve@example.org", "number 3"), ("eve@example.org", "number 4")])
+    dan, eve = queued(db)["dan@example.org"], queued(db)["eve@example.org"]
+    with db.transaction() as s:
+        for message_id, due in ((dan[0], clock() + timedelta(minutes=10)), (eve[0], clock())):
+            head = s.scalar(select(OutboxMessage).where(OutboxMessage.message_id == message_id))
+            head.attempts, head.next_attempt_at = 8, due
+    claimed = {c.id for c in claim_due(db, clock(), "look", 10)}  # what senders may take now
+    with db.transaction() as s:
+        ids = {m: i for m, i in s.execute(select(OutboxMessage.message_id, OutboxMessage.id))}
+        s.execute(update(OutboxMessage).values(claimed_by=None, claim_until=None))
+    assert claimed == {ids[dan[1]], ids[eve[0]]}  # eve's second waits for her first
+    assert drain_outbox(db, config, sender, clock, worker="w").sent == 3
+    sender.close()
+    assert arrived(slow_sink)["dan@example.org"] == [dan[1]]  # not held by the first
+    assert arrived(slow_sink)["eve@example.org"] == eve  # due now: in order
 
 
 def test_a_slow_batch_hands_back_what_its_claim_no_longer_covers(intake, slow_sink) -> None:

@@ -344,6 +344,27 @@ def test_rollback_by_mail_never_discards_the_next_rounds_orders(referee) -> None
     assert game_row(db).rounds_played == 1 and game_row(db).state == "running"
 
 
+def test_rollback_by_mail_never_reopens_a_game_whose_reveal_went_out(referee) -> None:
+    """A finished game with reveal_after_game: every player has seen the board, all dice
+    and the trapdoors (R19 lifted), so a replayed round would be played knowing them. By
+    mail the rollback is refused and says why; only the server's --force reopens it."""
+    from snl_pbem.store import Game
+
+    db, config = referee
+    send_mail(db, config, mail(as_referee("CLOSE ROUND"), tag="c"))
+    with db.transaction() as s:  # as the last close leaves it, the reveal sent
+        game = s.scalar(select(Game))
+        game.state, game.reveal_after_game = "over", True
+    send_mail(db, config, mail(as_referee("ROLLBACK g1"), tag="rb"))
+    flat = " ".join(replies(db)[-1].split())
+    assert (
+        "NOT DONE: g1: the game is over and its reveal has gone to every player (the board, "
+        "all dice and the trapdoors): a replayed round would be played knowing them; by mail "
+        "it stays over (on the server, snl-pbem rollback g1 --force reopens it all the same)"
+    ) in flat
+    assert game_row(db).rounds_played == 1 and game_row(db).state == "over"
+
+
 def test_a_message_with_no_referee_command_gets_the_list_of_them(referee) -> None:
     db, config = referee
     raw = mail(as_referee("EXTNED g1 BY 2d", "DICE 4", "HELP"), tag="h")
@@ -731,3 +752,16 @@ def test_commands_run_and_are_answered_in_the_order_written(db: Database, tmp_pa
     assert "j1: Issue game [running]" in first and "deadline Fri 4 Jan 2030 18:15 GMT" in first
     assert "j1: Issue game [paused]" in second
     assert flat.index("> EXTEND j1 BY 5m") < flat.index("> STATUS") < flat.index("> PAUSE j1")
+
+
+def test_status_lines_past_the_last_command_obeyed_show_one_block(referee) -> None:
+    """Only the first five commands of a message are obeyed: two STATUS lines below the
+    fifth, a sixth command between them, would show the same thing, so the reply has one
+    status block, not two alike."""
+    db, config = referee
+    lines = [f"PAUSE nosuchgame{i}" for i in range(5)] + ["STATUS", "PAUSE g1", "STATUS"]
+    send_mail(db, config, mail(as_referee(*lines), tag="cap"))
+    flat = " ".join(replies(db)[-1].split())
+    assert flat.count("the games as they are at this point of your message") == 1
+    assert flat.index("PAUSE nosuchgame4") < flat.index("> STATUS")
+    assert game_row(db).state == "running"  # the sixth command is not obeyed

@@ -54,6 +54,55 @@ def test_referee_commands(make_config, capsys: pytest.CaptureFixture[str]) -> No
     assert code == 2 and "no game 'nope' in the database (games: g1)" in err
 
 
+def test_rollback_of_a_revealed_game_needs_force(make_config, capsys) -> None:
+    """A finished game whose reveal went to the players (the board, all dice, the
+    trapdoors: R19 no longer holds) is reopened only with --force, and the refusal says
+    why."""
+    from sqlalchemy import select
+
+    from snl_pbem.store import Database, Game
+
+    config = make_config()
+    cfg = ("--config", str(config.path))
+    assert run(capsys, "db", "upgrade", *cfg)[0] == 0
+    assert run(capsys, "start", "g1", *cfg)[0] == 0
+    assert run(capsys, "close-round", "g1", *cfg)[0] == 0
+    db = Database(config.settings.database.url)
+    with db.transaction() as s:  # as the last close leaves it, the reveal sent
+        game = s.scalar(select(Game))
+        game.state, game.reveal_after_game = "over", True
+    code, _, err = run(capsys, "rollback", "g1", *cfg)
+    assert code == 2 and " ".join(err.split()).endswith(
+        "g1: the game is over and its reveal has gone to every player (the board, all dice "
+        "and the trapdoors): a replayed round would be played knowing them; rollback --force "
+        "reopens it all the same"
+    )
+    with db.transaction() as s:
+        assert s.scalar(select(Game.state)) == "over"
+    code, out, _ = run(capsys, "rollback", "g1", "--force", *cfg)
+    assert code == 0 and "round 1 reopened" in out
+    with db.transaction() as s:
+        assert s.scalar(select(Game.state)) == "paused"
+    db.dispose()
+
+
+def test_notify_restored_twice_for_one_restore_needs_again(make_config, capsys) -> None:
+    """A second notify-restored for the same restore (the same records) would send every
+    player the notice again: it is refused, saying when they were told, unless --again."""
+    config = make_config()
+    cfg = ("--config", str(config.path))
+    assert run(capsys, "db", "upgrade", *cfg)[0] == 0
+    assert run(capsys, "start", "g1", *cfg)[0] == 0
+    code, out, _ = run(capsys, "notify-restored", *cfg)
+    assert code == 0 and "g1: round 1 open" in out and "3 told" in out
+    code, out, err = run(capsys, "notify-restored", *cfg)
+    assert code == 2 and "3 told" not in out
+    assert "g1: its players were told of this restore at " in err
+    assert "already: nobody told (notify-restored --again tells them once more)" in err
+    code, out, _ = run(capsys, "notify-restored", "--again", *cfg)
+    assert code == 0 and "3 told" in out
+
+
 def test_ingest_command_replays_saved_mail(make_config, capsys, tmp_path) -> None:
     from pathlib import Path
 

@@ -240,9 +240,10 @@ def test_the_guides_restore_steps_tell_every_player_what_counts(tmp_path: Path, 
         notices[who] = got[-2][1]
     ann, bob = notices[PLAYERS[0]], notices[PLAYERS[1]]
     for text in (ann, bob):
-        assert "Restore game: the game's server was restored from a backup. Its records end" in (
-            text
-        )
+        assert (
+            "Restore game: the game's server was restored from a backup. The last mail "
+            "between you and it that the server still has is from "
+        ) in text
         assert "orders or other mail you sent after that are lost" in text
         assert "Mail we sent you shortly before it may come again." in text
         assert (
