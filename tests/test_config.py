@@ -142,6 +142,34 @@ def test_check_config_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "Traceback" not in err
 
 
+def test_check_config_shows_the_lmtp_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """[mail.lmtp] as check-config shows it: where it listens, whose receipt times count,
+    and what happens to mail the MTA queued while serve was down (ETRN, the grace)."""
+    lmtp = '[mail.lmtp]\nport = 8025\nmta_hostname = "mx.example.org"\n'
+    path = write(tmp_path, GOOD.replace("[mail.smtp]", lmtp + "[mail.smtp]"))
+    assert main(["check-config", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "  lmtp: LMTP on 127.0.0.1:8025; the MTA's receipt times: by mx.example.org (at most "
+        "1d old); after a restart: ETRN to 127.0.0.1:25, rounds wait up to 11m\n"
+    ) in out
+    off = 'etrn_server = ""\nredelivery_grace = "0s"\n'
+    path.write_text(GOOD.replace("[mail.smtp]", "[mail.lmtp]\n" + off + "[mail.smtp]"))
+    assert main(["check-config", "--config", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "the MTA's receipt times: not used; after a restart: no ETRN, no grace\n" in out
+    path.write_text(
+        GOOD.replace("[mail.smtp]", '[mail.lmtp]\netrn_server = "[::1]:2525"\n[mail.smtp]')
+    )
+    assert main(["check-config", "--config", str(path)]) == 0
+    assert "after a restart: ETRN to [::1]:2525, rounds wait up to 11m" in capsys.readouterr().out
+    path.write_text(GOOD)  # no [mail.lmtp]: no line about it
+    assert main(["check-config", "--config", str(path)]) == 0
+    assert "lmtp:" not in capsys.readouterr().out
+
+
 def test_the_example_config_is_valid(tmp_path: Path) -> None:
     deploy = Path(__file__).parents[1] / "deploy"
     text = (deploy / "config.example.toml").read_text()

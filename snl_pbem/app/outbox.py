@@ -33,7 +33,7 @@ from snl_pbem.mail.smtp import SendError, SmtpSender
 from snl_pbem.procs import dead_here
 from snl_pbem.rules.errors import RulesetError
 from snl_pbem.rules.words import agree
-from snl_pbem.store import Database, Game, OutboxMessage
+from snl_pbem.store import Database, Game, OutboxMessage, Player
 from snl_pbem.store.states import MailKind, OutboxStatus
 
 log = logging.getLogger("snl_pbem.outbox")
@@ -66,8 +66,13 @@ def enqueue_mail(
     (``snl_pbem.mail.compose``). ``rules`` is the ruleset's part of the template's
     context (its views); a name in it that the server sets too is the ruleset's bug,
     refused here by name rather than rendered either way.
+
+    Every template gets ``hello``, the greeting line: mail to a seat's holder (``player``
+    in the context, sent to its address) greets them by the name they go by, which after
+    a REPLACE is not the seat's (``membership.holder_name``); anything else "Hello,".
     """
     address = config.settings.mail.address
+    context.setdefault("hello", _hello(session, game, to, context.get("player")))
     if rules:
         clash = sorted(set(rules) & {"game", *context})
         if clash:
@@ -117,6 +122,17 @@ def enqueue_mail(
     )
     session.add(row)
     return row
+
+
+def _hello(session: Session, game: Game | None, to: str, player: object) -> str:
+    """The greeting line of a mail to ``to``: "Hello <name>," for a seat's holder by the
+    name they go by, "Hello," when the mail is not to a holder or they gave no name."""
+    from snl_pbem.app.membership import holder_name  # here: membership imports this module
+
+    if game is None or not isinstance(player, Player) or player.email.lower() != to.lower():
+        return "Hello,"
+    name = holder_name(session, game, player)
+    return f"Hello {name}," if name else "Hello,"
 
 
 # -- sending ------------------------------------------------------------------------------

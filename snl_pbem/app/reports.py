@@ -214,8 +214,10 @@ def enqueue_round_mail(
     next_deadline: datetime | None,
     actor: str,
     now: datetime,
+    replaces: bool = False,
 ) -> None:
-    """Every player's report (or game-over mail), and the referee's summary."""
+    """Every player's report (or game-over mail), and the referee's summary. ``replaces``:
+    the round was closed before and rolled back, so each mail says it replaces that one."""
     positions = dict(decided.positions)
     rows = standings(positions)
     width = max(len(name) for name in positions)
@@ -264,6 +266,7 @@ def enqueue_round_mail(
                 broadcast=True,
                 player=player,
                 round=round_.number,
+                replaces=replaces,
                 headline=headline,
                 standings=rows,
                 width=width,
@@ -285,6 +288,7 @@ def enqueue_round_mail(
             broadcast=True,
             player=player,
             round=round_.number,
+            replaces=replaces,
             over=False,
             standings=rows,
             width=width,
@@ -305,6 +309,7 @@ def enqueue_round_mail(
             template="player/observer_report.txt.j2",
             broadcast=True,
             round=round_.number,
+            replaces=replaces,
             over=over,
             headline=headline,
             standings=rows,

@@ -435,7 +435,8 @@ def _adjudicate_and_store(
         )
     if config is not None and next_round is not None:
         fill_resigned_seats(session, config, game, now)  # auto_replace: standby takes a seat
-    if config is not None and rolled_back_before(session, game, round_.number):
+    again = config is not None and rolled_back_before(session, game, round_.number)
+    if config is not None and again:
         # its players hold a report of it that no longer counts: the new one replaces it
         tell_closed_again(session, config, game, round_, now, over=decided.result is not None)
     elif config is not None and by_referee and now < round_.deadline:
@@ -454,6 +455,7 @@ def _adjudicate_and_store(
             next_deadline=next_deadline,
             actor=actor,
             now=now,
+            replaces=again,
         )
     audit(
         session,

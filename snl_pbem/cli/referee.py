@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from datetime import timedelta
 from email import policy
 from email.parser import BytesHeaderParser
 from pathlib import Path
@@ -36,7 +37,7 @@ from snl_pbem.app.referee import (
 from snl_pbem.app.reopened import notify_restored
 from snl_pbem.app.rounds import close_with_backup, rollback_round
 from snl_pbem.cli.service import service_check
-from snl_pbem.config import Config, config_path, load_config
+from snl_pbem.config import Config, LmtpSettings, config_path, load_config
 from snl_pbem.errors import CommandError, ConfigError, LifecycleError
 from snl_pbem.keys import WEAK_BELOW
 from snl_pbem.rules.outcome import ranked
@@ -225,6 +226,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"mail in: {', '.join(intakes) or 'none configured'}; "
         f"mail out: {'smtp ' + mail.smtp.host + login if mail.smtp else 'none configured'}"
     )
+    if mail.lmtp is not None:
+        print(f"  {_lmtp_line(mail.lmtp)}")
     for game in config.games:
         s = game.settings
         tz = game.tz
@@ -260,6 +263,30 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"  {note}")
     return 0
+
+
+def _lmtp_line(lmtp: LmtpSettings) -> str:
+    """What [mail.lmtp] does: where it listens, whose receipt times count, and how mail
+    the MTA queued while serve was down comes in after a restart (ETRN, then the grace)."""
+    if lmtp.etrn is not None:
+        host, port = lmtp.etrn
+        etrn = f"ETRN to {f'[{host}]' if ':' in host else host}:{port}"
+    else:
+        etrn = "no ETRN"
+    grace = (
+        f"rounds wait up to {format_duration(lmtp.redelivery_grace)}"
+        if lmtp.redelivery_grace > timedelta(0)
+        else "no grace"
+    )
+    times = (
+        f"by {lmtp.mta_hostname} (at most {format_duration(lmtp.max_queue_time)} old)"
+        if lmtp.mta_hostname
+        else "not used"
+    )
+    return (
+        f"lmtp: {lmtp.protocol.upper()} on {lmtp.host}:{lmtp.port}; the MTA's receipt times: "
+        f"{times}; after a restart: {etrn}, {grace}"
+    )
 
 
 def _check_service(config: Config, args: argparse.Namespace) -> list[str]:

@@ -43,8 +43,15 @@ def environment() -> Environment:
 
 
 def render(template_name: str, /, **context: Any) -> tuple[str, str]:
-    """``(subject, body)`` of a template whose first line is ``Subject: ...``."""
+    """``(subject, body)`` of a template whose first line is ``Subject: ...``.
+
+    ``hello`` is the greeting line; the outbox sets it to greet a seat's holder by their
+    own name, and without it a mail greets its ``player`` by the seat's name."""
     name = template_name
+    if "hello" not in context:
+        player = context.get("player")
+        seat = getattr(player, "name", None)
+        context["hello"] = f"Hello {seat}," if isinstance(seat, str) and seat else "Hello,"
     text = environment().get_template(name).render(**context)
     first, _, body = text.partition("\n")
     if not first.startswith("Subject: "):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from sqlalchemy import select
 from snl_pbem.app.games import game_by_id, start_game, sync_games
 from snl_pbem.app.intake import ingest
 from snl_pbem.app.membership import in_game, replace_seat
+from snl_pbem.app.schedule import send_reminders
 from snl_pbem.config import Config, load_config
 from snl_pbem.store import Database, OutboxMessage, Signup
 
@@ -167,6 +169,14 @@ def test_a_seat_given_before_the_start_greets_its_new_holder(db: Database, tmp_p
     )
     assert last(db, "gil@example.net").split("\n")[1].startswith("Hello, You have a seat")
     assert last(db, "dora@example.net").startswith("[g1] Your seat has a new player\nHello Dora, ")
+    # the welcome at the start greets its holder, Gil (no name of his own), and names the
+    # seat; ann's is as ever
+    start_game(db, config, "g1", T0)
+    gil = last(db, "gil@example.net")
+    assert gil.startswith("[g1] Welcome to Seat game: your order key\nHello, You play the seat ")
+    assert "You play the seat Dan Dare: the reports and our mail name it so." in gil
+    ann = last(db, "ann@example.org")
+    assert ann.split("\n")[1].startswith("Hello ann, You are playing") and "seat" not in ann
 
 
 def test_notices_after_a_replace_greet_the_holder_by_their_own_name(
@@ -187,3 +197,32 @@ def test_notices_after_a_replace_greet_the_holder_by_their_own_name(
         ).all()
     closed_again = [m for m in again if b"closed again" in m]
     assert len(closed_again) == 1 and b"Hello Dora," in closed_again[0]
+
+
+def test_every_mail_to_a_new_holder_greets_them_by_their_own_name(
+    db: Database, tmp_path: Path
+) -> None:
+    """After a REPLACE, the outbox greets the seat's holder by the name they joined with in
+    every mail (ack, STATUS, reminder, report), while the standings still name the seat;
+    ann, never replaced, is greeted as before; an address given alone gets "Hello,"."""
+    config = setup(db, tmp_path, start=True)
+    referee(db, config, "REPLACE g1 Dan Dare dora@example.net", tag="r1")
+    key = re.search(r"Your order key is (\S+)", last(db, "dora@example.net"))
+    assert key is not None
+    send(db, config, "dora@example.net", f"KEY {key[1]}\nSTATUS", "s1")
+    assert last(db, "dora@example.net").split("\n")[1].startswith("Hello Dora, ")
+    assert send_reminders(db, config, "g1", 1, T0 + timedelta(days=2)) == 2
+    assert "Hello Dora, " in last(db, "dora@example.net")
+    assert last(db, "ann@example.org").split("\n")[1].startswith("Hello ann, ")
+    send(db, config, "dora@example.net", f"KEY {key[1]}\nDICE 4", "d1")
+    ack = last(db, "dora@example.net")
+    assert ack.split("\n")[1].startswith("Hello Dora, ") and "Dan Dare," not in ack
+    referee(db, config, "CLOSE ROUND g1", tag="r2")
+    report = last(db, "dora@example.net")
+    assert report.startswith("[g1] Round 1") and "\nHello Dora, " in report
+    assert "Dan Dare" in report and "<- you" in report  # the standings name the seat
+    assert "\nHello ann, " in last(db, "ann@example.org")
+
+    referee(db, config, "REPLACE g1 Dan Dare eve@example.net", tag="r3")
+    referee(db, config, "CLOSE ROUND g1", tag="r4")
+    assert "\nHello, " in last(db, "eve@example.net")  # no name of her own: not the seat's

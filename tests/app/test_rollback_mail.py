@@ -101,6 +101,7 @@ def test_a_rollback_by_mail_tells_everyone_what_counts_and_the_reclose_replaces_
             "[g1] Round 1 closed early",
             "[g1] Round 1 report",
         ], who
+        assert "replaces" not in first[who][-1][1], who  # a first report replaces nothing
 
     referee(db, config, "ROLLBACK g1", T0 + timedelta(hours=2), "rb")
     told = inboxes.deliver(T0 + timedelta(hours=2))
@@ -144,6 +145,11 @@ def test_a_rollback_by_mail_tells_everyone_what_counts_and_the_reclose_replaces_
             "round 1, which the referee reopened, closed again at Sat 1 Dec 2029 17:00 GMT"
         ) in notice
         assert "The report of round 1 that follows replaces the one you had before" in notice
+        # the report itself says so too, for a player who reads it alone
+        assert (
+            "This report replaces the report of round 1 sent before the rollback."
+            in again[who][-1][1]
+        ), who
 
 
 def test_a_rollback_past_the_deadline_closes_again_at_once_on_resume(game, smtp_sink) -> None:
@@ -247,3 +253,20 @@ def test_a_forced_rollback_on_the_command_line_tells_who_must_send_again(
             )
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize("ruleset", ["classic", "postal"])
+def test_a_game_over_mail_after_a_rollback_says_it_replaces_the_earlier_one(ruleset) -> None:
+    """A last round rolled back and closed again: its game-over mail says it replaces the
+    one sent before; a first game-over mail says nothing of the kind."""
+    from test_plurals import CASES
+
+    from snl_pbem.mail.render import render
+
+    template = f"{ruleset}/game_over.txt.j2"
+    # the postal one counts nothing, so has no case of its own: the classic case fits it
+    context = {**CASES["classic/game_over.txt.j2"](1), "your_move": None}
+    line = "This mail replaces the mail of round 4 sent before the rollback."
+    _, again = render(template, **context, replaces=True)
+    assert line in again
+    assert line not in render(template, **context, replaces=False)[1]
