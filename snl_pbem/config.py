@@ -32,7 +32,7 @@ from pydantic import (
 
 from snl_pbem.boards import UnknownBoard, bundled_table, locate
 from snl_pbem.errors import ConfigError, no_such_game
-from snl_pbem.rules import Board, BoardError, GameRules, GameSetupError, TrapdoorRule
+from snl_pbem.rules import Board, BoardError, GameSetupError
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset, ruleset_names
 from snl_pbem.rules.ruleset import GameSettings as RulesetSettings
 from snl_pbem.rules.words import counted
@@ -376,7 +376,7 @@ class MailSettings(_Section):
     keep_processed_mail: KeepDuration = timedelta(days=90)
     """How long the raw bytes of handled inbound mail (processed, rejected, ignored,
     duplicate) are kept whole; after that only their headers are kept (who sent what,
-    when). Mail set aside (failed) or not yet processed is never trimmed. At least 1d;
+    when). Mail set aside or not yet processed is never trimmed. At least 1d;
     ``false`` (None here) keeps mail forever. See snl_pbem.app.retention."""
     max_stored_per_sender: Annotated[int, Field(ge=1)] = 200
     """Inbound messages stored from one sender per day, at most (enforced by the intake)."""
@@ -644,14 +644,6 @@ class GameConfig:
     @property
     def tz(self) -> ZoneInfo:
         return self.schedule.tz
-
-    def rules(self) -> GameRules:
-        return GameRules(
-            self.board,
-            double_from_round=self.settings.double_from_round,
-            trapdoor_rule=TrapdoorRule(self.settings.trapdoor_rule),
-            seed=self.seed,
-        )
 
     @property
     def seed(self) -> int:

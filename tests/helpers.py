@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from snl_pbem.app.games import settings_of
+from snl_pbem.app.lookup import settings_of
 from snl_pbem.rules import Board, GameRules, GameState, Position
 from snl_pbem.rules.postal.ruleset import POSTAL
 from snl_pbem.store import Game

@@ -162,3 +162,106 @@ def test_the_runners_own_timing_and_wiring_only() -> None:
         assert ".transaction(" not in text, f"{path.name} opens a transaction"
         assert "enqueue_mail" not in text and "template=" not in text, f"{path.name} writes mail"
         assert not any(n.startswith("sqlalchemy") for n in imports_of(path)), path.name
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """Each module of ``package`` -> the modules of ours it imports, anywhere in the file:
+    a function-local import is an arrow too (it is how a cycle hides). ``from a import b``
+    is an arrow to ``a.b`` when ``b`` is a module; relative imports are resolved."""
+    root = package.parent
+    modules: dict[str, Path] = {}
+    for path in package.rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        arrows: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                arrows.update(a.name for a in node.names if a.name in modules)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = here.split(".")
+                    base = parts[: len(parts) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                if source in modules:
+                    arrows.add(source)
+                arrows.update(
+                    f"{source}.{a.name}" for a in node.names if f"{source}.{a.name}" in modules
+                )
+        graph[name] = arrows - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (``[a, b, ..., a]``), or None."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        path.append(node)
+        on_path.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt in on_path:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in done:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        on_path.discard(node)
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if start not in done:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles() -> None:
+    """Issue 22: no module of ours imports, even inside a function, one that imports it back
+    (directly or round a longer loop). Move the code to where it belongs instead."""
+    cycle = find_cycle(module_graph(PACKAGE))
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_check_sees_hidden_and_relative_imports(tmp_path: Path) -> None:
+    """The check itself: a cycle closed by a function-local ``from pkg import mod`` or a
+    relative import is found and named."""
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("from .c import f\n")
+    (package / "sub" / "c.py").write_text("def f():\n    from pkg import a\n")
+    assert module_graph(package)["pkg.sub.b"] == {"pkg.sub.c"}
+    assert find_cycle(module_graph(package)) == ["pkg.a", "pkg.sub.b", "pkg.sub.c", "pkg.a"]
+    (package / "sub" / "c.py").write_text("def f():\n    pass\n")
+    assert find_cycle(module_graph(package)) is None
+
+
+APP_LINES = 500
+"""Issue 22: an app module longer than this is a grab bag unless its docstring says why."""
+
+
+def test_app_modules_stay_small_or_say_why() -> None:
+    long = []
+    for path in sorted((PACKAGE / "app").rglob("*.py")):
+        text = path.read_text()
+        lines = text.count("\n")
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        reason = any(line.startswith("Over 500 lines:") for line in doc.splitlines())
+        if lines > APP_LINES and not reason:
+            long.append(f"{path.relative_to(PACKAGE)} ({lines} lines)")
+    assert not long, (
+        "split these by concept, or give the reason on a docstring line starting "
+        "'Over 500 lines:': " + ", ".join(long)
+    )

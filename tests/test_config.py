@@ -57,7 +57,7 @@ def test_good_config_loads_boards_secrets_and_schedule(tmp_path: Path) -> None:
     # 18:00 London on 28 March (GMT) and 31 March (BST): the wall clock holds across DST
     assert game.schedule.deadline(1) == datetime(2026, 3, 28, 18, 0, tzinfo=UTC)
     assert game.schedule.deadline(2) == datetime(2026, 3, 31, 17, 0, tzinfo=UTC)
-    assert game.rules().double_from_round == 7
+    assert game.settings.double_from_round == 7  # what the server stores (app.games)
 
 
 def test_every_problem_is_named_with_its_key(tmp_path: Path) -> None:

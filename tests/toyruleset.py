@@ -16,6 +16,7 @@ from snl_pbem.rules.ruleset import (
     GameSettings,
     OrderReading,
     Orders,
+    OrderWord,
     Stored,
     StoredRound,
     register,
@@ -29,6 +30,11 @@ class ToyRuleset:
     option_keys = ()
     throws_dice = False
     no_orders = "(no DICE line)."
+    order_words: tuple[OrderWord, ...] = (
+        OrderWord(
+            "DICE", "DICE 4             any DICE line moves you 2 this round", aliases=("DIE",)
+        ),
+    )
 
     def refuse_word(self, word: str) -> str | None:
         refused = {"TRAPDOOR": "the toy game has no trapdoors", "ROLL": "the toy game has no ROLL"}

@@ -22,7 +22,7 @@ from email.parser import BytesHeaderParser
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import audit
+from snl_pbem.app.lookup import audit
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.mail.dsn import DeliveryReport, status_code

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app import membership_mail
 from snl_pbem.app.bounces import record_bounce
-from snl_pbem.app.games import audit, career, game_time, open_round, ruleset_of, settings_of
+from snl_pbem.app.lookup import audit, career, game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.referee_mail import handle_referee_mail, is_referee_mail
 from snl_pbem.app.replies import (  # noqa: F401 (the limits, for tests and callers)
@@ -49,7 +49,8 @@ from snl_pbem.app.replies import (  # noqa: F401 (the limits, for tests and call
     send,
     subject,
 )
-from snl_pbem.app.rounds import RECEIPT_ORDER, player_state, submit_orders
+from snl_pbem.app.rounds import submit_orders
+from snl_pbem.app.state import RECEIPT_ORDER, player_state
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import NotFound
@@ -99,7 +100,7 @@ WRONG_KEY = "authentication failed (wrong key)"
 class IngestResult:
     inbound_id: int | None
     status: str
-    """stored-and-processed outcome: processed, rejected, ignored, duplicate, failed."""
+    """stored-and-processed outcome: processed, rejected, ignored, duplicate, set-aside."""
     detail: str = ""
 
     @property

@@ -1,7 +1,7 @@
 """The player's life cycle by mail: LIST, JOIN, CONFIRM, OBSERVE and UNOBSERVE (no key
 needed: the address proves itself with a code), and RESIGN, ABSENT, NEW KEY, ADDRESS
-and HISTORY (with the player's key, like orders). What each does is
-``snl_pbem.app.membership``'s; here is who may ask, and the answer.
+and HISTORY (with the player's key, like orders). What each does is in ``signup``,
+``codes``, ``seats``, ``players`` and ``observers``; here is who may ask, and the answer.
 
 Answers to mail without a key go to the From address (the only one that can have asked)
 on the guests' budgets (``replies.GUEST_LIMITS``): a few a day to one address, a bound
@@ -31,8 +31,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
-from snl_pbem.app import membership
-from snl_pbem.app.games import game_time
+from snl_pbem.app import codes, observers, players, seats, signup, views
+from snl_pbem.app.lookup import game_time
 from snl_pbem.app.replies import (
     Context,
     guest_budget,
@@ -148,7 +148,7 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
     address = usable_sender(ctx)
     if not confirms or address is None:
         return None
-    if not membership.has_open(ctx.session, address, ctx.now, Purpose.ADDRESS):
+    if not codes.has_open(ctx.session, address, ctx.now, Purpose.ADDRESS):
         # no address move waits here: a sign-up or observer code sent with GAME and KEY out
         # of habit; only for this message's game (it holds that game's lock, no other)
         return _confirm(ctx, address, confirms[0].args[0], game)
@@ -156,9 +156,9 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
     rest = (
         None
         if vouched
-        else membership.resting(ctx.session, address, ctx.now, purposes=(Purpose.ADDRESS,))
+        else codes.resting(ctx.session, address, ctx.now, purposes=(Purpose.ADDRESS,))
     )
-    found = membership.check_code(
+    found = codes.check_code(
         ctx.session,
         address,
         confirms[0].args[0],
@@ -177,7 +177,7 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
             "ADDRESS again to get a new one.",
         )
         return "address code refused" + (" (codes resting)" if rest and found is None else "")
-    old = membership.move_address(ctx.session, ctx.config, game, player, address, ctx.now)
+    old = players.move_address(ctx.session, ctx.config, game, player, address, ctx.now)
     _player_reply(
         ctx,
         game,
@@ -200,7 +200,7 @@ def _open_action(ctx: Context, action: Action, address: str, player: Player | No
                 address,
                 MailKind.LIST,
                 "player/list.txt.j2",
-                games=membership.listed_games(ctx.session, ctx.config),
+                games=views.listed_games(ctx.session, ctx.config),
             )
             return "list sent"
         return "list not sent (budget)"
@@ -226,17 +226,17 @@ def _open_action(ctx: Context, action: Action, address: str, player: Player | No
         if game.state == GamePhase.OVER:
             _guest_reply(ctx, game, address, f"{game.name} is over: there is nothing to follow.")
             return "observe: game over"
-        current = membership.observing(ctx.session, game, address)
+        current = observers.observing(ctx.session, game, address)
         if current is not None and current.active:
             _guest_reply(ctx, game, address, f"You already follow {game.name}.")
             return "observe: already"
-        refusal = membership.observe_refusal(ctx.session, game)
+        refusal = observers.observe_refusal(ctx.session, game)
         if refusal is not None:
             _guest_reply(ctx, game, address, refusal)
             return "observe: refused (full)"
         return _send_code(ctx, game, address, Purpose.OBSERVE, "")
     # UNOBSERVE: answered only to an address that was observing (no backscatter)
-    if membership.unobserve(ctx.session, game, address, ctx.now):
+    if observers.unobserve(ctx.session, game, address, ctx.now):
         _guest_reply(
             ctx,
             game,
@@ -258,7 +258,7 @@ def _join(ctx: Context, game: Game, address: str, name: str) -> str:
             "in the reports).",
         )
         return "join: no name"
-    refusal = membership.join_refusal(ctx.session, ctx.config, game, address, name, ctx.now)
+    refusal = signup.join_refusal(ctx.session, ctx.config, game, address, name, ctx.now)
     if refusal is not None:
         _guest_reply(ctx, game, address, refusal, "Send LIST for the games you can join.")
         return f"join refused: {refusal}"
@@ -278,22 +278,22 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
     a flood of forgeries holds back only the senders it could be."""
     word = "JOIN" if purpose == Purpose.JOIN else "OBSERVE"
     vouched = verified_sender(ctx)
-    same = membership.pending_code(
+    same = codes.pending_code(
         ctx.session, game, address, ctx.now, purpose, name if purpose == Purpose.JOIN else None
     )
     if same is not None:
         return _remind(ctx, game, address, purpose, same)
-    waiting = membership.pending_code(ctx.session, game, address, ctx.now, purpose)
+    waiting = codes.pending_code(ctx.session, game, address, ctx.now, purpose)
     refused: tuple[str, str] | None = None  # (why, the reason told)
     if purpose == Purpose.JOIN and not vouched:
-        refusal = membership.join_code_refusal(ctx.session, game, ctx.now)
+        refusal = signup.join_code_refusal(ctx.session, game, ctx.now)
         if refusal is not None:
-            membership.flood_noticed(
+            signup.flood_noticed(
                 ctx.session,
                 ctx.config,
                 game,
                 ctx.now,
-                f"at most {membership.MAX_UNCONFIRMED_PER_GAME} sign-up codes an hour for one game",
+                f"at most {signup.MAX_UNCONFIRMED_PER_GAME} sign-up codes an hour for one game",
             )
             refused = ("the game's sign-ups for the hour", refusal)
             if waiting is None:
@@ -312,7 +312,7 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
     elif limit is not None:
         domain = address.rpartition("@")[2]
         if limit != "all" or not vouched:
-            membership.flood_noticed(
+            signup.flood_noticed(
                 ctx.session,
                 ctx.config,
                 game,
@@ -335,9 +335,9 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
         _remind(ctx, game, address, purpose, waiting, refused[1])
         return f"{purpose}: no code sent ({refused[0]}); reminded of the code waiting"
     if purpose == Purpose.JOIN:
-        code = membership.request_join(ctx.session, game, address, name, ctx.now, vouched)
+        code = signup.request_join(ctx.session, game, address, name, ctx.now, vouched)
     else:
-        code = membership.request_observe(ctx.session, game, address, ctx.now, vouched)
+        code = observers.request_observe(ctx.session, game, address, ctx.now, vouched)
     send(
         ctx,
         game,
@@ -347,7 +347,7 @@ def _send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) 
         purpose=purpose,
         name=name,
         code=code,
-        days=membership.CODE_LIFETIME.days,
+        days=codes.CODE_LIFETIME.days,
         secret=True,  # the code is stored only hashed: the sent copy is scrubbed too
     )
     return f"{purpose}: code sent" + (" (another waits)" if waiting is not None else "")
@@ -399,7 +399,7 @@ def _note(
     day, so a forger's flood in its name cannot silence them. True when sent."""
     if guest_limit(ctx, address, MailKind.GUEST_NOTE) is not None:
         return False
-    if membership.noted(ctx.session, address, about, ctx.now, NOTE_EVERY):
+    if codes.noted(ctx.session, address, about, ctx.now, NOTE_EVERY):
         log.info("inbound %d: note %r sent to %s lately", ctx.row.id, about, address)
         return False
     _to_stranger(ctx, game, address, MailKind.GUEST_NOTE, message, next)
@@ -419,13 +419,13 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
     the caller holds locked). A CONFIRM our MTA vouches for (``verified_sender``) is
     checked against every open code, resting or not: wrong codes forged in the owner's
     name can slow only what could be forged. A code that seats (or lists) voids the
-    address's other JOIN codes for that game (``membership.void_other_joins``)."""
+    address's other JOIN codes for that game (``codes.void_other_joins``)."""
     purposes = (Purpose.JOIN, Purpose.OBSERVE)
     vouched = verified_sender(ctx)
     rest = (
         None
         if vouched
-        else membership.resting(  # before the check: codes resting now are not checked
+        else codes.resting(  # before the check: codes resting now are not checked
             ctx.session,
             address,
             ctx.now,
@@ -433,7 +433,7 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
             game_id=locked.id if locked is not None else None,
         )
     )
-    found = membership.check_code(
+    found = codes.check_code(
         ctx.session,
         address,
         code,
@@ -457,7 +457,7 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
     game, confirmation = found.game, found.confirmation
     ctx.session.refresh(game, with_for_update=True)  # as a round close locks it
     if confirmation.purpose == Purpose.OBSERVE:
-        membership.observe(ctx.session, game, address, ctx.now)
+        observers.observe(ctx.session, game, address, ctx.now)
         _guest_reply(
             ctx,
             game,
@@ -469,7 +469,7 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
         return "observing"
     name = str(confirmation.payload.get("name", ""))
 
-    def tell(outcome: membership.JoinOutcome) -> None:  # before the welcome, if it starts
+    def tell(outcome: signup.JoinOutcome) -> None:  # before the welcome, if it starts
         send(
             ctx,
             game,
@@ -482,13 +482,11 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
         )
 
     try:
-        outcome = membership.complete_join(
-            ctx.session, ctx.config, game, name, address, ctx.now, tell
-        )
+        outcome = signup.complete_join(ctx.session, ctx.config, game, name, address, ctx.now, tell)
     except LifecycleError as exc:
         _guest_reply(ctx, game, address, str(exc), "Send LIST for the games you can join.")
         return f"join refused: {exc}"
-    membership.void_other_joins(ctx.session, game, address, ctx.now)
+    codes.void_other_joins(ctx.session, game, address, ctx.now)
     started = f"; {STARTED}" if outcome.started else ""
     return f"joined {game.name} as {name}: {outcome.state}{started}"
 
@@ -537,15 +535,15 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
             player,
             MailKind.MEMBERSHIP,
             "player/history.txt.j2",
-            rounds=membership.standings_by_round(session, game),
+            rounds=views.standings_by_round(session, game),
         )
         return "history sent"
     if action.word == "NEW KEY":
-        refusal = membership.new_key_refusal(session, game, player, now)
+        refusal = players.new_key_refusal(session, game, player, now)
         if refusal is not None:
             _player_reply(ctx, game, player, refusal)
             return "new key refused"
-        order_key = membership.new_key(session, game, player, now)
+        order_key = players.new_key(session, game, player, now)
         send(  # always sent (not held by the replies' budget): the old key has stopped
             ctx,
             game,
@@ -569,12 +567,12 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
                 "changed.",
             )
             return "resign: another game named"
-        refusal = membership.resign_refusal(config, game, player)
+        refusal = seats.resign_refusal(config, game, player)
         if refusal is not None:
             _player_reply(ctx, game, player, refusal)
             return "resign refused"
         forming = game.state == GamePhase.NEW
-        if membership.resign(session, config, game, player, now, named, ctx.row.id):
+        if seats.resign(session, config, game, player, now, named, ctx.row.id):
             if forming:
                 _player_reply(
                     ctx,
@@ -598,7 +596,7 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
             game,
             player,
             f"To resign from {game.name}, send one more message within "
-            f"{membership.RESIGN_LIFETIME.days} days with these lines (nothing changes until "
+            f"{seats.RESIGN_LIFETIME.days} days with these lines (nothing changes until "
             "then):",
             f"GAME {game.name}\nKEY (your order key)\nRESIGN {game.name}",
         )
@@ -606,7 +604,7 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
     if action.word == "ABSENT":
         try:
             until = _absent_until(game, action.args) if action.args[0] == "until" else None
-            message = membership.absent(session, config, game, player, until, now)
+            message = players.absent(session, config, game, player, until, now)
         except (LifecycleError, ValueError) as exc:
             _player_reply(ctx, game, player, f"{exc} Nothing changed.")
             return f"absent refused: {exc}"
@@ -614,11 +612,11 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
         return "absent" if until else "absent off"
     # ADDRESS
     new = action.args[0]
-    refusal = membership.address_refusal(session, config, game, player, new)
+    refusal = players.address_refusal(session, config, game, player, new)
     if refusal is not None:
         _player_reply(ctx, game, player, f"{refusal} Nothing changed.")
         return f"address refused: {refusal}"
-    refusal = membership.address_code_refusal(session, game, player, now)
+    refusal = players.address_code_refusal(session, game, player, now)
     if refusal is not None:
         _player_reply(ctx, game, player, refusal)
         return "address: no code sent (the player's or the game's codes for the day)"
@@ -627,7 +625,7 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
             ctx, game, player, f"Too many codes went to {new} lately; try again tomorrow."
         )
         return "address: no code sent (budget)"
-    code = membership.request_address(session, game, player, new, now)
+    code = players.request_address(session, game, player, new, now)
     send(
         ctx,
         game,
@@ -637,7 +635,7 @@ def _keyed_action(ctx: Context, game: Game, player: Player, action: Action) -> s
         purpose=Purpose.ADDRESS,
         name=player.name,
         code=code,
-        days=membership.CODE_LIFETIME.days,
+        days=codes.CODE_LIFETIME.days,
         secret=True,
     )
     _player_reply(

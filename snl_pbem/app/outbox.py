@@ -23,13 +23,14 @@ from typing import Any
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
+from snl_pbem.app.state import holder_name
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.mail.compose import compose, new_message_id
 from snl_pbem.mail.dkim import sign as dkim_sign
 from snl_pbem.mail.ours import scrubbed
 from snl_pbem.mail.render import render
-from snl_pbem.mail.smtp import SendError, SmtpSender
+from snl_pbem.mail.smtp import Sender, SendError
 from snl_pbem.procs import dead_here
 from snl_pbem.rules.errors import RulesetError
 from snl_pbem.rules.words import agree
@@ -69,7 +70,7 @@ def enqueue_mail(
 
     Every template gets ``hello``, the greeting line: mail to a seat's holder (``player``
     in the context, sent to its address) greets them by the name they go by, which after
-    a REPLACE is not the seat's (``membership.holder_name``); anything else "Hello,".
+    a REPLACE is not the seat's (``state.holder_name``); anything else "Hello,".
     """
     address = config.settings.mail.address
     context.setdefault("hello", _hello(session, game, to, context.get("player")))
@@ -127,8 +128,6 @@ def enqueue_mail(
 def _hello(session: Session, game: Game | None, to: str, player: object) -> str:
     """The greeting line of a mail to ``to``: "Hello <name>," for a seat's holder by the
     name they go by, "Hello," when the mail is not to a holder or they gave no name."""
-    from snl_pbem.app.membership import holder_name  # here: membership imports this module
-
     if game is None or not isinstance(player, Player) or player.email.lower() != to.lower():
         return "Hello,"
     name = holder_name(session, game, player)
@@ -251,7 +250,7 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
 def drain_outbox(
     db: Database,
     config: Config,
-    sender: SmtpSender,
+    sender: Sender,
     clock: Callable[[], datetime],
     *,
     worker: str,
@@ -400,7 +399,7 @@ def _record(
 def drain_parallel(
     db: Database,
     config: Config,
-    make_sender: Callable[[], SmtpSender],
+    make_sender: Callable[[], Sender],
     clock: Callable[[], datetime],
     *,
     connections: int,

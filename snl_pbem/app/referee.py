@@ -7,9 +7,9 @@ valid — never sent to players. ``extend`` stays within the game's limits
 (``max_extend``, ``max_total_extend``) and, like ``pause`` and ``resume`` given the
 config, tells every active player in one notice each, in the same transaction.
 
-Each command is a session-level function (``extend_in``, ``pause_in``, ``resume_in``: the
-caller's transaction, the game row locked), which the referee's mail runs inside the
-intake's transaction, and a database-level one the command line runs.
+Each command is a session-level function (``extend_locked``, ``pause_locked``,
+``resume_locked``: the caller's transaction, the game row locked), which the referee's
+mail runs inside the intake's transaction, and a database-level one the command line runs.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import audit, game_by_id, game_time, open_round
+from snl_pbem.app.lookup import audit, game_by_id, game_time, open_round
 from snl_pbem.app.reports import enqueue_deadline_notice
-from snl_pbem.app.rounds import latest_orders, load_state
+from snl_pbem.app.state import latest_orders, load_state
 from snl_pbem.config import Config, GameSettings
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.rules.words import counted
@@ -106,15 +106,15 @@ def extend(
     actor: str = "referee",
     via: str | None = None,
 ) -> datetime:
-    """:func:`extend_in` in a transaction of its own."""
+    """:func:`extend_locked` in a transaction of its own."""
     if (by is None) == (until is None):
         raise LifecycleError("give either --by DURATION or --until TIME")
     with db.transaction() as session:
         game = _game(session, game_id, lock=True)
-        return extend_in(session, config, game, now, by=by, until=until, actor=actor, via=via)
+        return extend_locked(session, config, game, now, by=by, until=until, actor=actor, via=via)
 
 
-def extend_in(
+def extend_locked(
     session: Session,
     config: Config,
     game: Game,
@@ -168,13 +168,13 @@ def pause(
     config: Config | None = None,
     via: str | None = None,
 ) -> None:
-    """:func:`pause_in` in a transaction of its own."""
+    """:func:`pause_locked` in a transaction of its own."""
     with db.transaction() as session:
         game = _game(session, game_id, lock=True)
-        pause_in(session, config, game, now, actor=actor, via=via)
+        pause_locked(session, config, game, now, actor=actor, via=via)
 
 
-def pause_in(
+def pause_locked(
     session: Session,
     config: Config | None,
     game: Game,
@@ -212,13 +212,13 @@ def resume(
     config: Config | None = None,
     via: str | None = None,
 ) -> datetime:
-    """:func:`resume_in` in a transaction of its own."""
+    """:func:`resume_locked` in a transaction of its own."""
     with db.transaction() as session:
         game = _game(session, game_id, lock=True)
-        return resume_in(session, config, game, now, actor=actor, via=via)
+        return resume_locked(session, config, game, now, actor=actor, via=via)
 
 
-def resume_in(
+def resume_locked(
     session: Session,
     config: Config | None,
     game: Game,
@@ -397,10 +397,10 @@ class GameStatus:
 def status(db: Database, game_id: str | None = None) -> list[GameStatus]:
     """The referee's view of every game (or one)."""
     with db.transaction() as session:
-        return status_in(session, game_id)
+        return status_locked(session, game_id)
 
 
-def status_in(session: Session, game_id: str | None = None) -> list[GameStatus]:
+def status_locked(session: Session, game_id: str | None = None) -> list[GameStatus]:
     """:func:`status` in the caller's transaction."""
     query = select(Game).order_by(Game.name)
     games = [_game(session, game_id)] if game_id else list(session.scalars(query))

@@ -30,27 +30,23 @@ from datetime import timedelta
 
 from sqlalchemy import select
 
-from snl_pbem.app.games import audit, game_by_id, game_time
-from snl_pbem.app.membership import (
-    approve_signup,
-    refuse_signup,
-    replace_seat,
-    start_forming_game,
-)
+from snl_pbem.app.lookup import audit, game_by_id, game_time
 from snl_pbem.app.membership_mail import STARTED
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.referee import (
-    extend_in,
+    extend_locked,
     extension_caps,
-    pause_in,
+    pause_locked,
     render_status,
-    resume_in,
-    status_in,
+    resume_locked,
+    status_locked,
 )
 from snl_pbem.app.reopened import rolled_back
 from snl_pbem.app.replies import Context, redact, redacted, send
-from snl_pbem.app.rounds import close_round_in, rollback_round_in
+from snl_pbem.app.rounds import close_round_locked, rollback_round_locked
+from snl_pbem.app.seats import replace_seat
 from snl_pbem.app.server_keys import REFEREE, is_referee_key
+from snl_pbem.app.signup import approve_signup, refuse_signup, start_forming_game
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.mail.commands import REFEREE_ACTIONS, Action, LineProblem
 from snl_pbem.rules.outcome import ranked
@@ -323,7 +319,7 @@ def _obey(ctx: Context) -> list[Outcome]:
 def _status(ctx: Context) -> Outcome:
     """STATUS at its place in the message: the games as the commands before it left them."""
     try:
-        games = status_in(ctx.session, _message_game(ctx))
+        games = status_locked(ctx.session, _message_game(ctx))
     except NotFound as exc:
         return Outcome("STATUS", False, str(exc))
     block = "\n".join(render_status(g) for g in games) or "no games\n"
@@ -337,7 +333,7 @@ def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
     session, config, now = ctx.session, ctx.config, ctx.now
     word = action.word
     if word == "EXTEND":
-        new = extend_in(
+        new = extend_locked(
             session, config, game, now, by=_duration(action.args[1]), actor=actor, via=VIA
         )
         caps = extension_caps(config, game)
@@ -348,10 +344,10 @@ def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
             "allowed are used)"
         )
     if word == "PAUSE":
-        pause_in(session, config, game, now, actor=actor, via=VIA)
+        pause_locked(session, config, game, now, actor=actor, via=VIA)
         return f"{game.name}: paused; its deadline stops until RESUME; the players are told"
     if word == "RESUME":
-        new = resume_in(session, config, game, now, actor=actor, via=VIA)
+        new = resume_locked(session, config, game, now, actor=actor, via=VIA)
         if new <= now:
             return (
                 f"{game.name}: resumed; its deadline {game_time(game, new)} has passed: the "
@@ -359,7 +355,7 @@ def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
             )
         return f"{game.name}: resumed; deadline now {game_time(game, new)}; the players are told"
     if word == "CLOSE ROUND":
-        outcome = close_round_in(session, game, now, actor=actor, config=config, via=VIA)
+        outcome = close_round_locked(session, game, now, actor=actor, config=config, via=VIA)
         if outcome is None:
             raise LifecycleError(f"{game.name}: no round is open (the game is {game.state})")
         positions = ", ".join(f"{n} {p}" for n, p in ranked(outcome.adjudication.positions))
@@ -369,7 +365,7 @@ def _run(ctx: Context, action: Action, game: Game, actor: str) -> str:
             return text + f"round {outcome.next_round} open, deadline {deadline}"
         return text + "the game is over"
     if word == "ROLLBACK":
-        number = rollback_round_in(
+        number = rollback_round_locked(
             session,
             game,
             now,

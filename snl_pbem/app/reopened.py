@@ -19,9 +19,9 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import audit, game_by_id, game_time, open_round, ruleset_of
-from snl_pbem.app.membership import holder_names, observers
+from snl_pbem.app.lookup import audit, game_by_id, game_time, open_round, ruleset_of
 from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.state import holder_names, observers
 from snl_pbem.config import Config
 from snl_pbem.store import (
     AuditEntry,

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import ruleset_of
-from snl_pbem.app.membership import VOUCHED
+import snl_pbem.app.commands  # noqa: F401 (registers the commands HELP's text lists)
+from snl_pbem.app.codes import VOUCHED
+from snl_pbem.app.lookup import ruleset_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.config import Config, address_problem
 from snl_pbem.mail import authresults
@@ -75,6 +76,8 @@ class Context:
     mail: ParsedMail
     commands: Commands
     now: datetime
+    started: set[str] = field(default_factory=set)
+    """The games (by name) this message started: a sign-up that filled one, or START."""
 
 
 def registered(session: Session, game: Game | None, sender: str | None) -> Player | None:
@@ -102,7 +105,7 @@ that asks, so a forged flood from many addresses meets the bound for all of them
 one address never gets more than a few a day. An address's count takes in its ``+tag``
 forms (``ann+1@`` ... ``ann+9@`` are one mailbox). Notices go only to registered players'
 addresses: a per-address budget is enough. Notes (a code is pending, too many codes...)
-are each sent at most once an hour to an address (``membership.noted``), so they never
+are each sent at most once an hour to an address (``codes.noted``), so they never
 use up its day's answers."""
 GUEST_DOMAIN_LIMITS: dict[str, int] = {MailKind.CODE: 10}
 """Per kind, codes to all addresses at one domain in an hour, at most: thirty forged JOINs
@@ -130,7 +133,7 @@ def guest_limit(ctx: Context, address: str, kind: str) -> str | None:
 
     A reply to the sender of a message our MTA vouches for (``verified_sender``: DKIM or
     DMARC aligned with its From domain) meets only its address's bound, and for codes
-    that bound counts only the codes its vouched-for requests drew (``membership.VOUCHED``
+    that bound counts only the codes its vouched-for requests drew (``codes.VOUCHED``
     in their payload): the shared bounds (a domain's, a kind's, all guest mail's) are
     there because a forger can write in anyone's name, and he cannot write this. Beyond
     them only VOUCHED_GUEST_MAIL_PER_HOUR holds."""

@@ -20,9 +20,10 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import careers, game_time, ruleset_of, settings_of
-from snl_pbem.app.membership import observers, seat_lines
+from snl_pbem.app.lookup import careers, game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.state import RECEIPT_ORDER, observers
+from snl_pbem.app.views import seat_lines
 from snl_pbem.config import Config
 from snl_pbem.rules import Board, Position
 from snl_pbem.rules.outcome import ranked
@@ -98,8 +99,6 @@ def own_defaults(
     concerned = set(decided.nmr) | defaulted
     if not concerned:
         return {}
-    from snl_pbem.app.rounds import RECEIPT_ORDER  # here: rounds imports this module
-
     latest: dict[int, tuple[bool, bool, list[Any]]] = {}  # the orders that counted, if any
     if decided.nmr:
         for player_id, valid, withdrawn, problems in session.execute(

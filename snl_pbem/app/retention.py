@@ -5,7 +5,7 @@ happens. Once it has been handled -- processed, rejected, ignored or a duplicate
 is older than ``keep_processed_mail``, its body is no longer needed (and holds a player's
 order key): :func:`purge_raw_mail` replaces the raw bytes by the message's header block,
 so the referee still sees who sent what, and when (``inbound show ID``). Mail set aside
-(``failed``) or not yet processed (``new``) is never trimmed: the referee may still
+(``set-aside``) or not yet processed (``new``) is never trimmed: the referee may still
 retry it. The row's other columns (SHA-256 of the original bytes, Message-ID, mailbox
 UID, sender) stay, so the same message arriving again is still recognised.
 
@@ -33,7 +33,7 @@ TRIMMABLE = (
     InboundStatus.IGNORED,
     InboundStatus.DUPLICATE,
 )
-"""Statuses whose raw bytes may be trimmed; never ``new`` or ``failed`` (set aside)."""
+"""Statuses whose raw bytes may be trimmed; never ``new`` or ``set-aside``."""
 TRIMMED_HEADER = b"X-SNL-PBEM-Trimmed: "
 HEADER_LIMIT = 64 * 1024
 """A header block longer than this is cut (at a line end) when the body is removed."""

@@ -19,10 +19,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import CursorResult, delete, func, or_, select, update
+from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import (
+from snl_pbem.app.lookup import (
     audit,
     game_by_id,
     open_round,
@@ -31,13 +31,14 @@ from snl_pbem.app.games import (
     settings_of,
     turns_in_round,
 )
-from snl_pbem.app.membership import fill_resigned_seats
 from snl_pbem.app.reopened import rolled_back_before, tell_closed_again, tell_rolled_back
 from snl_pbem.app.reports import enqueue_deadline_notice, enqueue_round_mail
+from snl_pbem.app.seats import fill_resigned_seats
+from snl_pbem.app.state import counting_orders, game_players, load_state, player_state
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.errors import LifecycleError
-from snl_pbem.rules.ruleset import Adjudication, OrderReading, Orders, Stored
+from snl_pbem.rules.ruleset import Adjudication, OrderReading, Orders
 from snl_pbem.rules.words import agree, counted
 from snl_pbem.store import (
     Database,
@@ -49,7 +50,7 @@ from snl_pbem.store import (
     TurnRecord,
 )
 from snl_pbem.store.bulk import insert_rows
-from snl_pbem.store.models import dice_text, dice_values
+from snl_pbem.store.models import dice_text
 from snl_pbem.store.states import GamePhase, RoundPhase
 
 log = logging.getLogger("snl_pbem.rounds")
@@ -67,22 +68,6 @@ TURN_COLUMNS = (
 )
 
 
-@dataclass(frozen=True)
-class PlayerRef:
-    """The two things the round close needs of a player."""
-
-    id: int
-    name: str
-
-
-def game_players(session: Session, game: Game) -> list[PlayerRef]:
-    """Every player of the game (in the config or not: all still play, R17), by id."""
-    rows = session.execute(
-        select(Player.id, Player.name).where(Player.game_id == game.id).order_by(Player.id)
-    )
-    return [PlayerRef(pid, name) for pid, name in rows]
-
-
 @contextmanager
 def gc_paused() -> Iterator[None]:
     """No cyclic garbage collection during a round close.
@@ -98,116 +83,6 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def load_state(
-    session: Session,
-    game: Game,
-    players: Sequence[PlayerRef | Player],
-) -> Stored:
-    """The game's state from its stored results: every position, and each player's dice
-    since the turn the game's ruleset needs them from (postal: the current set of six).
-    With ``players`` one player only (``player_state``), a state of that player alone."""
-    names = tuple(p.name for p in players)
-    turns = game.turns_played
-    set_start = ruleset_of(game).history_start(turns)
-    positions = dict.fromkeys(names, 0)
-    played: dict[str, list[int]] = {name: [] for name in names}
-    by_id = {p.id: p.name for p in players}
-    query = select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final).where(
-        TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns)
-    )
-    if len(players) == 1:  # one player's own state: their rows only
-        query = query.where(TurnRecord.player_id == players[0].id)
-    for player_id, turn, die, final in session.execute(query.order_by(TurnRecord.turn)):
-        name = by_id.get(player_id)
-        if name is None:
-            continue
-        if turn > set_start:
-            played[name].append(die)
-        if turn == turns:
-            positions[name] = final
-    return Stored(
-        players=names,
-        positions=positions,
-        played={name: tuple(dice) for name, dice in played.items()},
-        rounds_played=game.rounds_played,
-        turns_played=turns,
-        played_from=set_start,
-        extra=last_record(session, game),
-    )
-
-
-def last_record(session: Session, game: Game) -> dict[str, Any]:
-    """What the game's ruleset kept of its last round (classic: its state); {} if none."""
-    if not game.rounds_played:
-        return {}
-    record = session.scalar(
-        select(RoundTally.record)
-        .join(Round, Round.id == RoundTally.round_id)
-        .where(Round.game_id == game.id, Round.number == game.rounds_played)
-    )
-    return record or {}
-
-
-def awaiting(session: Session, game: Game, players: Sequence[PlayerRef | Player]) -> set[str]:
-    """The names among ``players`` whose orders the open round waits for (the ruleset
-    says: the classic game waits only for those still racing)."""
-    names = tuple(p.name for p in players)
-    kept = Stored(names, {}, {}, rounds_played=game.rounds_played, extra=last_record(session, game))
-    return set(ruleset_of(game).awaiting(settings_of(game), kept))
-
-
-def player_state(session: Session, game: Game, player: Player) -> Stored:
-    """One player's own stored state (positions and dice of that player alone): enough
-    to check their orders or tell them their own play, never to adjudicate."""
-    return load_state(session, game, [player])
-
-
-RECEIPT_ORDER = (
-    OrderRecord.received_at,
-    func.coalesce(OrderRecord.inbound_id, 0),
-    OrderRecord.id,
-)
-"""The order in which order sets replace one another: by receipt time, then, within one
-second (IMAP dates are whole seconds), by the order their messages were stored, never by
-the order they happened to be read in (stored messages are read in parallel:
-snl_pbem.runners.mailboxes.Readers). Orders the referee entered (no message) come first
-within their second."""
-
-
-def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
-    """Each player's latest order set for a round (by player id), whatever its receipt time."""
-    latest: dict[int, OrderRecord] = {}
-    for record in session.scalars(
-        select(OrderRecord).where(OrderRecord.round_id == round_id).order_by(*RECEIPT_ORDER)
-    ):
-        latest[record.player_id] = record
-    return latest
-
-
-def counting_orders(
-    session: Session, round_: Round, players: Sequence[PlayerRef | Player]
-) -> dict[str, Orders]:
-    """Each player's latest order set received by the deadline (or entered by the referee);
-    a player whose latest withdrew their orders is left out (they sent none)."""
-    by_id = {p.id: p.name for p in players}
-    latest: dict[str, Orders] = {}
-    rows = session.execute(
-        select(
-            OrderRecord.player_id, OrderRecord.dice, OrderRecord.nomination, OrderRecord.withdrawn
-        )
-        .where(
-            OrderRecord.round_id == round_.id,
-            or_(OrderRecord.received_at <= round_.deadline, OrderRecord.source == "referee"),
-        )
-        .order_by(*RECEIPT_ORDER)
-    )
-    for player_id, dice, nomination, withdrawn in rows:
-        name = by_id.get(player_id)
-        if name is not None:  # later ones replace earlier ones, as a whole
-            latest[name] = Orders(dice_values(dice), nomination, withdraw=withdrawn)
-    return {name: order for name, order in latest.items() if not order.withdraw}
 
 
 @dataclass(frozen=True)
@@ -303,7 +178,7 @@ def close_round(
     """
     with db.transaction() as session:
         game = game_by_id(session, game_id, lock=True)
-        outcome = close_round_in(
+        outcome = close_round_locked(
             session, game, now, actor=actor, expect_round=expect_round, config=config, via=via
         )
         if outcome is None:
@@ -314,7 +189,7 @@ def close_round(
     return outcome
 
 
-def close_round_in(
+def close_round_locked(
     session: Session,
     game: Game,
     now: datetime,
@@ -522,39 +397,6 @@ def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
         return [(game_id, number, deadline) for game_id, number, deadline in rows]
 
 
-def close_due_rounds(
-    db: Database,
-    now: datetime,
-    *,
-    backups: int = 0,
-    backup_dir: Path | None = None,
-    config: Config | None = None,
-) -> list[CloseOutcome]:
-    """Close every round whose deadline passed (e.g. while the server was down), each once,
-    in deadline order. A round opened by one of these closes gets a fresh deadline."""
-    closed = []
-    for game_id, number, _deadline in due_rounds(db, now):
-        try:  # one game's failing close must not keep the others from closing
-            outcome = close_with_backup(
-                db,
-                game_id,
-                now,
-                backups=backups,
-                backup_dir=backup_dir,
-                actor="catch-up",
-                expect_round=number,
-                config=config,
-            )
-        except Exception as exc:
-            log.error(
-                "%s: closing round %d failed: %s: %s", game_id, number, type(exc).__name__, exc
-            )
-            continue
-        if outcome is not None:
-            closed.append(outcome)
-    return closed
-
-
 def rollback_round(
     db: Database,
     game_id: str,
@@ -565,15 +407,15 @@ def rollback_round(
     via: str | None = None,
     config: Config | None = None,
 ) -> int:
-    """:func:`rollback_round_in` in a transaction of its own."""
+    """:func:`rollback_round_locked` in a transaction of its own."""
     with db.transaction() as session:
         game = game_by_id(session, game_id, lock=True)
-        return rollback_round_in(
+        return rollback_round_locked(
             session, game, now, actor=actor, force=force, via=via, config=config
         )
 
 
-def rollback_round_in(
+def rollback_round_locked(
     session: Session,
     game: Game,
     now: datetime,

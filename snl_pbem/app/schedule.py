@@ -2,7 +2,8 @@
 over the database, so the scheduler (``snl_pbem.runners.scheduler``) owns timing only.
 
 Open rounds and their deadlines, reminders, close-when-all-in, the circuit breaker's
-held rounds, and the messages still waiting to be processed before a close.
+held rounds, and the messages still waiting to be processed before a close. What a close
+job decides (close, hold, wait or re-plan) is ``snl_pbem.app.deadline``.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.games import game_time, ruleset_of, settings_of
-from snl_pbem.app.membership import is_absent
+from snl_pbem.app.lookup import game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.rounds import awaiting, latest_orders, load_state
+from snl_pbem.app.players import is_absent
+from snl_pbem.app.state import awaiting, latest_orders, load_state
 from snl_pbem.config import Config
 from snl_pbem.store import Database, Game, InboundMessage, OrderRecord, Player, Round
 from snl_pbem.store.models import MailboxState
@@ -58,37 +59,6 @@ def open_rounds(db: Database) -> list[OpenRound]:
                 )
             )
         return found
-
-
-def round_deadline(db: Database, game_id: str, number: int) -> datetime | None:
-    """The deadline of the game's round ``number`` (open or not); None if there is none."""
-    with db.transaction() as session:
-        return session.scalar(
-            select(Round.deadline)
-            .join(Game, Game.id == Round.game_id)
-            .where(Game.name == game_id, Round.number == number)
-        )
-
-
-def close_due(db: Database, game_id: str, number: int) -> datetime | None:
-    """The deadline of round ``number`` if it is open and not held; else None."""
-    with db.transaction() as session:
-        return session.scalar(
-            select(Round.deadline)
-            .join(Game, Game.id == Round.game_id)
-            .where(
-                Game.name == game_id,
-                Round.number == number,
-                Round.state == RoundPhase.OPEN,
-                Round.held_at.is_(None),
-            )
-        )
-
-
-def is_running(db: Database, game_id: str) -> bool:
-    with db.transaction() as session:
-        state = session.scalar(select(Game.state).where(Game.name == game_id))
-        return state == GamePhase.RUNNING
 
 
 def waiting_before_deadline(db: Database, game_id: str, number: int) -> list[int]:
@@ -198,16 +168,9 @@ def all_in_close_at(db: Database, game_id: str, now: datetime) -> tuple[int, dat
         round_ = session.scalar(
             select(Round).where(Round.game_id == game.id, Round.state == RoundPhase.OPEN)
         )
-        if round_ is None or not _all_in(session, game, round_):
+        if round_ is None or not all_in_locked(session, game, round_):
             return None
         return round_.number, min(now + timedelta(seconds=game.settle_s), round_.deadline)
-
-
-def still_all_in(db: Database, game_id: str, number: int) -> bool:
-    """Round ``number`` is open and every player still has valid orders for it."""
-    with db.transaction() as session:
-        game, round_ = _open_round(session, game_id, number)
-        return game is not None and round_ is not None and _all_in(session, game, round_)
 
 
 def hold_round(
@@ -244,7 +207,8 @@ def hold_round(
     return True
 
 
-def _all_in(session: Session, game: Game, round_: Round) -> bool:
+def all_in_locked(session: Session, game: Game, round_: Round) -> bool:
+    """Every player the round waits for has valid orders (in the caller's transaction)."""
     latest = latest_orders(session, round_.id)
     players = list(  # a resigned seat sends nothing: it is not waited for
         session.scalars(

@@ -12,9 +12,10 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.lookup import audit
 from snl_pbem.config import Config
 from snl_pbem.keys import hash_key, new_salt, verify_key
-from snl_pbem.store import AuditEntry, ServerKey
+from snl_pbem.store import ServerKey
 
 REFEREE = "referee"
 """``ServerKey.name`` of the referee's key."""
@@ -41,10 +42,7 @@ def sync_referee_key(session: Session, config: Config, now: datetime, actor: str
         else:
             row.key_hash, row.salt, row.updated_at = hash_key(key, salt), salt, now
             change = "changed: the old one no longer works"
-    # the audit entry is written here (games.audit would import this module's importer)
-    session.add(
-        AuditEntry(at=now, actor=actor, action="referee-key", game_id=None, detail={}, via=None)
-    )
+    audit(session, now, actor, "referee-key", None)
     return f"the referee key (mail.referee_key) {change}"
 
 

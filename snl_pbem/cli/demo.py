@@ -164,7 +164,7 @@ def write_config(
     seed: int = 1,
 ) -> Path:
     # the first deadline has passed when the last seat is taken: round 1's deadline is then
-    # one round length after the start (start_in's shift_late_start)
+    # one round length after the start (start_locked's shift_late_start)
     first = datetime.now(UTC)
     rules = (
         CLASSIC_OPTIONS + f"seed = {classic_seed(names, seed)}\n"

@@ -44,7 +44,7 @@ from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.words import counted
 from snl_pbem.runners.server import serve
 from snl_pbem.store import Database, SchemaOutOfDate
-from snl_pbem.store.migrate import current_revision, head_revision, upgrade
+from snl_pbem.store.migrate import check_schema, current_revision, head_revision, upgrade
 from snl_pbem.store.states import InboundStatus, OutboxStatus
 from snl_pbem.timeutil import format_duration, parse_duration, parse_time, show, utcnow, zone
 
@@ -180,7 +180,7 @@ def _database(config: Config, *, check: bool = True) -> Database:
         db = Database(config.database_url, connect_args={"options": f"-c lock_timeout={wait_ms}"})
     if check:
         try:
-            db.check_schema()
+            check_schema(db)
         except SchemaOutOfDate as exc:
             db.dispose()
             raise CommandError(str(exc)) from None

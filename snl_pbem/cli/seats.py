@@ -1,5 +1,5 @@
 """The referee's commands about who plays: seats, replace, approve, refuse. Each takes
-``--config FILE`` and does what the same command by mail does (snl_pbem.app.membership),
+``--config FILE`` and does what the same command by mail does (snl_pbem.app.signup, seats, views),
 recorded in the audit log as done by the referee on the command line."""
 
 from __future__ import annotations
@@ -8,13 +8,9 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from snl_pbem.app.membership import (
-    approve_signup,
-    in_game,
-    refuse_signup,
-    replace_seat,
-    seats_of,
-)
+from snl_pbem.app.seats import replace_seat
+from snl_pbem.app.signup import approve_signup, refuse_signup
+from snl_pbem.app.views import in_game, seats_of
 from snl_pbem.cli.referee import _config, _database, _run
 from snl_pbem.timeutil import utcnow
 

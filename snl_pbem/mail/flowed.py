@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from snl_pbem.mail.commands import COMMAND_WORDS
+from snl_pbem.mail.quotes import COMMAND_WORDS
 
 _ORDER_WORD = re.compile(rf"(?:{'|'.join(COMMAND_WORDS)})(?![A-Za-z])", re.IGNORECASE)
 _SIGNATURE = "-- "

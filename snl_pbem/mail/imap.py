@@ -36,6 +36,13 @@ FETCH_BYTES = 32 * 1024 * 1024
 """At most this much mail is fetched into memory at once."""
 
 
+def mailbox_source(username: str, host: str, port: int, folder: str) -> str:
+    """The name a mailbox is known by in the database (its messages' source, its lease
+    and health): computed from the settings alone, so a reader of its health needs no
+    connection and no password."""
+    return f"imap:{username}@{host}:{port}/{folder}"
+
+
 @dataclass(frozen=True)
 class MailboxConfig:
     host: str
@@ -53,7 +60,7 @@ class MailboxConfig:
 
     @property
     def source(self) -> str:
-        return f"imap:{self.username}@{self.host}:{self.port}/{self.folder}"
+        return mailbox_source(self.username, self.host, self.port, self.folder)
 
 
 class DeliveryFailed(Exception):

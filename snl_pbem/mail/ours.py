@@ -29,7 +29,7 @@ secret replaced by ``****``):
 
 Lines judged ours are blanked (replaced by an empty line), not marked with ``>``: a reply
 header followed by text that is not marked as quoted ends the reading
-(:func:`snl_pbem.mail.commands.read_lines`), and it must go on doing so when part of the
+(:func:`snl_pbem.mail.quotes.read_lines`), and it must go on doing so when part of the
 old text is a message we sent long ago, one the intake did not pass, or a line a client
 rewrapped, none of which is recognised here. Lines the client already marked are left
 as they are (they are never read).
@@ -56,7 +56,8 @@ import re
 from collections.abc import Sequence
 from email.message import Message
 
-from snl_pbem.mail.commands import COMMAND_WORDS, MAX_SCANNED_LINES, clean_line, parse_commands
+from snl_pbem.mail.commands import parse_commands
+from snl_pbem.mail.quotes import COMMAND_WORDS, MAX_SCANNED_LINES, clean_line
 
 MAX_SENT_MESSAGES = 60
 """Messages of ours compared with one message (the intake passes fewer)."""

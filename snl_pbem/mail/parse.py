@@ -43,11 +43,12 @@ from html.entities import html5
 from typing import Any
 
 from snl_pbem.mail.autoreply import auto_reply_subject
-from snl_pbem.mail.commands import _INVISIBLE, Commands, parse_commands
+from snl_pbem.mail.commands import Commands, read_commands
 from snl_pbem.mail.dsn import RETURNED_HEADERS, STATUS_PARTS, DeliveryReport, parse_dsn
 from snl_pbem.mail.flowed import unflow
 from snl_pbem.mail.htmltext import html_text
 from snl_pbem.mail.ours import without_ours
+from snl_pbem.mail.quotes import _INVISIBLE, read_lines
 
 MAX_HEADER_CHARS = 2000
 MAX_PARTS = 200
@@ -96,7 +97,16 @@ class ParsedMail:
     """What a bounce says (robots' mail only; read here, in the sandbox, like the rest)."""
     commands: Commands | None = None
     """The order language read from ``text`` and the subject (here, in the sandbox: its
-    patterns run on what a stranger wrote)."""
+    patterns run on what a stranger wrote), with mail/commands.py READERS; the keys it
+    reads drive redaction."""
+    lines: tuple[str, ...] = ()
+    """The lines of ``text`` the player wrote now (:func:`snl_pbem.mail.quotes.read_lines`:
+    at most 50, quotes and signature gone), for the app to read again with its command
+    registry (snl_pbem/app/commands/); empty for a robot's mail."""
+    dropped: int = 0
+    """Non-blank lines past the 50 in ``lines`` (not read)."""
+    cut: str | None = None
+    """The line where reading stopped because quoted text follows it."""
     quoted_keys: tuple[str, ...] = ()
     """Order keys the message shows anywhere, quotes and returned copies included (a bounced
     welcome returns its key): redacted from what is kept, never used."""
@@ -366,7 +376,11 @@ def parse_message(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> 
     text, note = body_text(msg)
     automated = automated_reason(msg, sender, game_address)
     subject = header(msg, "Subject")
-    commands = None if automated else parse_commands(without_ours(text, sent), subject)
+    lines: list[str] = []
+    dropped, cut, commands = 0, None, None
+    if not automated:
+        lines, dropped, cut = read_lines(without_ours(text, sent))
+        commands = read_commands(lines, dropped, cut, subject)
     quoted_keys = keys_quoted_in(msg)
     # the sender's own KEY lines first: redaction looks for the first keys only
     secrets = [*(commands.order_keys if commands else ()), *quoted_keys]
@@ -387,6 +401,9 @@ def parse_message(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> 
         report=_is_report(msg),
         delivery_report=parse_dsn(raw) if automated else None,
         commands=commands,
+        lines=tuple(lines),
+        dropped=dropped,
+        cut=cut,
         quoted_keys=quoted_keys,
         # a message that was slow to read is not re-encoded part by part as well: the
         # intake then replaces its keys in the bytes (the sandbox's time limit is for reading)

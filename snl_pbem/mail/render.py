@@ -16,6 +16,14 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from snl_pbem.rules.words import agree, counted
 
 _EXTRA_FOLDERS: list[str] = []
+_GLOBALS: dict[str, Any] = {}
+
+
+def add_global(name: str, value: Any) -> None:
+    """Give every template ``name`` (the app's command registry gives HELP its list of
+    commands as ``command_help``: mail never imports the app, so the app hands it over)."""
+    _GLOBALS[name] = value
+    environment.cache_clear()
 
 
 def add_template_folder(folder: str) -> None:
@@ -39,6 +47,7 @@ def environment() -> Environment:
     )
     # every count's noun: {{ n|counted("snake") }} is "1 snake" or "2 snakes"
     env.filters.update(counted=counted, agree=agree)
+    env.globals.update(_GLOBALS)
     return env
 
 

@@ -7,6 +7,9 @@ permanent. A server that cannot be reached, refuses the session (its
 greeting, TLS or AUTH fails) or says 421 is *unreachable*: that says nothing
 about the message, so the outbox waits for the server rather than counting
 it against each message.
+
+:class:`Sender` is all the outbox asks of a sender (snl_pbem.app.outbox); :class:`SmtpSender`
+is the one the server builds. Another mail library is another class with those two methods.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import smtplib
 import ssl
 from dataclasses import dataclass
+from typing import Protocol
 
 log = logging.getLogger("snl_pbem.smtp")
 
@@ -40,7 +44,21 @@ class SendError(Exception):
         self.unreachable = unreachable
 
 
+class Sender(Protocol):
+    """What the outbox needs of a sender: one message at a time to one recipient, on a
+    connection it may keep open between messages."""
+
+    def send(self, recipient: str, message: bytes) -> None:
+        """Hand ``message`` (as stored, CRLF line ends) on for ``recipient``; raise
+        :class:`SendError` when it was not accepted (saying whether to try again)."""
+
+    def close(self) -> None:
+        """Let go of the connection, if any: the outbox is done with this sender."""
+
+
 class SmtpSender:
+    """A :class:`Sender` over SMTP (smtplib)."""
+
     def __init__(self, config: SmtpConfig, envelope_from: str) -> None:
         self.config = config
         self.envelope_from = envelope_from

@@ -95,11 +95,6 @@ def _toml(text: str) -> Any:
         raise ValueError(f"not valid TOML: {exc}") from None
 
 
-def load_replay(path: Path) -> Replay:
-    """Read and check a replay file; :class:`ReplayError` on any problem."""
-    return parse_replay(read_document(path), str(path))
-
-
 def parse_replay(data: Any, source: str = "replay") -> Replay:
     """Check replay data (already parsed from JSON or TOML)."""
 

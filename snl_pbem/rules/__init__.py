@@ -3,19 +3,9 @@
 Nothing here does I/O, logs, or reads a clock: everything else calls into it.
 """
 
-from snl_pbem.rules.board import (
-    Board,
-    Event,
-    EventKind,
-    Family,
-    Feature,
-    FeatureKind,
-    Layout,
-    Outcome,
-    Position,
-    Space,
-)
+from snl_pbem.rules.board import Board, Event, EventKind, Outcome
 from snl_pbem.rules.errors import BoardError, GameSetupError, RulesError
+from snl_pbem.rules.geometry import Family, Feature, FeatureKind, Layout, Position, Space
 from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.postal.dice import (
     DiceCheck,

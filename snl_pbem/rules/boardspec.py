@@ -1,4 +1,4 @@
-"""Reading a ``[board]`` table (DESIGN.md) into a :class:`Board`, reporting every problem.
+"""Reading a ``[board]`` table (DESIGN.md) into the parts of a board, reporting every problem.
 
 The table is plain data (from JSON or TOML): ``rows``, ``columns``, ``layout``
 or ``grid``, ``snakes`` and ``ladders`` (space -> destination, keys are
@@ -8,12 +8,12 @@ strings), and ``family`` (snakes or ladders selected by a property, R3).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-from snl_pbem.rules.board import (
+from snl_pbem.rules.errors import BoardError
+from snl_pbem.rules.geometry import (
     MAX_SIDE,
     SELECTORS,
-    Board,
     Family,
     Feature,
     FeatureKind,
@@ -24,7 +24,6 @@ from snl_pbem.rules.board import (
     grid_problems,
     layout_grid,
 )
-from snl_pbem.rules.errors import BoardError
 
 BOARD_KEYS = ("rows", "columns", "layout", "grid", "snakes", "ladders", "family")
 
@@ -65,8 +64,20 @@ def _int(
     return number
 
 
-def parse_board(data: object, where: str = "board") -> Board:
-    """A board from a ``[board]`` table; :class:`BoardError` lists every problem."""
+class BoardSpec(NamedTuple):
+    """A checked ``[board]`` table: what :class:`~snl_pbem.rules.board.Board` is built from."""
+
+    grid: Grid
+    features: dict[Space, Feature]
+    layout: Layout
+    families: tuple[Family, ...]
+
+
+def parse_board(data: object, where: str = "board") -> BoardSpec:
+    """The parts of a board from a ``[board]`` table; :class:`BoardError` lists every problem.
+
+    The board itself checks what needs the whole board (``Board.from_mapping``).
+    """
     problems = _Problems()
     if not isinstance(data, Mapping):
         raise BoardError(f"{where}: expected a table of board settings, got {_kind(data)}")
@@ -151,10 +162,7 @@ def parse_board(data: object, where: str = "board") -> Board:
 
     if problems:
         raise BoardError(problems)
-    try:
-        return Board(grid, features, layout=layout, families=families)
-    except BoardError as exc:
-        raise BoardError(f"{where}: {p}" for p in exc.problems) from None
+    return BoardSpec(grid, features, layout, tuple(families))
 
 
 def _geometry(

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeAlias
 
-from snl_pbem.rules.board import Event, Position
+from snl_pbem.rules.board import Event
+from snl_pbem.rules.geometry import Position
 
 PlayerId: TypeAlias = str
 """A player's name, unique within a game."""

@@ -3,6 +3,8 @@
 The application (``snl_pbem.app``) stores games, orders and results and mails the
 players; everything a ruleset decides goes through :class:`Ruleset`:
 
+- which order words its orders use, with their help (``order_words``), and why it
+  refuses another ruleset's (``refuse_word``),
 - how an order set read from the order language is checked (``read_orders``),
 - the default for a player who sent nothing (``default_orders``),
 - adjudicating one round from the stored state (``adjudicate``),
@@ -57,6 +59,18 @@ class Orders:
     """CLEAR without new orders: the player takes back what they sent."""
     roll: bool = False
     """The message had a ROLL line ("I am here": the classic game's order, C12)."""
+
+
+@dataclass(frozen=True)
+class OrderWord:
+    """An order word a ruleset's orders use, as the app's command registry registers it
+    (snl_pbem/app/commands/orders.py): the word, its line of help, and the other spellings
+    read as it. The order language (mail/commands.py) must already read the word."""
+
+    word: str
+    help: str
+    """Its line of help, as a help text shows it ("DICE 4            one value per turn")."""
+    aliases: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,9 +167,14 @@ class Ruleset(Protocol):
     """The server throws the dice from the game's seed (classic, C11): a game with no seed
     in its config gets one drawn at random, kept in the database."""
 
+    order_words: tuple[OrderWord, ...]
+    """The order words this ruleset's orders use (postal DICE and TRAPDOOR, classic ROLL),
+    with their help: the command registry registers them for it."""
+
     def refuse_word(self, word: str) -> str | None:
         """Why an order word of the order language (DICE, TRAPDOOR, ROLL) is no order in
-        this game, for the reply; None for the words this ruleset reads."""
+        this game, for the reply; None for the words this ruleset reads (its
+        ``order_words``, as a test checks)."""
 
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         """Check the options among ``data`` (GameSetupError naming ``prefix`` + the key)

@@ -96,7 +96,7 @@ class Readers:
     one before it is done or has been read for ``IN_ORDER_SECONDS``. So within a close one
     sender's messages may be processed out of the order they came. That is safe for what
     a close counts: the orders that count are the latest by receipt time
-    (``snl_pbem.app.rounds.counting_orders``), whatever the order they were processed in;
+    (``snl_pbem.app.state.counting_orders``), whatever the order they were processed in;
     CLEAR is an order set like the others; and a CONFIRM (of a JOIN, a RESIGN, an
     ADDRESS) carries a code the sender only has once the message before it was processed
     and answered. (ABSENT and ABSENT OFF in two messages that both wait for one close,

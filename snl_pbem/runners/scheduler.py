@@ -9,8 +9,8 @@ reminder, with explicit ids, ``replace_existing`` and
 missed while the server was down is closed at start, each exactly once (the
 guarded close). Every job calls a plain method that takes the time from the
 injected clock, so tests drive them directly instead of sleeping. A deadline
-job looks at the round again before closing it: if the deadline was moved
-later meanwhile (``extend``), it only plans the close for the new time. With
+job looks at the round again before closing it (``snl_pbem.app.deadline``): if the
+deadline was moved later meanwhile (``extend``), it only plans the close for the new time. With
 LMTP, no round closes after start-up until the MTA has delivered what it queued
 while the server was down (timed by the MTA's own Received header): the LMTP
 receiver asks for it (ETRN) and calls ``redelivered`` once it has come, and
@@ -43,9 +43,20 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 
+from snl_pbem.app.deadline import (
+    Close,
+    Hold,
+    HoldWhy,
+    Replan,
+    Wait,
+    decide,
+    imap_source,
+    intake_problem,
+    not_before,
+)
+from snl_pbem.app.deadline import intake_grace as intake_grace_of
 from snl_pbem.app.intake import waiting_sizes
 from snl_pbem.app.mailbox_state import intake_health
-from snl_pbem.app.membership import start_due_games
 from snl_pbem.app.retention import purge_batch
 from snl_pbem.app.rounds import (
     CloseOutcome,
@@ -54,20 +65,17 @@ from snl_pbem.app.rounds import (
 )
 from snl_pbem.app.schedule import (
     all_in_close_at,
-    close_due,
     held_rounds,
     hold_round,
-    is_running,
     open_rounds,
     reminders_due_at,
-    round_deadline,
     send_reminders,
-    still_all_in,
     waiting_before_deadline,
 )
+from snl_pbem.app.signup import start_due_games
 from snl_pbem.config import Config
 from snl_pbem.rules.words import agree, counted
-from snl_pbem.runners.mailboxes import Readers, default_readers, imap_poller
+from snl_pbem.runners.mailboxes import Readers, default_readers
 from snl_pbem.store import Database
 from snl_pbem.timeutil import format_duration, utcnow
 
@@ -260,10 +268,7 @@ class RoundScheduler:
         (the poller is asked to read at once), so mail that reached the mailbox before the
         deadline counts; stored messages not yet processed are processed first (slow
         ones for CLOSE_WAIT_SECONDS at most). LMTP delivery is synchronous: no wait."""
-        imap = self.config.settings.mail.imap
-        if imap is None:
-            return timedelta(0)
-        return timedelta(seconds=1)  # then it waits for a poll begun after the deadline
+        return intake_grace_of(self.config)
 
     @property
     def redelivery_until(self) -> datetime | None:
@@ -318,8 +323,7 @@ class RoundScheduler:
         self.rebuild()
 
     def _not_before(self, at: datetime) -> datetime:
-        until = self.redelivery_until
-        return at if until is None else max(at, until)
+        return not_before(at, self.redelivery_until)
 
     def rebuild(self) -> list[Planned]:
         """Replace the scheduler's jobs with the plan (stale ones are removed)."""
@@ -466,54 +470,47 @@ class RoundScheduler:
         deadline moved later since the job was planned (``extend`` while the server runs)
         only re-plans the close; ``early`` is for close-when-all-in, which closes before
         the deadline on purpose. If the database fails (locked, disk full), nothing is half
-        done (one transaction) and the deadline is tried again shortly.
+        done (one transaction) and the deadline is tried again shortly. What to do is
+        ``snl_pbem.app.deadline.decide``'s (from one transaction); this acts on it.
         """
         try:
-            if not self._running(game_id):
-                return None
-            until = self.redelivery_until
-            if early and until is not None and self.clock() < until:
-                self._all_in_at(game_id, number, until)  # an order may be in the MTA's queue
-                self._all_in_waiting.add((game_id, number))  # for now once redelivered
-                return None
-            if not early:
-                due = self._close_due_at(game_id, number)
-                if due is None:  # closed meanwhile (close-round, another server)
-                    return None
-                if self.clock() < due:
+            decision = decide(
+                self.db,
+                self.config,
+                game_id,
+                number,
+                self.clock(),
+                early=early,
+                redelivery_until=self.redelivery_until,
+            )
+            match decision:
+                case Close():
+                    self._process_stragglers(game_id, number)
+                    return self._close(game_id, number, actor="scheduler")
+                case Hold(why=HoldWhy.INTAKE_UNHEALTHY, problem=problem):
+                    self._hold(game_id, number, problem)
+                case Hold(why=HoldWhy.MAILBOX_BEHIND):
+                    if self.request_poll is not None:
+                        self.request_poll()
+                    self._close_soon(game_id, number)
+                case Wait(until=until):  # an order may be in the MTA's queue
+                    self._all_in_at(game_id, number, until)
+                    self._all_in_waiting.add((game_id, number))  # for now once redelivered
+                case Replan(close_at=None):
+                    pass  # nothing to plan: the rounds table leaves this job out
+                case Replan(close_at=datetime() as at):
                     log.info(
                         "%s: round %d is not due yet (deadline moved, or the MTA's redelivery "
                         "grace after start-up); closing at %s",
                         game_id,
                         number,
-                        due.isoformat(timespec="seconds"),
+                        at.isoformat(timespec="seconds"),
                     )
                     self.rebuild()
-                    return None
-            problem = self.intake_unhealthy()
-            if problem is not None:
-                self._hold(game_id, number, problem)
-                return None
-            if not early and self._intake_behind(game_id, number):
-                self._close_soon(game_id, number)
-                return None
-            self._process_stragglers(game_id, number)
-            return self._close(game_id, number, actor="scheduler")
+            return None
         except Exception as exc:
             self._retry_later(game_id, number, exc)
             return None
-
-    def _intake_behind(self, game_id: str, number: int) -> bool:
-        """True while no poll that began after the round's deadline has completed."""
-        if self.config.settings.mail.imap is None:
-            return False
-        deadline = round_deadline(self.db, game_id, number)
-        last_ok, _ = self._health()
-        if deadline is None or (last_ok is not None and last_ok >= deadline):
-            return False
-        if self.request_poll is not None:
-            self.request_poll()
-        return True
 
     def _close_soon(self, game_id: str, number: int) -> None:
         """Try the close again in a moment (the mailbox is being read to its end)."""
@@ -638,18 +635,7 @@ class RoundScheduler:
 
     def on_all_in(self, game_id: str, number: int) -> CloseOutcome | None:
         """The settle time after everyone's orders: close if all are still valid."""
-        if not still_all_in(self.db, game_id, number):
-            return None
         return self.on_deadline(game_id, number, early=True)
-
-    def _close_due_at(self, game_id: str, number: int) -> datetime | None:
-        """When round ``number`` is to close now (its deadline and the intake grace), or None
-        if it is not open, or held (then check_held releases it)."""
-        deadline = close_due(self.db, game_id, number)
-        return None if deadline is None else self._not_before(deadline + self.intake_grace)
-
-    def _running(self, game_id: str) -> bool:
-        return is_running(self.db, game_id)
 
     # -- the circuit breaker ---------------------------------------------------------------
 
@@ -659,20 +645,11 @@ class RoundScheduler:
         if imap is None:
             return None
         last_ok, since = self._health()
-        now = self.clock()
-        if last_ok is None or now - last_ok > imap.healthy_within:
-            when = "never" if last_ok is None else f"{format_duration(now - last_ok)} ago"
-            return f"the mailbox was last read successfully {when}"
-        if since is None:  # the latest read failed (a message could not be stored, ...)
-            return (
-                "the last read of the mailbox failed (it was last read successfully "
-                f"{format_duration(now - last_ok)} ago)"
-            )
-        return None
+        return intake_problem(imap, last_ok, since, self.clock())
 
     def _health(self) -> tuple[datetime | None, datetime | None]:
-        poller = imap_poller(self.db, self.config)
-        return intake_health(self.db, poller.config.source) if poller else (None, None)
+        imap = self.config.settings.mail.imap
+        return intake_health(self.db, imap_source(imap)) if imap else (None, None)
 
     def _hold(self, game_id: str, number: int, problem: str) -> None:
         imap = self.config.settings.mail.imap

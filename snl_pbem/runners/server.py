@@ -44,6 +44,7 @@ from snl_pbem.runners.mailboxes import (
 )
 from snl_pbem.runners.scheduler import RoundScheduler, make_scheduler
 from snl_pbem.store import Database, SchemaOutOfDate
+from snl_pbem.store.migrate import check_schema
 from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import utcnow
 
@@ -102,7 +103,7 @@ class Server:
             raise StartupError(str(exc)) from None
         self.db = Database(self.config.database_url)
         try:
-            self.db.check_schema()
+            check_schema(self.db)
         except SchemaOutOfDate as exc:
             self.db.dispose()
             raise StartupError(str(exc)) from None

@@ -95,19 +95,6 @@ class Database:
     def dispose(self) -> None:
         self.engine.dispose()
 
-    def check_schema(self) -> None:
-        """Raise :class:`SchemaOutOfDate` unless the database is at the newest migration."""
-        from snl_pbem.store.migrate import current_revision, head_revision  # imports db
-
-        current = current_revision(self)
-        head = head_revision()
-        if current != head:
-            where = make_url(self.url).render_as_string(hide_password=True)
-            raise SchemaOutOfDate(
-                f"the database {where} is at schema revision {current or 'none (empty)'}, "
-                f"this version needs {head}: run 'snl-pbem db upgrade' first"
-            )
-
     def backup(self, directory: Path | None, label: str, keep: int) -> Path | None:
         """SQLite: an online backup into ``directory`` (default: backups/ beside the file).
 

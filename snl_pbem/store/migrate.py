@@ -9,8 +9,9 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.engine import make_url
 
-from snl_pbem.store.db import Database
+from snl_pbem.store.db import Database, SchemaOutOfDate
 
 
 def migrations_dir() -> Path:
@@ -44,3 +45,15 @@ def upgrade(database: Database, revision: str = "head") -> None:
 
 def downgrade(database: Database, revision: str) -> None:
     command.downgrade(alembic_config(database), revision)
+
+
+def check_schema(database: Database) -> None:
+    """Raise :class:`SchemaOutOfDate` unless ``database`` is at the newest migration."""
+    current = current_revision(database)
+    head = head_revision()
+    if current != head:
+        where = make_url(database.url).render_as_string(hide_password=True)
+        raise SchemaOutOfDate(
+            f"the database {where} is at schema revision {current or 'none (empty)'}, "
+            f"this version needs {head}: run 'snl-pbem db upgrade' first"
+        )

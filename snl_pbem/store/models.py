@@ -283,7 +283,7 @@ class InboundMessage(Base):
     received_at: Mapped[datetime]
     raw: Mapped[bytes] = mapped_column(LargeBinary)
     status: Mapped[str] = mapped_column(String(16), default="new")
-    """new, processed, rejected, ignored, duplicate, failed (set aside for the referee)."""
+    """new, processed, rejected, ignored, duplicate, set-aside (kept for the referee)."""
     error: Mapped[str | None] = mapped_column(Text)
     """Why it was rejected or ignored, or the traceback of a processing failure."""
     attempts: Mapped[int] = mapped_column(Integer, default=0)
@@ -380,7 +380,7 @@ class Confirmation(Base):
     used_at: Mapped[datetime | None]
     wrong: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Wrong codes counted against it (a few an hour at most: then it rests, never void;
-    the hour's count is in ``payload``: ``membership.check_code``)."""
+    the hour's count is in ``payload``: ``codes.check_code``)."""
 
 
 class Observer(Base):

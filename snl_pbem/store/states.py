@@ -29,9 +29,9 @@ class InboundStatus(StrEnum):
     IGNORED = "ignored"
     """Robots' mail (bounces, auto-replies): never answered."""
     DUPLICATE = "duplicate"
-    SET_ASIDE = "failed"
+    SET_ASIDE = "set-aside"
     """Could not be read or applied: kept for the referee (``inbound list``, ``retry``).
-    Stored as "failed", the word of the first schema."""
+    Stored as "failed" before migration 0006 (the outbox's word for mail it gave up on)."""
 
 
 class OutboxStatus(StrEnum):

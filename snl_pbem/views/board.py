@@ -9,7 +9,7 @@ from __future__ import annotations
 from xml.sax.saxutils import escape, quoteattr
 
 from snl_pbem.rules import Board, FeatureKind, Position, Space
-from snl_pbem.rules.board import LADDER_MARK, SNAKE_MARK
+from snl_pbem.rules.geometry import LADDER_MARK, SNAKE_MARK
 from snl_pbem.rules.words import counted
 
 

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from test_membership import CONFIG, T0, Mailer, count, flat, gmail, player
 
-from snl_pbem.app import membership, replies
+from snl_pbem.app import codes, identity, players, replies, signup
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
 from snl_pbem.config import Config, load_config
@@ -84,7 +84,7 @@ def test_thirty_forged_joins_from_thirty_domains_void_nothing_and_silence_no_one
     for i in range(30):
         m.send(f"x{i}@forger{i}.example", f"JOIN appr Bot{i}")
     flood_codes = count(db, OutboxMessage, OutboxMessage.kind == "code") - 1
-    assert flood_codes == membership.MAX_UNCONFIRMED_PER_GAME - 1
+    assert flood_codes == signup.MAX_UNCONFIRMED_PER_GAME - 1
     heard = answered(db, "bea@honest.example")
     assert m.send("bea@honest.example", "JOIN appr Bea") == (
         "processed: join: no code sent (the game's sign-ups for the hour)"
@@ -97,9 +97,9 @@ def test_thirty_forged_joins_from_thirty_domains_void_nothing_and_silence_no_one
         "processed: joined appr as Ann Lee: waiting"
     )
     with db.transaction() as s:
-        assert membership.unconfirmed_count(s, _game(s, "appr"), T0) == flood_codes
+        assert codes.unconfirmed_count(s, _game(s, "appr"), T0) == flood_codes
     # an hour on, bea is let in, and the referee may hear again
-    later = T0 + membership.SIGNUP_WINDOW + timedelta(minutes=1)
+    later = T0 + signup.SIGNUP_WINDOW + timedelta(minutes=1)
     assert m.send("bea@honest.example", "JOIN appr Bea", at=later).endswith("code sent")
 
 
@@ -144,7 +144,7 @@ def test_forged_wrong_codes_only_slow_the_victims_code(db: Database, m: Mailer) 
     got stay few."""
     m.send("vic@example.com", "JOIN open4 Vic")
     code = m.code("vic@example.com")
-    tries = membership.CODE_TRIES_PER_HOUR
+    tries = codes.CODE_TRIES_PER_HOUR
     for i in range(tries + 5):
         m.send("vic@example.com", f"CONFIRM {i:04d}-qqqq", at=T0 + timedelta(seconds=i))
     with db.transaction() as s:
@@ -157,7 +157,7 @@ def test_forged_wrong_codes_only_slow_the_victims_code(db: Database, m: Mailer) 
     told = notes(db, "vic@example.com")
     assert len(told) == 3 and "send it again after that" in told[-1]
     # the rest began at the first try of the hour: an hour after it, she is in
-    back = T0 + membership.CODE_TRY_WINDOW
+    back = T0 + codes.CODE_TRY_WINDOW
     assert m.send("vic@example.com", f"CONFIRM {code}", at=back) == (
         "processed: joined open4 as Vic: seated"
     )
@@ -170,7 +170,7 @@ def test_five_forged_wrong_codes_an_hour_never_keep_her_code_from_being_checked(
     hour, every hour. Now a code rests only after CODE_TRIES_PER_HOUR (a hundred) wrong
     tries in an hour: after a day of five an hour, her right code, sent mid-hour just
     after the forger's five, seats her."""
-    assert membership.CODE_TRIES_PER_HOUR >= 100
+    assert codes.CODE_TRIES_PER_HOUR >= 100
     m.send("vic@example.com", "JOIN open4 Vic")
     code = m.code("vic@example.com")
     for hour in range(0, 24, 4):  # every fourth hour, for a day
@@ -192,18 +192,18 @@ def test_a_new_hour_counts_afresh_and_slow_guessing_still_fails(
     bound made five here, so the test stays short: what is tested is that each hour
     counts afresh), all wrong (the code is never among them, nor void); the owner's code
     works at the end."""
-    monkeypatch.setattr(membership, "CODE_TRIES_PER_HOUR", 5)
+    monkeypatch.setattr(codes, "CODE_TRIES_PER_HOUR", 5)
     m.send("slow@example.com", "JOIN open4 Slow")
     code = m.code("slow@example.com")
-    hours = int(membership.CODE_LIFETIME / timedelta(hours=1)) - 1
+    hours = int(codes.CODE_LIFETIME / timedelta(hours=1)) - 1
     for hour in range(0, hours, 6):  # every sixth hour: enough to see the count restart
         at = T0 + timedelta(hours=hour, minutes=1)
-        for i in range(membership.CODE_TRIES_PER_HOUR):
+        for i in range(codes.CODE_TRIES_PER_HOUR):
             detail = m.send("slow@example.com", f"CONFIRM {hour:02d}{i:02d}-zzzz", at=at)
             assert detail == "processed: confirm: wrong or expired code", (hour, i)
     with db.transaction() as s:
         row = s.scalar(select(Confirmation).where(Confirmation.email == "slow@example.com"))
-        assert row.wrong == membership.CODE_TRIES_PER_HOUR * len(range(0, hours, 6))
+        assert row.wrong == codes.CODE_TRIES_PER_HOUR * len(range(0, hours, 6))
     at = T0 + timedelta(hours=hours, minutes=30)
     assert m.send("slow@example.com", f"CONFIRM {code}", at=at).endswith("seated")
 
@@ -225,10 +225,10 @@ def test_a_forged_join_under_another_name_does_not_stop_hers(db: Database, m: Ma
     assert "already waits" in m.send("vic@example.com", "JOIN open4 Mallory")
     assert len(mail_to(db, "vic@example.com", "code")) == 2
     with db.transaction() as s:
-        assert membership.unconfirmed_count(s, _game(s, "open4"), T0) == 2
+        assert codes.unconfirmed_count(s, _game(s, "open4"), T0) == 2
     assert m.send("vic@example.com", f"CONFIRM {mine}") == "processed: joined open4 as Vic: seated"
     with db.transaction() as s:  # one seat per address: the forger's name is void
-        assert membership.unconfirmed_count(s, _game(s, "open4"), T0) == 0
+        assert codes.unconfirmed_count(s, _game(s, "open4"), T0) == 0
     assert m.send("vic@example.com", f"CONFIRM {forged}") == (
         "processed: confirm: wrong or expired code"
     )
@@ -298,8 +298,8 @@ def test_address_codes_are_capped_per_player_and_per_game(
 ) -> None:
     """One key cannot mail codes to strangers without end: ADDRESS_CODES_PER_PLAYER_PER_DAY
     a day per player, ADDRESS_CODES_PER_GAME_PER_DAY for the game; the player is told."""
-    monkeypatch.setattr(membership, "ADDRESS_CODES_PER_GAME_PER_DAY", 5)
-    per_player = membership.ADDRESS_CODES_PER_PLAYER_PER_DAY
+    monkeypatch.setattr(players, "ADDRESS_CODES_PER_GAME_PER_DAY", 5)
+    per_player = players.ADDRESS_CODES_PER_PLAYER_PER_DAY
     results = [
         m.send("ann@example.org", f"GAME g1\nKEY ann-key-123\nADDRESS s{i}@stranger{i}.example")
         for i in range(10)
@@ -371,9 +371,9 @@ def test_look_alike_names_are_refused_among_waiting_sign_ups_and_reserved_names(
 def test_skeletons() -> None:
     same = [("Dee", "D3e"), ("Dee", "De e"), ("Dee", "dee."), ("Bill", "Bi11"), ("Mo", "Rno")]
     for a, b in same:
-        assert membership.name_skeleton(a) == membership.name_skeleton(b), (a, b)
+        assert identity.name_skeleton(a) == identity.name_skeleton(b), (a, b)
     for a, b in [("Dee", "Dean"), ("Ann", "Anne"), ("Bo", "Bob")]:
-        assert membership.name_skeleton(a) != membership.name_skeleton(b), (a, b)
+        assert identity.name_skeleton(a) != identity.name_skeleton(b), (a, b)
 
 
 def test_a_second_seat_through_a_plus_address_or_gmail_dots_is_refused(
@@ -414,7 +414,7 @@ def test_two_joins_at_once_cannot_both_take_the_last_code_of_the_hour(
 ) -> None:
     """The game's bound is counted under its row lock: of two JOINs at the same moment
     for the last place, one gets a code, the other a reason."""
-    monkeypatch.setattr(membership, "MAX_UNCONFIRMED_PER_GAME", 2)
+    monkeypatch.setattr(signup, "MAX_UNCONFIRMED_PER_GAME", 2)
     m.send("first@one.example", "JOIN appr First")
     barrier = threading.Barrier(2)
     results: list[str] = []
@@ -529,7 +529,7 @@ def test_a_game_shut_by_forged_joins_still_takes_a_vouched_for_joiner(
     shut a game to newcomers. A newcomer whose mail our MTA vouches for still gets her
     code (the game's bound is for what can be forged), and it seats her; an unsigned
     newcomer is told to try again in an hour, as before."""
-    for i in range(membership.MAX_UNCONFIRMED_PER_GAME):
+    for i in range(signup.MAX_UNCONFIRMED_PER_GAME):
         signed.send(f"x{i}@forger{i}.example", f"JOIN open4 Bot{i}", signed=False)
     assert signed.send("bea@honest.example", "JOIN open4 Bea", signed=False).endswith(
         "no code sent (the game's sign-ups for the hour)"
@@ -604,7 +604,7 @@ def test_a_vouched_for_confirm_is_checked_while_her_code_rests(
     unsigned one is not checked until the hour has passed."""
     signed.send("vic@example.net", "JOIN open4 Vic")
     code = signed.code("vic@example.net")
-    for i in range(membership.CODE_TRIES_PER_HOUR):
+    for i in range(codes.CODE_TRIES_PER_HOUR):
         signed.send("vic@example.net", f"CONFIRM {i:04d}-qqqq", signed=False)
     assert signed.send("vic@example.net", f"CONFIRM {code}", signed=False).endswith(
         "not checked (codes resting)"
@@ -612,7 +612,7 @@ def test_a_vouched_for_confirm_is_checked_while_her_code_rests(
     assert signed.send("vic@example.net", "CONFIRM zzzz-zzzz").endswith("wrong or expired code")
     with db.transaction() as s:
         row = s.scalar(select(Confirmation).where(Confirmation.email == "vic@example.net"))
-        assert row.wrong == membership.CODE_TRIES_PER_HOUR
+        assert row.wrong == codes.CODE_TRIES_PER_HOUR
     assert signed.send("vic@example.net", f"CONFIRM {code}") == (
         "processed: joined open4 as Vic: seated"
     )

@@ -123,10 +123,10 @@ def test_a_crash_in_processing_is_kept_for_the_referee(intake, monkeypatch) -> N
 
     monkeypatch.setattr(intake_module, "_dispatch", broken)
     result = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="crash"), T0, "t")
-    assert result.status == "failed" and result.stored
+    assert result.status == "set-aside" and result.stored
     with db.transaction() as s:
         row = s.scalar(select(InboundMessage).where(InboundMessage.id == result.inbound_id))
-        assert row.status == "failed" and "RuntimeError: a bug in the parser" in row.error
+        assert row.status == "set-aside" and "RuntimeError: a bug in the parser" in row.error
         assert b"DICE 4" in row.raw  # nothing lost: the message itself is kept
     monkeypatch.undo()
     # the server carries on with the next message
@@ -209,7 +209,7 @@ def test_a_message_that_kills_the_server_every_time_is_set_aside(intake, monkeyp
             process_pending(db, config)
     monkeypatch.undo()
     [result] = process_pending(db, config)
-    assert result.status == "failed" and "interrupted several times" in result.detail
+    assert result.status == "set-aside" and "interrupted several times" in result.detail
     assert orders_of(db) == []
     # a message killed in ingest itself, then in MAX_ATTEMPTS - 1 restarts, still counts
     monkeypatch.setattr(intake_module, "_process_row", die)
@@ -518,7 +518,7 @@ def test_two_orders_in_one_second_count_in_the_order_stored_not_the_order_read(i
     """Stored messages are read in parallel (runners.mailboxes.Readers), so one player's two
     messages of the same second (IMAP dates are whole seconds) may be read in reverse: the
     one stored later still replaces the earlier, at the close and in STATUS."""
-    from snl_pbem.app.rounds import counting_orders
+    from snl_pbem.app.state import counting_orders
     from snl_pbem.store import Game, Player, Round
 
     db, config = intake

@@ -323,7 +323,8 @@ def test_backups_before_close_keep_the_newest(db: Database, make_config, tmp_pat
 
 
 def test_missed_deadlines_are_closed_once_in_deadline_order(db: Database, make_config) -> None:
-    from snl_pbem.app.rounds import close_due_rounds, due_rounds
+    from snl_pbem.app.rounds import due_rounds
+    from snl_pbem.runners.scheduler import RoundScheduler
 
     config = make_config(
         [
@@ -338,10 +339,11 @@ def test_missed_deadlines_are_closed_once_in_deadline_order(db: Database, make_c
     pause(db, "future", T0)
     after = datetime(2030, 2, 1, tzinfo=UTC)
     assert [key for key, _, _ in due_rounds(db, after)] == ["early", "late"]
-    closed = close_due_rounds(db, after)
+    rounds = RoundScheduler(db, config, clock=lambda: after)  # the server's catch-up
+    closed = rounds.catch_up()
     assert [(o.game, o.round) for o in closed] == [("early", 1), ("late", 1)]
     assert all(o.next_deadline is not None and o.next_deadline > after for o in closed)
-    assert close_due_rounds(db, after) == []  # nothing twice
+    assert rounds.catch_up() == []  # nothing twice
 
 
 def test_duplicates_are_impossible(db: Database, make_config) -> None:

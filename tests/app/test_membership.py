@@ -13,7 +13,7 @@ import pytest
 from mailhelpers import code_in, key_in, mail_to
 from sqlalchemy import func, select
 
-from snl_pbem.app import membership
+from snl_pbem.app import codes, observers, seats, signup
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
 from snl_pbem.app.referee import status
@@ -302,7 +302,7 @@ def test_join_flood_from_one_address_and_from_many(db, life) -> None:
         m.send(f"bot{i}@bot{i}.example", f"JOIN appr Bot{i}")
     with db.transaction() as s:
         game = s.scalar(select(Game).where(Game.name == "appr"))
-        assert membership.join_codes_sent(s, game, T0) == membership.MAX_UNCONFIRMED_PER_GAME
+        assert signup.join_codes_sent(s, game, T0) == signup.MAX_UNCONFIRMED_PER_GAME
     assert "in an hour" in flat(m.last("bot39@bot39.example", "guest-note"))
     assert count(db, OutboxMessage, OutboxMessage.kind == "code") <= 1 + 30
     # the code sent before the flood still seats its owner
@@ -320,12 +320,12 @@ def test_guessed_codes_never_match_and_only_slow_the_code(db, life) -> None:
     m = Mailer(db, life())
     m.send("x1@example.net", "JOIN open4 Xavier")
     code = m.code("x1@example.net")
-    for i in range(membership.CODE_TRIES_PER_HOUR + 1):  # the last one finds it resting
+    for i in range(codes.CODE_TRIES_PER_HOUR + 1):  # the last one finds it resting
         assert "processed: confirm:" in m.send("x1@example.net", f"CONFIRM {i:04d}-zzzz")
     assert len(mail_to(db, "x1@example.net", "guest-note")) == 3  # 2 wrong, 1 resting
     assert "not checked" in m.send("x1@example.net", f"CONFIRM {code}")
     assert count(db, Signup) == 0
-    later = T0 + membership.CODE_TRY_WINDOW + timedelta(seconds=1)
+    later = T0 + codes.CODE_TRY_WINDOW + timedelta(seconds=1)
     assert m.send("x1@example.net", f"CONFIRM {code}", at=later) == (
         "processed: joined open4 as Xavier: seated"
     )
@@ -341,13 +341,13 @@ def test_approval_waits_for_the_referee(db, life) -> None:
     m.join("x2@example.net", "appr", "Yo")
     with db.transaction() as s:
         game = s.scalar(select(Game).where(Game.name == "appr").with_for_update())
-        line = membership.approve_signup(s, config, game, "xavier", T0, actor="ref", via="cli")
+        line = signup.approve_signup(s, config, game, "xavier", T0, actor="ref", via="cli")
         assert line == "appr: Xavier approved, seated"
-        assert "Yo's sign-up refused" in membership.refuse_signup(
+        assert "Yo's sign-up refused" in signup.refuse_signup(
             s, config, game, "Yo", T0, actor="ref", via="cli"
         )
         with pytest.raises(NotFound, match="no sign-up named 'Nobody'"):
-            membership.approve_signup(s, config, game, "Nobody", T0, actor="ref", via="cli")
+            signup.approve_signup(s, config, game, "Nobody", T0, actor="ref", via="cli")
     assert "The referee approved your sign-up" in m.last("x1@example.net")
     assert "did not accept your sign-up" in m.last("x2@example.net")
     assert count(db, Player, Player.name == "Xavier") == 1
@@ -369,14 +369,14 @@ def test_a_game_starts_at_its_time_with_enough_players_else_waits(db, tmp_path) 
     m = Mailer(db, config)
     m.join("x1@example.net", "open4", "Xavier")
     due = datetime(2029, 12, 2, 9, 0, tzinfo=UTC)
-    assert membership.start_due_games(db, config, due - timedelta(seconds=1)) == []
-    assert membership.start_due_games(db, config, due) == ["open4: waiting for players (1/2)"]
-    assert membership.start_due_games(db, config, due + timedelta(minutes=1)) == []
+    assert signup.start_due_games(db, config, due - timedelta(seconds=1)) == []
+    assert signup.start_due_games(db, config, due) == ["open4: waiting for players (1/2)"]
+    assert signup.start_due_games(db, config, due + timedelta(minutes=1)) == []
     notes = mail_to(db, "ref@example.org", "referee-notice")
     assert len(notes) == 1 and "has 1 of the 2 players it needs" in flat(notes[0])
     m.join("x2@example.net", "open4", "Yo")
     later = due + timedelta(hours=1)
-    assert membership.start_due_games(db, config, later) == [
+    assert signup.start_due_games(db, config, later) == [
         "open4: started at its start time with 2 players"
     ]
     assert game_state(db, "open4") == "running"
@@ -399,7 +399,7 @@ def test_a_late_start_moves_the_schedule(db, tmp_path) -> None:
     m.join("x1@example.net", "open4", "Xavier")
     m.join("x2@example.net", "open4", "Yo")
     late = datetime(2029, 12, 4, 12, 0, tzinfo=UTC)  # 6 hours before round 1's deadline
-    membership.start_due_games(db, config, late)
+    signup.start_due_games(db, config, late)
     (row,) = status(db, "open4")
     assert row.deadline == late + timedelta(days=3)  # one round from the start
     assert (
@@ -446,14 +446,14 @@ def test_replace_gives_the_seat_with_its_history_and_a_new_key(db, life) -> None
     with db.transaction() as s:
         game = s.scalar(select(Game).where(Game.name == "g1").with_for_update())
         with pytest.raises(LifecycleError, match="already plays in g1 \\(as ann\\)"):
-            membership.replace_seat(
+            seats.replace_seat(
                 s, config, game, "bob", "ann@example.org", T0, actor="referee", via="cli"
             )
         with pytest.raises(LifecycleError, match="one of the game's own addresses"):
-            membership.replace_seat(
+            seats.replace_seat(
                 s, config, game, "bob", "SNL@example.org", T0, actor="referee", via="cli"
             )
-        line = membership.replace_seat(
+        line = seats.replace_seat(
             s, config, game, "bob", "dora@example.net", T0, actor="referee", via="cli"
         )
     assert line == "g1: bob's seat now belongs to dora@example.net (a new key was mailed)"
@@ -682,8 +682,8 @@ def test_a_seat_given_up_before_the_start_goes_to_the_standby_list(db, tmp_path)
     with db.transaction() as s:
         game = s.scalar(select(Game).where(Game.name == "open4").with_for_update())
         xavier = s.scalar(select(Player).where(Player.name == "Xavier"))
-        assert not membership.resign(s, config, game, xavier, T0, None)  # asks first
-        assert membership.resign(s, config, game, xavier, T0, "open4")
+        assert not seats.resign(s, config, game, xavier, T0, None)  # asks first
+        assert seats.resign(s, config, game, xavier, T0, "open4")
     assert [p.name for p in _seated(db, "open4")] == ["Yo", "Zed", "Wu"]
     assert "You have a seat in" in m.last("x3@example.net")
     assert "Wu from the standby list has it" in flat(m.last("ref@example.org", "referee-notice"))
@@ -854,7 +854,7 @@ def test_resign_needs_a_second_message_even_when_written_twice(db, life) -> None
 
 
 def test_observers_are_capped(db, life, monkeypatch) -> None:
-    monkeypatch.setattr(membership, "MAX_OBSERVERS_PER_GAME", 1)
+    monkeypatch.setattr(observers, "MAX_OBSERVERS_PER_GAME", 1)
     m = Mailer(db, life())
     m.send("fan1@example.net", "OBSERVE g1")
     m.send("fan1@example.net", f"CONFIRM {m.code('fan1@example.net')}")
@@ -885,7 +885,7 @@ def test_start_from_the_command_line_moves_a_late_sign_up_game(db, life) -> None
     m.join("x1@example.net", "appr", "Xavier")
     with db.transaction() as s:
         game = s.scalar(select(Game).where(Game.name == "appr").with_for_update())
-        membership.approve_signup(s, config, game, "Xavier", T0, actor="ref", via="cli")
+        signup.approve_signup(s, config, game, "Xavier", T0, actor="ref", via="cli")
     late = datetime(2029, 12, 10, 12, 0, tzinfo=UTC)  # first_deadline (4 Dec) long past
     report = start_game(db, config, "appr", late)
     assert report.round_deadline == late + timedelta(days=3)
@@ -918,7 +918,7 @@ def test_replace_before_the_start_tells_the_new_holder(db, tmp_path) -> None:
     sync_games(db, config, T0)
     with db.transaction() as s:
         game = s.scalar(select(Game).where(Game.name == "g1").with_for_update())
-        line = membership.replace_seat(
+        line = seats.replace_seat(
             s, config, game, "bob", "dora@example.net", T0, actor="referee", via="cli"
         )
     assert "key comes with the welcome at the start" in line

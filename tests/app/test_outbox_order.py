@@ -275,7 +275,7 @@ def test_the_last_joiner_hears_of_the_seat_before_the_welcome(
 
     from snl_pbem.app.games import sync_games
     from snl_pbem.app.intake import ingest
-    from snl_pbem.app.membership import approve_signup
+    from snl_pbem.app.signup import approve_signup
     from snl_pbem.config import load_config
 
     path = tmp_path / "config.toml"

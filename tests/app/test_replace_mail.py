@@ -13,10 +13,12 @@ from pathlib import Path
 from mailhelpers import T0
 from sqlalchemy import select
 
-from snl_pbem.app.games import game_by_id, start_game, sync_games
+from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
-from snl_pbem.app.membership import in_game, replace_seat
+from snl_pbem.app.lookup import game_by_id
 from snl_pbem.app.schedule import send_reminders
+from snl_pbem.app.seats import replace_seat
+from snl_pbem.app.views import in_game
 from snl_pbem.config import Config, load_config
 from snl_pbem.store import Database, OutboxMessage, Signup
 

@@ -15,13 +15,15 @@ import pytest
 from mailhelpers import T0
 from sqlalchemy import select
 
-from snl_pbem.app.games import game_by_id, sync_games
+from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import ingest
-from snl_pbem.app.membership import observe
+from snl_pbem.app.lookup import game_by_id
+from snl_pbem.app.observers import observe
 from snl_pbem.app.outbox import drain_outbox
-from snl_pbem.app.rounds import close_due_rounds, close_round
+from snl_pbem.app.rounds import close_round
 from snl_pbem.config import Config, load_config
 from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
+from snl_pbem.runners.scheduler import RoundScheduler
 from snl_pbem.store import Database, Round
 
 REFEREE_KEY = "ref-key-0123456789"
@@ -181,7 +183,8 @@ def test_a_rollback_past_the_deadline_closes_again_at_once_on_resume(game, smtp_
 
     resumed_at = later + timedelta(minutes=30)
     referee(db, config, "RESUME g1", resumed_at, "rs")
-    assert [o.round for o in close_due_rounds(db, resumed_at, config=config)] == [1]
+    catch_up = RoundScheduler(db, config, clock=lambda: resumed_at).catch_up  # the server's
+    assert [o.round for o in catch_up()] == [1]
     again = inboxes.deliver(resumed_at)
     for who in PLAYERS:
         got = subjects(again, who)

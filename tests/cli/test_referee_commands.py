@@ -145,14 +145,14 @@ def test_inbound_set_aside_mail_is_listed_shown_and_retried(
 
     monkeypatch.setattr(intake, "_process", broken)
     code, out, _ = run(capsys, "ingest", str(eml), *cfg)
-    assert code == 1 and "failed (RuntimeError: a bug in processing)" in out
+    assert code == 1 and "set-aside (RuntimeError: a bug in processing)" in out
     code, out, _ = run(capsys, "inbound", "list", *cfg)
     [line] = out.splitlines()
     number = line.split()[0]
-    assert "failed" in line and "ann@example.org" in line and "a bug in processing" in line
+    assert "set-aside" in line and "ann@example.org" in line and "a bug in processing" in line
     code, out, err = run(capsys, "inbound", "show", number, *cfg)
     assert code == 0 and out.startswith("From: ann@example.org") and "DICE 5" in out
-    assert f"inbound {number}: failed" in err and "RuntimeError: a bug in processing" in err
+    assert f"inbound {number}: set-aside" in err and "RuntimeError: a bug in processing" in err
     assert run(capsys, "inbound", "retry", number, *cfg)[0] == 1  # not fixed yet: still aside
     monkeypatch.undo()
     code, out, _ = run(capsys, "inbound", "retry", number, *cfg)

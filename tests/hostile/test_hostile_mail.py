@@ -142,7 +142,7 @@ def test_ten_thousand_generated_messages(sqlite_intake) -> None:
         f"{MAX_SECONDS_PER_MESSAGE} s, timed again in CPU time); RSS growth {rss_growth:.0f} MB; "
         f"garbage collection {collecting.cpu:.2f} s CPU in all, longest {collecting.longest:.3f} s"
     )
-    assert "failed" not in statuses, statuses
+    assert "set-aside" not in statuses, statuses
     for i, (raw, stored_cpu) in over.items():  # its reading ran in the sandbox: again here
         reading = min(_reading_cpu(raw, config.settings.mail.address) for _ in range(3))
         assert stored_cpu + reading < MAX_SECONDS_PER_MESSAGE, (SEED, i, stored_cpu, reading)

@@ -19,9 +19,10 @@ from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import GUEST_REPLIES_PER_ADDRESS_PER_HOUR, ingest
 from snl_pbem.app.mailbox_state import ensure_state, intake_health
 from snl_pbem.config import ImapSettings, load_config
-from snl_pbem.mail.commands import command_lines, parse_commands
+from snl_pbem.mail.commands import parse_commands
 from snl_pbem.mail.imap import DeliveryFailed, ImapPoller, MailboxConfig
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
+from snl_pbem.mail.quotes import command_lines
 from snl_pbem.runners.mailboxes import DatabaseHooks
 from snl_pbem.store import AuditEntry, InboundMessage, OutboxMessage, Player
 
@@ -150,12 +151,12 @@ def test_a_message_the_database_refuses_is_stored_as_a_stub(intake, monkeypatch)
             intake_module, "_kept_bytes", lambda *a: (_ for _ in ()).throw(ValueError("bad"))
         )
     result = ingest(db, config, mail("KEY ann-key-123\r\nDICE 3", tag="poison"), T0, "t")
-    assert result.stored and result.status == "failed"
+    assert result.stored and result.status == "set-aside"
     monkeypatch.undo()
     assert ingest(db, config, good_order(), T0, "t").status == "processed"
     with db.transaction() as s:
         row = s.get(InboundMessage, result.inbound_id)
-        assert row.status == "failed" and "could not be stored as received" in row.error
+        assert row.status == "set-aside" and "could not be stored as received" in row.error
         assert b"DICE 3" in row.raw  # kept for the referee (inbound show / retry)
 
 
@@ -188,7 +189,7 @@ def test_no_message_stops_the_mailbox(dovecot, intake) -> None:
     assert poller.poll_once() == 4
     poller.close()
     assert ("bob", "2") in [(o.player, o.dice) for o in orders_of(db)]
-    assert all(r.status != "failed" for r in hooks.results), hooks.results
+    assert all(r.status != "set-aside" for r in hooks.results), hooks.results
 
 
 def test_a_mailbox_that_keeps_failing_marks_intake_unhealthy(dovecot, intake) -> None:

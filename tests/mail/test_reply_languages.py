@@ -3,7 +3,7 @@
 An Outlook or OWA plain-text reply puts a header block above the old message and does not
 mark the old message as quoted; Gmail writes an attribution line, Yahoo one above an
 unmarked quote. Their words differ in every language, so they are known by their shape
-(snl_pbem.mail.commands.read_lines). The table tests/data/mail/replies/languages.toml
+(snl_pbem.mail.quotes.read_lines). The table tests/data/mail/replies/languages.toml
 holds the labels, dates and attribution lines of 29 languages and two invented ones that
 no word list could hold; make.py beside it writes the corpus of .eml files from it, in
 UTF-8 and each language's legacy charset. In every message Ann's new order is DICE 2 and
@@ -23,7 +23,8 @@ import pytest
 from mailhelpers import CORPUS, T0, orders_of, replies_since
 
 from snl_pbem.app.intake import ingest
-from snl_pbem.mail.commands import Commands, clean_line, parse_commands, read_lines
+from snl_pbem.mail.commands import Commands, parse_commands
+from snl_pbem.mail.quotes import clean_line, read_lines
 
 REPLIES = CORPUS / "replies"
 

@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from test_life_cycle_serve import Post, config_text
 from test_serve import SNL, WAIT, run, wait_for
 
-from snl_pbem.app import membership
+from snl_pbem.app import signup
 from snl_pbem.config import load_config
 from snl_pbem.store import Database, InboundMessage
 
@@ -70,7 +70,7 @@ def test_a_sign_up_flood_through_serve_starves_no_one(
             post.send(who, f"JOIN club {who.split('@')[0]}", subject="join")
         wait_for(lambda: all(post.to(who) for who in FORGED), WAIT, "an answer to each JOIN", log)
         coded = [who for who in FORGED if post.texts(who, "Your confirmation code")]
-        assert len(coded) == membership.MAX_UNCONFIRMED_PER_GAME - 1
+        assert len(coded) == signup.MAX_UNCONFIRMED_PER_GAME - 1
         refused = [who for who in FORGED if who not in coded]
         assert all(
             "again in an hour" in post.texts(who, "About your request")[0] for who in refused

@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers import game_rules
 from imapclient import IMAPClient
 from mailhelpers import code_in, key_in
 from sqlalchemy import select
@@ -31,7 +32,7 @@ from test_serve import SNL, WAIT, run, wait_for
 from snl_pbem.config import load_config
 from snl_pbem.offline.replay import Replay, outcome_json, run_replay
 from snl_pbem.rules import OrderSet
-from snl_pbem.store import AuditEntry, Database, RoundTally
+from snl_pbem.store import AuditEntry, Database, Game, RoundTally
 
 REFEREE_KEY = "ref-key-0123456789"
 PLAYERS = ("ann", "bob", "cy", "dee")
@@ -253,7 +254,12 @@ def test_a_whole_life_cycle_through_serve(
     text = log.read_text()
     assert "Traceback" not in text and "set aside" not in text, text[-4000:]
     # the reports say what offline adjudication of the same orders says
-    rules = load_config(path).game("club").rules()
+    db = Database(load_config(path).database_url)
+    try:  # the rules the server played by: its stored game's
+        with db.transaction() as s:
+            rules = game_rules(s.scalars(select(Game).where(Game.name == "club")).one())
+    finally:
+        db.dispose()
     offline = outcome_json(run_replay(Replay(rules, PLAYERS, tuple(sent))))
     expected = offline["rounds"][-1]["positions"]
     for name, report in reports.items():

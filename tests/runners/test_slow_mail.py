@@ -20,7 +20,7 @@ from mailhelpers import mail_to, orders_of
 from sqlalchemy import select
 
 from snl_pbem.app.intake import ingest, process_pending
-from snl_pbem.app.rounds import counting_orders
+from snl_pbem.app.state import counting_orders
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.parse import ParseTimeout
 from snl_pbem.runners.mailboxes import (

@@ -11,6 +11,7 @@ from sqlalchemy import inspect
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import (
     alembic_config,
+    check_schema,
     current_revision,
     downgrade,
     head_revision,
@@ -25,9 +26,9 @@ def test_every_revision_down_and_up(db_url: str) -> None:
     try:
         assert current_revision(database) is None
         with pytest.raises(SchemaOutOfDate, match="run 'snl-pbem db upgrade'"):
-            database.check_schema()
+            check_schema(database)
         upgrade(database)
-        database.check_schema()
+        check_schema(database)
         revisions = [
             s.revision for s in ScriptDirectory.from_config(alembic_config()).walk_revisions()
         ]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from snl_pbem.rules.board import Board, Position
+from snl_pbem.rules.board import Board
 from snl_pbem.rules.classic.options import (
     ClassicOptions,
     Dice,
@@ -24,6 +24,7 @@ from snl_pbem.rules.classic.options import (
     StartRule,
 )
 from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.geometry import Position
 from snl_pbem.rules.outcome import PlayerId
 
 Throws = Callable[[PlayerId], "tuple[int, ...] | None"]

@@ -38,6 +38,7 @@ from snl_pbem.rules.ruleset import (
     GameSettings,
     OrderReading,
     Orders,
+    OrderWord,
     Stored,
     StoredRound,
 )
@@ -57,7 +58,7 @@ _SAID = {
 def throw_line(throw: Throw) -> str:
     """``ann threw 4+6: 12 -> 31 (up a ladder, bumped bob)``: one throw, in play order."""
     said = [
-        f"bumped {e[len(BUMPED):]} back to the start" if e.startswith(BUMPED) else _SAID[e]
+        f"bumped {e[len(BUMPED) :]} back to the start" if e.startswith(BUMPED) else _SAID[e]
         for e in throw.events
     ]
     dice = "+".join(map(str, throw.dice))
@@ -73,6 +74,9 @@ class ClassicRuleset:
     option_keys: tuple[str, ...] = OPTION_KEYS
     throws_dice = True
     no_orders = "(no ROLL line); none are needed: the server throws for you at the deadline."
+    order_words: tuple[OrderWord, ...] = (
+        OrderWord("ROLL", 'ROLL               optional: "I am here" (the server throws the dice)'),
+    )
 
     def refuse_word(self, word: str) -> str | None:
         """C12: "Dice values sent by a player are refused with a reply that explains the
@@ -160,8 +164,13 @@ class ClassicRuleset:
             totals[throw.player] += sum(throw.dice)
         turn = state.turns_played + 1
         moves = {
-            p: Move(totals[p], before.positions[p], before.positions[p] + totals[p],
-                    after.positions[p], ())
+            p: Move(
+                totals[p],
+                before.positions[p],
+                before.positions[p] + totals[p],
+                after.positions[p],
+                (),
+            )
             for p in state.players
         }
         result = None

@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from snl_pbem.rules.board import Board, Position, Space
+from snl_pbem.rules.board import Board
 from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.geometry import Position, Space
 from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.postal.dice import (
     SET_SIZE,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from snl_pbem.rules.board import LADDER_MARK, SNAKE_MARK, Board, EventKind, Position
+from snl_pbem.rules.board import Board, EventKind
+from snl_pbem.rules.geometry import LADDER_MARK, SNAKE_MARK, Position
 from snl_pbem.rules.postal.dice import SET_SIZE, lowest_legal_dice
 from snl_pbem.rules.words import counted
 

@@ -34,6 +34,7 @@ from snl_pbem.rules.ruleset import (
     GameSettings,
     OrderReading,
     Orders,
+    OrderWord,
     Stored,
     StoredRound,
 )
@@ -61,6 +62,14 @@ class PostalRuleset:
     option_keys: tuple[str, ...] = ()  # its options are the config's own keys (R7, R9)
     throws_dice = False
     no_orders = "(no DICE or TRAPDOOR line)."
+    order_words: tuple[OrderWord, ...] = (
+        OrderWord(
+            "DICE",
+            "DICE 4             your die for each turn (DICE 4 2 when a round is two turns)",
+            aliases=("DIE",),
+        ),
+        OrderWord("TRAPDOOR", "TRAPDOOR 37        optional: the space you nominate as a trapdoor"),
+    )
 
     def refuse_word(self, word: str) -> str | None:
         if word == "ROLL":
@@ -240,8 +249,7 @@ class PostalRuleset:
                 move = turn.moves[name]
                 path = "".join(f", {e}" for e in move.events)
                 steps.append(
-                    f"turn {turn.turn}: {move.die} {move.start}->{move.target}{path} = "
-                    f"{move.final}"
+                    f"turn {turn.turn}: {move.die} {move.start}->{move.target}{path} = {move.final}"
                 )
             nominated = result.nominations[name]
             vote = "-" if nominated is None else str(nominated)

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from snl_pbem.rules.board import Position, Space
+from snl_pbem.rules.geometry import Position, Space
 
 
 class TrapdoorRule(Enum):
@@ -33,11 +33,6 @@ def vote_threshold(player_count: int) -> int:
     Every registered player counts, whether or not they sent orders.
     """
     return 2 if player_count <= 8 else 3
-
-
-def is_space(value: object, last: Space) -> bool:
-    """Whether ``value`` is a space that can be nominated (1..L)."""
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= last
 
 
 def default_nomination(target: Position, last: Space) -> Space | None:

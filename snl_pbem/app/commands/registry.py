@@ -1,0 +1,191 @@
+"""The command registry: every email word once, with who may send it, how its line is
+read, what it does, and its line of help (issue 22, after GNU Mailman 3's commands).
+
+A command is one :class:`Command`, registered once by the module of its group
+(envelope.py, orders.py, status.py, help.py, signup.py, player.py, referee.py in this
+package); the order words come from the rulesets (``Ruleset.order_words``), so a new
+ruleset adds its words in its own file. The sandbox reads each message with the order
+language's own table (mail/commands.py READERS); the app reads the kept lines again with
+this registry's (:func:`read`), so a command registered here is read without a change in
+``snl_pbem.mail``. ``run`` is what the command does, called by the intake's dispatcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+from snl_pbem.mail.commands import READERS, Commands, Reader, read_commands
+from snl_pbem.mail.parse import ParsedMail
+from snl_pbem.rules.ruleset import get_ruleset, ruleset_names
+
+Run = Callable[..., Any]
+"""What a command does, as the intake's dispatcher calls it (its signature is the
+dispatcher's to fix)."""
+
+
+class Who(Enum):
+    """Who may send a command."""
+
+    ANYONE = "anyone"
+    """No key needed (HELP, LIST, JOIN...)."""
+    PLAYER = "player"
+    """A player, with their GAME and KEY lines."""
+    REFEREE = "referee"
+    """The game's referee, with the referee key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Command:
+    """One email command. See the module's docstring."""
+
+    word: str
+    """The command as written in help: "LIST", "NEW KEY", "CLOSE ROUND", "DICE"."""
+    first: str = ""
+    """The first word of its line, which the reading table is keyed by ("NEW", "CLOSE");
+    "" means the word's own first word."""
+    aliases: tuple[str, ...] = ()
+    """Other first words read as it (DIE for DICE, PASSWORD for KEY)."""
+    who: Who
+    read: Reader
+    """How its line is read (see snl_pbem.mail.commands.Reader)."""
+    run: Run | None = None
+    """What it does; None for the words the intake's pipeline uses itself (GAME, KEY,
+    ROUND), and for now for the rest (the dispatcher fills them in)."""
+    help: str
+    """Its line of help, as HELP prints it ('LIST               the games here you can
+    join or follow'); a long one goes on, indented, on the lines after."""
+    rulesets: frozenset[str] | None = None
+    """The rulesets whose orders use it; None: it is a command in every game."""
+    group: str = ""
+    """Which of this package's modules registers it (envelope, orders, status, help,
+    signup, player, referee): HELP lists a group together."""
+
+    def __post_init__(self) -> None:
+        if not self.first:
+            object.__setattr__(self, "first", self.word.split()[0])
+
+    @property
+    def firsts(self) -> tuple[str, ...]:
+        """Every first word read as this command."""
+        return (self.first, *self.aliases)
+
+
+GROUPS = ("envelope", "orders", "status", "help", "signup", "player", "referee")
+"""Help order: group by group (another group after these), each in the order registered."""
+_COMMANDS: dict[str, Command] = {}
+"""Word to command, in the order registered."""
+_ORDER_WORDS_OF: set[str] = set()
+"""The rulesets whose order words are registered."""
+
+
+def register(command: Command) -> Command:
+    """Add a command; ValueError when its word, or a first word it is read by, is taken."""
+    if command.word in _COMMANDS:
+        raise ValueError(f"the command {command.word} is registered twice")
+    taken = {first for c in _COMMANDS.values() for first in c.firsts}
+    clash = taken.intersection(command.firsts)
+    if clash:
+        raise ValueError(f"{command.word}: a line beginning {sorted(clash)} is read already")
+    _COMMANDS[command.word] = command
+    return command
+
+
+def unregister(word: str) -> Command:
+    """Take a command out (a test's own); KeyError when it is not registered."""
+    return _COMMANDS.pop(word)
+
+
+def register_order_words() -> None:
+    """Register the order words of every ruleset known, once each: a word that several
+    rulesets use (DICE) is one command, naming them all. A word the order language does
+    not read (mail/commands.py READERS) is refused: its reader must be written first."""
+    for name in ruleset_names():
+        if name in _ORDER_WORDS_OF:
+            continue
+        _ORDER_WORDS_OF.add(name)
+        for order in get_ruleset(name).order_words:
+            known = _COMMANDS.get(order.word)
+            if known is not None and known.group == "orders" and known.rulesets is not None:
+                _COMMANDS[order.word] = replace(known, rulesets=known.rulesets | {name})
+                continue
+            if order.word not in READERS:
+                raise ValueError(
+                    f"ruleset {name}: the order language reads no line beginning {order.word} "
+                    "(add its reader to snl_pbem/mail/commands.py READERS)"
+                )
+            register(
+                Command(
+                    word=order.word,
+                    aliases=order.aliases,
+                    who=Who.PLAYER,
+                    read=READERS[order.word],
+                    help=order.help,
+                    rulesets=frozenset({name}),
+                    group="orders",
+                )
+            )
+
+
+def lookup(word: str) -> Command | None:
+    """The command called ``word`` ("NEW KEY") or read from a line beginning ``word``
+    ("NEW", "DIE"), in any case; None when there is none."""
+    register_order_words()
+    word = " ".join(word.upper().split())
+    if word in _COMMANDS:
+        return _COMMANDS[word]
+    return next((c for c in _COMMANDS.values() if word in c.firsts), None)
+
+
+def commands(
+    who: Who | None = None, ruleset: str | None = None, group: str | None = None
+) -> tuple[Command, ...]:
+    """The commands in help order: those ``who`` may send, those of a game of ``ruleset``
+    (the commands of every game and its ruleset's order words), of ``group``; None: all."""
+    register_order_words()
+    chosen = [
+        c
+        for c in _COMMANDS.values()
+        if (who is None or c.who is who)
+        and (ruleset is None or c.rulesets is None or ruleset in c.rulesets)
+        and (group is None or c.group == group)
+    ]
+    rank = {name: i for i, name in enumerate(GROUPS)}
+    return tuple(sorted(chosen, key=lambda c: rank.get(c.group, len(GROUPS))))
+
+
+def reading_table() -> Mapping[str, Reader]:
+    """Each first word (aliases too) and its reader: the table for
+    :func:`snl_pbem.mail.commands.read_commands`."""
+    return {first: c.read for c in commands() for first in c.firsts}
+
+
+def read(mail: ParsedMail) -> Commands:
+    """A parsed mail's commands, read with the registry from the lines the sandbox kept
+    (``mail.lines``: at most 50, so reading them again is cheap). A robot's mail has none."""
+    if mail.commands is None:
+        return read_commands((), 0, None)
+    return read_commands(mail.lines, mail.dropped, mail.cut, mail.subject, reading_table())
+
+
+def help_lines(group: str) -> tuple[str, ...]:
+    """The help of a group's commands, line by line, in help order (HELP's text:
+    templates/player/more_commands.txt.j2 calls it as ``command_help``)."""
+    return tuple(line for c in commands(group=group) for line in c.help.split("\n"))
+
+
+__all__ = [
+    "Command",
+    "Run",
+    "Who",
+    "commands",
+    "help_lines",
+    "lookup",
+    "read",
+    "reading_table",
+    "register",
+    "register_order_words",
+    "unregister",
+]

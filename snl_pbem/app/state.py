@@ -1,0 +1,206 @@
+"""A game's state as the database holds it, read without changing it.
+
+The orders that count in a round, who has yet to send them, each player's stored state,
+the name each seat's holder goes by, and who observes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.lookup import (
+    ruleset_of,
+    settings_of,
+)
+from snl_pbem.rules.ruleset import Orders, Stored
+from snl_pbem.store import (
+    AuditEntry,
+    Game,
+    Observer,
+    OrderRecord,
+    Player,
+    Round,
+    RoundTally,
+    Signup,
+    TurnRecord,
+)
+from snl_pbem.store.models import dice_values
+from snl_pbem.store.states import SignupState
+
+
+@dataclass(frozen=True)
+class PlayerRef:
+    """The two things the round close needs of a player."""
+
+    id: int
+    name: str
+
+
+def game_players(session: Session, game: Game) -> list[PlayerRef]:
+    """Every player of the game (in the config or not: all still play, R17), by id."""
+    rows = session.execute(
+        select(Player.id, Player.name).where(Player.game_id == game.id).order_by(Player.id)
+    )
+    return [PlayerRef(pid, name) for pid, name in rows]
+
+
+def load_state(
+    session: Session,
+    game: Game,
+    players: Sequence[PlayerRef | Player],
+) -> Stored:
+    """The game's state from its stored results: every position, and each player's dice
+    since the turn the game's ruleset needs them from (postal: the current set of six).
+    With ``players`` one player only (``player_state``), a state of that player alone."""
+    names = tuple(p.name for p in players)
+    turns = game.turns_played
+    set_start = ruleset_of(game).history_start(turns)
+    positions = dict.fromkeys(names, 0)
+    played: dict[str, list[int]] = {name: [] for name in names}
+    by_id = {p.id: p.name for p in players}
+    query = select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final).where(
+        TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns)
+    )
+    if len(players) == 1:  # one player's own state: their rows only
+        query = query.where(TurnRecord.player_id == players[0].id)
+    for player_id, turn, die, final in session.execute(query.order_by(TurnRecord.turn)):
+        name = by_id.get(player_id)
+        if name is None:
+            continue
+        if turn > set_start:
+            played[name].append(die)
+        if turn == turns:
+            positions[name] = final
+    return Stored(
+        players=names,
+        positions=positions,
+        played={name: tuple(dice) for name, dice in played.items()},
+        rounds_played=game.rounds_played,
+        turns_played=turns,
+        played_from=set_start,
+        extra=last_record(session, game),
+    )
+
+
+def last_record(session: Session, game: Game) -> dict[str, Any]:
+    """What the game's ruleset kept of its last round (classic: its state); {} if none."""
+    if not game.rounds_played:
+        return {}
+    record = session.scalar(
+        select(RoundTally.record)
+        .join(Round, Round.id == RoundTally.round_id)
+        .where(Round.game_id == game.id, Round.number == game.rounds_played)
+    )
+    return record or {}
+
+
+def awaiting(session: Session, game: Game, players: Sequence[PlayerRef | Player]) -> set[str]:
+    """The names among ``players`` whose orders the open round waits for (the ruleset
+    says: the classic game waits only for those still racing)."""
+    names = tuple(p.name for p in players)
+    kept = Stored(names, {}, {}, rounds_played=game.rounds_played, extra=last_record(session, game))
+    return set(ruleset_of(game).awaiting(settings_of(game), kept))
+
+
+def player_state(session: Session, game: Game, player: Player) -> Stored:
+    """One player's own stored state (positions and dice of that player alone): enough
+    to check their orders or tell them their own play, never to adjudicate."""
+    return load_state(session, game, [player])
+
+
+RECEIPT_ORDER = (
+    OrderRecord.received_at,
+    func.coalesce(OrderRecord.inbound_id, 0),
+    OrderRecord.id,
+)
+"""The order in which order sets replace one another: by receipt time, then, within one
+second (IMAP dates are whole seconds), by the order their messages were stored, never by
+the order they happened to be read in (stored messages are read in parallel:
+snl_pbem.runners.mailboxes.Readers). Orders the referee entered (no message) come first
+within their second."""
+
+
+def latest_orders(session: Session, round_id: int) -> dict[int, OrderRecord]:
+    """Each player's latest order set for a round (by player id), whatever its receipt time."""
+    latest: dict[int, OrderRecord] = {}
+    for record in session.scalars(
+        select(OrderRecord).where(OrderRecord.round_id == round_id).order_by(*RECEIPT_ORDER)
+    ):
+        latest[record.player_id] = record
+    return latest
+
+
+def counting_orders(
+    session: Session, round_: Round, players: Sequence[PlayerRef | Player]
+) -> dict[str, Orders]:
+    """Each player's latest order set received by the deadline (or entered by the referee);
+    a player whose latest withdrew their orders is left out (they sent none)."""
+    by_id = {p.id: p.name for p in players}
+    latest: dict[str, Orders] = {}
+    rows = session.execute(
+        select(
+            OrderRecord.player_id, OrderRecord.dice, OrderRecord.nomination, OrderRecord.withdrawn
+        )
+        .where(
+            OrderRecord.round_id == round_.id,
+            or_(OrderRecord.received_at <= round_.deadline, OrderRecord.source == "referee"),
+        )
+        .order_by(*RECEIPT_ORDER)
+    )
+    for player_id, dice, nomination, withdrawn in rows:
+        name = by_id.get(player_id)
+        if name is not None:  # later ones replace earlier ones, as a whole
+            latest[name] = Orders(dice_values(dice), nomination, withdraw=withdrawn)
+    return {name: order for name, order in latest.items() if not order.withdraw}
+
+
+def holder_name(session: Session, game: Game, player: Player) -> str | None:
+    """The name the seat's holder goes by: the name they joined with (their own seat, or
+    one they took from the standby list), the seat's own name for its first holder, or
+    None for an address the referee gave the seat to (REPLACE knows no name)."""
+    return holder_names(session, game, [player])[player.id]
+
+
+def holder_names(session: Session, game: Game, players: Sequence[Player]) -> dict[int, str | None]:
+    """:func:`holder_name` of each of ``players`` (by id), in two queries."""
+    joined: dict[tuple[int | None, str], str] = {}
+    for player_id, address, name in session.execute(
+        select(Signup.player_id, Signup.email, Signup.name)
+        .where(
+            Signup.game_id == game.id,
+            Signup.state == SignupState.SEATED,
+            Signup.player_id.is_not(None),
+        )
+        .order_by(Signup.id)
+    ):
+        joined[(player_id, address.lower())] = name
+    given = set()
+    for detail in session.scalars(
+        select(AuditEntry.detail).where(
+            AuditEntry.game_id == game.id, AuditEntry.action == "replace"
+        )
+    ):
+        given.add((detail.get("player"), str(detail.get("new", "")).lower()))
+    names: dict[int, str | None] = {}
+    for player in players:
+        address = player.email.lower()
+        if (player.id, address) in joined:
+            names[player.id] = joined[(player.id, address)]
+        else:
+            names[player.id] = None if (player.name, address) in given else player.name
+    return names
+
+
+def observers(session: Session, game: Game) -> list[str]:
+    return list(
+        session.scalars(
+            select(Observer.email)
+            .where(Observer.game_id == game.id, Observer.active)
+            .order_by(Observer.id)
+        )
+    )
