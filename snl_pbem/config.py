@@ -33,8 +33,7 @@ from pydantic import (
 from snl_pbem.boards import UnknownBoard, bundled_table, locate
 from snl_pbem.errors import ConfigError, no_such_game
 from snl_pbem.rules import Board, BoardError, GameSetupError
-from snl_pbem.rules.ruleset import DEFAULT_RULESET, get_ruleset, ruleset_names
-from snl_pbem.rules.ruleset import GameSettings as RulesetSettings
+from snl_pbem.rules.ruleset import DEFAULT_RULESET, RulesetSettings, get_ruleset, ruleset_names
 from snl_pbem.rules.words import counted
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
@@ -661,15 +660,15 @@ class Config:
     games: tuple[GameConfig, ...]
     database_url: str
 
-    def find(self, game_id: str) -> GameConfig | None:
+    def find(self, game_name: str) -> GameConfig | None:
         """The game's table, or None when the config has no game of that id."""
-        return next((game for game in self.games if game.id == game_id), None)
+        return next((game for game in self.games if game.id == game_name), None)
 
-    def game(self, game_id: str) -> GameConfig:
+    def game(self, game_name: str) -> GameConfig:
         for game in self.games:
-            if game.id == game_id:
+            if game.id == game_name:
                 return game
-        raise no_such_game(game_id, [g.id for g in self.games], str(self.path))
+        raise no_such_game(game_name, [g.id for g in self.games], str(self.path))
 
     def dkim_key(self) -> bytes | None:
         dkim = self.settings.mail.dkim

@@ -46,8 +46,8 @@ class StartupError(SnlError):
     """The server cannot start: a bad config or an out-of-date database."""
 
 
-def no_such_game(game_id: str, known: list[str], where: str = "") -> NotFound:
+def no_such_game(game_name: str, known: list[str], where: str = "") -> NotFound:
     """The one wording of an unknown game id."""
     listed = ", ".join(known) or "none"
     place = f" in {where}" if where else ""
-    return NotFound(f"no game {game_id!r}{place} (games: {listed})")
+    return NotFound(f"no game {game_name!r}{place} (games: {listed})")

@@ -13,11 +13,11 @@ from snl_pbem.rules.board import Board
 from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.ruleset import (
     Adjudication,
-    GameSettings,
+    GameState,
     OrderReading,
     Orders,
     OrderWord,
-    Stored,
+    RulesetSettings,
     StoredRound,
     register,
 )
@@ -43,20 +43,25 @@ class ToyRuleset:
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
         return {}
 
-    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+    def awaiting(self, settings: RulesetSettings, state: GameState) -> tuple[PlayerId, ...]:
         return state.players
 
-    def check_settings(self, settings: GameSettings) -> None:
+    def check_settings(self, settings: RulesetSettings) -> None:
         pass
 
-    def turns_in_round(self, settings: GameSettings, round_number: int) -> int:
+    def turns_in_round(self, settings: RulesetSettings, round_number: int) -> int:
         return 1
 
     def history_start(self, turns_played: int) -> int:
         return turns_played  # no dice history: positions are the whole state
 
     def read_orders(
-        self, settings: GameSettings, state: Stored, player: PlayerId, orders: Orders, turns: int
+        self,
+        settings: RulesetSettings,
+        state: GameState,
+        player: PlayerId,
+        orders: Orders,
+        turns: int,
     ) -> OrderReading:
         return OrderReading(
             valid=True,
@@ -69,12 +74,12 @@ class ToyRuleset:
         )
 
     def default_orders(
-        self, settings: GameSettings, state: Stored, player: PlayerId, turns: int
+        self, settings: RulesetSettings, state: GameState, player: PlayerId, turns: int
     ) -> Orders:
         return Orders()
 
     def adjudicate(
-        self, settings: GameSettings, state: Stored, orders: Mapping[PlayerId, Orders]
+        self, settings: RulesetSettings, state: GameState, orders: Mapping[PlayerId, Orders]
     ) -> Adjudication:
         last = settings.board.last
         turn = state.turns_played + 1
@@ -92,7 +97,7 @@ class ToyRuleset:
             result=GameResult(winners, turn) if winners else None,
             nmr={n: "no orders: moved 1" for n in state.players if n not in orders},
             tally={},
-            after=Stored(
+            after=GameState(
                 players=state.players,
                 positions=positions,
                 played=dict.fromkeys(state.players, ()),
@@ -104,7 +109,7 @@ class ToyRuleset:
         )
 
     def player_view(
-        self, settings: GameSettings, state: Stored, player: PlayerId
+        self, settings: RulesetSettings, state: GameState, player: PlayerId
     ) -> Mapping[str, Any]:
         return {"steps": 2}
 

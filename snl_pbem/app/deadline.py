@@ -88,15 +88,18 @@ def decide(
     now: datetime,
     *,
     early: bool = False,
+    all_in: bool = False,
     redelivery_until: datetime | None = None,
 ) -> Decision:
     """What the close job of round ``round_number`` does at ``now``. ``early`` is
     close-when-all-in's job, which closes before the deadline on purpose (its settle time
-    has passed); ``redelivery_until`` is the end of the start-up grace with LMTP (None:
-    none, or it is over), before which no round closes."""
+    has passed). ``all_in``: close only if every order is still in (the settle time's job;
+    a job re-planned past the start-up grace closes as planned). ``redelivery_until`` is
+    the end of the start-up grace with LMTP (None: none, or it is over), before which no
+    round closes."""
     with db.transaction() as session:
         return _decide_locked(
-            session, config, game_name, round_number, now, early, redelivery_until
+            session, config, game_name, round_number, now, early, all_in, redelivery_until
         )
 
 
@@ -107,6 +110,7 @@ def _decide_locked(
     number: int,
     now: datetime,
     early: bool,
+    all_in: bool,
     redelivery_until: datetime | None,
 ) -> Decision:
     game = session.scalar(select(Game).where(Game.name == game_name))
@@ -114,8 +118,9 @@ def _decide_locked(
         return Replan(ReplanWhy.NOT_RUNNING)
     round_ = session.scalar(select(Round).where(Round.game_id == game.id, Round.number == number))
     if early:
-        open_ = round_ is not None and round_.state == RoundPhase.OPEN
-        if round_ is None or not open_ or not all_in_locked(session, game, round_):
+        if round_ is None or round_.state != RoundPhase.OPEN:
+            return Replan(ReplanWhy.NOT_ALL_IN)
+        if all_in and not all_in_locked(session, game, round_):
             return Replan(ReplanWhy.NOT_ALL_IN)
         if redelivery_until is not None and now < redelivery_until:
             return Wait(redelivery_until)

@@ -156,8 +156,8 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
                 if game.schedule != old_schedule:
                     _sync_deadline(session, game, now, report)
             _sync_players(session, game, game_config, now, report, actor)
-        for game_id in sorted(set(known) - {g.id for g in config.games}):
-            report.add(f"{game_id}: in the database but not in the config; left as it is")
+        for game_name in sorted(set(known) - {g.id for g in config.games}):
+            report.add(f"{game_name}: in the database but not in the config; left as it is")
         if referee_key := sync_referee_key(session, config, now, actor):
             report.add(referee_key)
     return report
@@ -274,25 +274,25 @@ class StartReport:
 def start_game(
     db: Database,
     config: Config,
-    game_id: str,
+    game_name: str,
     now: datetime,
     actor: str = "referee",
     *,
     via: str | None = None,
 ) -> StartReport:
     """Give each player a key (unless the config sets one), open round 1, enqueue welcomes."""
-    takes_signups = config.game(game_id).settings.signup != "closed"  # NotFound if not there
+    takes_signups = config.game(game_name).settings.signup != "closed"  # NotFound if not there
     with db.transaction() as session:
-        game = session.scalar(select(Game).where(Game.name == game_id).with_for_update())
+        game = session.scalar(select(Game).where(Game.name == game_name).with_for_update())
         if game is None:
             raise LifecycleError(
-                f"{game_id}: not in the database yet (run check-config, "
+                f"{game_name}: not in the database yet (run check-config, "
                 "then start again: start syncs the config first)"
             )
         report = start_locked(
             session, config, game, now, actor=actor, via=via, shift_late_start=takes_signups
         )
-    log.info("%s: started, round 1 deadline %s", game_id, report.round_deadline.isoformat())
+    log.info("%s: started, round 1 deadline %s", game_name, report.round_deadline.isoformat())
     return report
 
 
@@ -310,13 +310,13 @@ def start_locked(
     (a game that takes sign-ups, started when its players are there): if round 1's
     scheduled deadline is less than half a round away, it is one round from now, and
     every later deadline moves with it."""
-    game_id = game.name
+    game_name = game.name
     if game.state != GamePhase.NEW:
-        raise LifecycleError(f"{game_id}: already started (it is {game.state})")
+        raise LifecycleError(f"{game_name}: already started (it is {game.state})")
     try:  # the ruleset's own check of the settings it will play by
         ruleset_of(game).check_settings(settings_of(game))
     except RulesError as exc:
-        raise LifecycleError(f"{game_id}: {exc}") from None
+        raise LifecycleError(f"{game_name}: {exc}") from None
     if shift_late_start:
         later = _late_first_deadline(game, now)
         if later is not None:
@@ -326,7 +326,7 @@ def start_locked(
     deadline = scheduled_deadline(game, 1, now)
     if deadline <= now:
         raise LifecycleError(
-            f"{game_id}: first_deadline {game_time(game, deadline)} is in the "
+            f"{game_name}: first_deadline {game_time(game, deadline)} is in the "
             "past; set a later one in the config"
         )
     players = list(
@@ -335,8 +335,8 @@ def start_locked(
         )
     )
     if not players:
-        raise LifecycleError(f"{game_id}: nobody has a seat")
-    listed = config.find(game_id)
+        raise LifecycleError(f"{game_name}: nobody has a seat")
+    listed = config.find(game_name)
     specs = {p.name: p for p in listed.settings.players} if listed is not None else {}
     last = Board.from_mapping(game.board).last
     generated = 0
@@ -385,7 +385,7 @@ def start_locked(
         generated_keys=generated,
         players=len(players),
     )
-    return StartReport(game_id, deadline, generated, len(players))
+    return StartReport(game_name, deadline, generated, len(players))
 
 
 def _late_first_deadline(game: Game, now: datetime) -> datetime | None:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.config import Schedule
 from snl_pbem.errors import no_such_game
 from snl_pbem.rules import Board
-from snl_pbem.rules.ruleset import FinishedGame, GameSettings, Ruleset, get_ruleset
+from snl_pbem.rules.ruleset import FinishedGame, Ruleset, RulesetSettings, get_ruleset
 from snl_pbem.store import (
     AuditEntry,
     Game,
@@ -52,14 +52,14 @@ def audit(
     )
 
 
-def game_by_id(session: Session, game_id: str, *, lock: bool = False) -> Game:
-    """The game with this id (locked for update when ``lock``); NotFound, in the one
+def game_by_id(session: Session, game_name: str, *, lock: bool = False) -> Game:
+    """The game named ``game_name`` (locked for update when ``lock``); NotFound, in the one
     wording of an unknown game, when the database has none."""
-    query = select(Game).where(Game.name == game_id)
+    query = select(Game).where(Game.name == game_name)
     game = session.scalar(query.with_for_update() if lock else query)
     if game is None:
         known = list(session.scalars(select(Game.name).order_by(Game.name)))
-        raise no_such_game(game_id, known, "the database")
+        raise no_such_game(game_name, known, "the database")
     return game
 
 
@@ -79,9 +79,9 @@ def ruleset_of(game: Game) -> Ruleset:
     return get_ruleset(game.ruleset)
 
 
-def settings_of(game: Game) -> GameSettings:
+def settings_of(game: Game) -> RulesetSettings:
     """What the game's ruleset needs of it: its board and its fixed options."""
-    return GameSettings(
+    return RulesetSettings(
         board=_board(json.dumps(game.board, sort_keys=True)),
         double_from_round=game.double_from_round,
         trapdoor_rule=game.trapdoor_rule,

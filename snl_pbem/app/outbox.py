@@ -94,7 +94,7 @@ def enqueue_mail(
         body=body,
         now=now,
         message_id=message_id,
-        game_id=game.name if game else None,
+        game_name=game.name if game else None,
         auto_submitted=auto_submitted,
         broadcast=broadcast and game is not None,
         in_reply_to=in_reply_to,

@@ -290,14 +290,14 @@ def notify_restored(
     db: Database,
     config: Config,
     now: datetime,
-    game_id: str | None = None,
+    game_name: str | None = None,
     *,
     actor: str = "referee",
     via: str | None = None,
     again: bool = False,
 ) -> RestoreReport:
     """After the database was restored from a backup: every player (and observer) of each
-    game in play (or of ``game_id``) is told what the server now knows (the last of their
+    game in play (or of ``game_name``) is told what the server now knows (the last of their
     own mail it has: :func:`records_end_for`), which round is open and its deadline, their
     own orders for it as the server has them, and that whatever they sent later must be
     sent again. The report has the server's own end (:func:`records_end`), for the GM.
@@ -313,8 +313,8 @@ def notify_restored(
             )
             or 0
         )
-        if game_id is not None:
-            games = [game_by_id(session, game_id, lock=True)]
+        if game_name is not None:
+            games = [game_by_id(session, game_name, lock=True)]
         else:
             games = list(session.scalars(select(Game).order_by(Game.name).with_for_update()))
         done = [

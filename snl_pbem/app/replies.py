@@ -18,7 +18,6 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-import snl_pbem.app.commands  # noqa: F401 (registers the commands HELP's text lists)
 from snl_pbem.app.codes import VOUCHED
 from snl_pbem.app.lookup import ruleset_of
 from snl_pbem.app.outbox import enqueue_mail

@@ -25,7 +25,8 @@ from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.state import RECEIPT_ORDER, observers
 from snl_pbem.app.views import seat_lines
 from snl_pbem.config import Config
-from snl_pbem.rules import Board, Position
+from snl_pbem.rules import Board
+from snl_pbem.rules.geometry import Position
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.ruleset import Adjudication, StoredRound
 from snl_pbem.rules.words import counted

@@ -159,7 +159,7 @@ class CloseOutcome:
 
 def close_round(
     db: Database,
-    game_id: str,
+    game_name: str,
     now: datetime,
     *,
     actor: str = "scheduler",
@@ -177,7 +177,7 @@ def close_round(
     (closed and reopened meanwhile), nothing happens.
     """
     with db.transaction() as session:
-        game = game_by_id(session, game_id, lock=True)
+        game = game_by_id(session, game_name, lock=True)
         outcome = close_round_locked(
             session, game, now, actor=actor, expect_round=expect_round, config=config, via=via
         )
@@ -185,7 +185,7 @@ def close_round(
             return None
         crash_point("close.before-commit", prepare=session.flush)
     crash_point("close.after-commit")
-    log.info("%s: round %d closed by %s", game_id, outcome.round, actor)
+    log.info("%s: round %d closed by %s", game_name, outcome.round, actor)
     return outcome
 
 
@@ -364,7 +364,7 @@ def _excused(session: Session, game: Game, round_: Round) -> dict[str, str]:
 
 def close_with_backup(
     db: Database,
-    game_id: str,
+    game_name: str,
     now: datetime,
     *,
     backups: int,
@@ -375,9 +375,9 @@ def close_with_backup(
     via: str | None = None,
 ) -> CloseOutcome | None:
     """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
-    db.backup(backup_dir, f"{game_id}-before-close", backups)
+    db.backup(backup_dir, f"{game_name}-before-close", backups)
     return close_round(
-        db, game_id, now, actor=actor, expect_round=expect_round, config=config, via=via
+        db, game_name, now, actor=actor, expect_round=expect_round, config=config, via=via
     )
 
 
@@ -394,12 +394,12 @@ def due_rounds(db: Database, now: datetime) -> list[tuple[str, int, datetime]]:
             )
             .order_by(Round.deadline, Game.name)
         )
-        return [(game_id, number, deadline) for game_id, number, deadline in rows]
+        return [(game_name, number, deadline) for game_name, number, deadline in rows]
 
 
 def rollback_round(
     db: Database,
-    game_id: str,
+    game_name: str,
     now: datetime,
     *,
     actor: str = "referee",
@@ -409,7 +409,7 @@ def rollback_round(
 ) -> int:
     """:func:`rollback_round_locked` in a transaction of its own."""
     with db.transaction() as session:
-        game = game_by_id(session, game_id, lock=True)
+        game = game_by_id(session, game_name, lock=True)
         return rollback_round_locked(
             session, game, now, actor=actor, force=force, via=via, config=config
         )
@@ -439,10 +439,10 @@ def rollback_round_locked(
     too (``reveal_hint``): its players would play on knowing what they must not. With
     ``config``, every player and observer is told what now counts (snl_pbem.app.reopened).
     """
-    game_id = game.name
+    game_name = game.name
     if game.state == GamePhase.OVER and game.reveal_after_game and not force:
         raise LifecycleError(
-            f"{game_id}: the game is over and its reveal has gone to every player (the "
+            f"{game_name}: the game is over and its reveal has gone to every player (the "
             "board, all dice and the trapdoors): a replayed round would be played knowing "
             "them; " + reveal_hint
         )
@@ -454,7 +454,7 @@ def rollback_round_locked(
         .with_for_update()
     )
     if last is None:
-        raise LifecycleError(f"{game_id}: no round has been closed yet")
+        raise LifecycleError(f"{game_name}: no round has been closed yet")
     following = session.scalar(
         select(Round).where(Round.game_id == game.id, Round.number == last.number + 1)
     )
@@ -467,7 +467,7 @@ def rollback_round_locked(
         count = sum(dropped.values())
         if count and not force:
             raise LifecycleError(
-                f"{game_id}: round {following.number} already has "
+                f"{game_name}: round {following.number} already has "
                 f"{counted(count, 'order set')}; " + force_hint
             )
         session.delete(following)

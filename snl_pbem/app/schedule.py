@@ -61,13 +61,13 @@ def open_rounds(db: Database) -> list[OpenRound]:
         return found
 
 
-def waiting_before_deadline(db: Database, game_id: str, number: int) -> list[int]:
+def waiting_before_deadline(db: Database, game_name: str, number: int) -> list[int]:
     """Stored messages received by round ``number``'s deadline and not yet processed."""
     with db.transaction() as session:
         deadline = session.scalar(
             select(Round.deadline)
             .join(Game, Game.id == Round.game_id)
-            .where(Game.name == game_id, Round.number == number)
+            .where(Game.name == game_name, Round.number == number)
         )
         if deadline is None:
             return []
@@ -95,14 +95,14 @@ def held_rounds(db: Database) -> list[tuple[str, int]]:
                 Game.state == GamePhase.RUNNING,
             )
         ).all()
-        return [(game_id, number) for game_id, number in rows]
+        return [(game_name, number) for game_name, number in rows]
 
 
-def reminders_due_at(db: Database, game_id: str, number: int) -> datetime | None:
+def reminders_due_at(db: Database, game_name: str, number: int) -> datetime | None:
     """When round ``number``'s reminders are due under its deadline as it stands now (the
     referee may have moved it); None if there is no such game or round."""
     with db.transaction() as session:
-        game = session.scalar(select(Game).where(Game.name == game_id))
+        game = session.scalar(select(Game).where(Game.name == game_name))
         if game is None:
             return None
         deadline = session.scalar(
@@ -113,12 +113,12 @@ def reminders_due_at(db: Database, game_id: str, number: int) -> datetime | None
         return deadline - timedelta(seconds=game.remind_before_s or 0)
 
 
-def send_reminders(db: Database, config: Config, game_id: str, number: int, now: datetime) -> int:
+def send_reminders(db: Database, config: Config, game_name: str, number: int, now: datetime) -> int:
     """Remind each active player without valid orders for the open round ``number``, once
     (the round records it); returns how many were reminded."""
     sent = 0
     with db.transaction() as session:
-        game, round_ = _open_round(session, game_id, number, lock=True)
+        game, round_ = _open_round(session, game_name, number, lock=True)
         if game is None or round_ is None or round_.reminded_at is not None:
             return 0
         round_.reminded_at = now
@@ -158,11 +158,11 @@ def send_reminders(db: Database, config: Config, game_id: str, number: int, now:
     return sent
 
 
-def all_in_close_at(db: Database, game_id: str, now: datetime) -> tuple[int, datetime] | None:
+def all_in_close_at(db: Database, game_name: str, now: datetime) -> tuple[int, datetime] | None:
     """close_when_all_in: (round, when to close) once every player of the game's open round
     has valid orders (the settle time after ``now``, never after the deadline); else None."""
     with db.transaction() as session:
-        game = session.scalar(select(Game).where(Game.name == game_id))
+        game = session.scalar(select(Game).where(Game.name == game_name))
         if game is None or not game.close_when_all_in or game.state != GamePhase.RUNNING:
             return None
         round_ = session.scalar(
@@ -176,7 +176,7 @@ def all_in_close_at(db: Database, game_id: str, now: datetime) -> tuple[int, dat
 def hold_round(
     db: Database,
     config: Config,
-    game_id: str,
+    game_name: str,
     number: int,
     problem: str,
     now: datetime,
@@ -185,7 +185,7 @@ def hold_round(
     """The circuit breaker: hold the open round ``number`` and tell the referee, once.
     False if it is not open or already held."""
     with db.transaction() as session:
-        game, round_ = _open_round(session, game_id, number, lock=True)
+        game, round_ = _open_round(session, game_name, number, lock=True)
         if game is None or round_ is None or round_.held_at is not None:
             return False
         round_.held_at = now
@@ -225,10 +225,10 @@ def _valid(record: OrderRecord | None) -> bool:
 
 
 def _open_round(
-    session: Session, game_id: str, number: int, *, lock: bool = False
+    session: Session, game_name: str, number: int, *, lock: bool = False
 ) -> tuple[Game | None, Round | None]:
     """The game and its round ``number`` if that round is open (locked for update if asked)."""
-    game = session.scalar(select(Game).where(Game.name == game_id))
+    game = session.scalar(select(Game).where(Game.name == game_name))
     if game is None:
         return None, None
     query = select(Round).where(

@@ -1,6 +1,6 @@
 """The referee's key (``mail.referee_key``), kept in the database only as a hash.
 
-Referee commands by mail must carry it (``snl_pbem.app.referee_mail``). It is hashed like
+Referee commands by mail must carry it (``snl_pbem.app.commands.referee``). It is hashed like
 an order key (HMAC-SHA256, ``snl_pbem.keys``) under a salt of its own, drawn afresh
 whenever the key changes; a config without one deletes the row, and no command by mail is
 obeyed. ``sync_games`` keeps the row in step with the config.

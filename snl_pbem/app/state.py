@@ -17,7 +17,7 @@ from snl_pbem.app.lookup import (
     ruleset_of,
     settings_of,
 )
-from snl_pbem.rules.ruleset import Orders, Stored
+from snl_pbem.rules.ruleset import GameState, Orders
 from snl_pbem.store import (
     AuditEntry,
     Game,
@@ -53,7 +53,7 @@ def load_state(
     session: Session,
     game: Game,
     players: Sequence[PlayerRef | Player],
-) -> Stored:
+) -> GameState:
     """The game's state from its stored results: every position, and each player's dice
     since the turn the game's ruleset needs them from (postal: the current set of six).
     With ``players`` one player only (``player_state``), a state of that player alone."""
@@ -76,7 +76,7 @@ def load_state(
             played[name].append(die)
         if turn == turns:
             positions[name] = final
-    return Stored(
+    return GameState(
         players=names,
         positions=positions,
         played={name: tuple(dice) for name, dice in played.items()},
@@ -103,11 +103,13 @@ def awaiting(session: Session, game: Game, players: Sequence[PlayerRef | Player]
     """The names among ``players`` whose orders the open round waits for (the ruleset
     says: the classic game waits only for those still racing)."""
     names = tuple(p.name for p in players)
-    kept = Stored(names, {}, {}, rounds_played=game.rounds_played, extra=last_record(session, game))
+    kept = GameState(
+        names, {}, {}, rounds_played=game.rounds_played, extra=last_record(session, game)
+    )
     return set(ruleset_of(game).awaiting(settings_of(game), kept))
 
 
-def player_state(session: Session, game: Game, player: Player) -> Stored:
+def player_state(session: Session, game: Game, player: Player) -> GameState:
     """One player's own stored state (positions and dice of that player alone): enough
     to check their orders or tell them their own play, never to adjudicate."""
     return load_state(session, game, [player])

@@ -136,14 +136,14 @@ def seat_lines(session: Session, game: Game, now: datetime) -> list[str]:
 def in_game(
     db: Database,
     config: Config,
-    game_id: str,
+    game_name: str,
     now: datetime,
     action: Callable[[Session, Config, Game, datetime], str],
 ) -> str:
     """Run a session-level action (``replace_seat``, ``approve_signup``...) in a transaction
     of its own, the game row locked; its line of what it did."""
     with db.transaction() as session:
-        game = game_by_id(session, game_id, lock=True)
+        game = game_by_id(session, game_name, lock=True)
         return action(session, config, game, now)
 
 
@@ -166,9 +166,9 @@ class Seats:
     observers: int
 
 
-def seats_of(db: Database, game_id: str, now: datetime) -> Seats:
+def seats_of(db: Database, game_name: str, now: datetime) -> Seats:
     with db.transaction() as session:
-        game = game_by_id(session, game_id)
+        game = game_by_id(session, game_name)
         rows = []
         for player in session.scalars(
             select(Player).where(Player.game_id == game.id).order_by(Player.id)

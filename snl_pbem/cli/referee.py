@@ -22,20 +22,16 @@ from sqlalchemy.engine import make_url
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest, retry_set_aside
-from snl_pbem.app.referee import (
-    extend,
+from snl_pbem.app.referee import extend, pause, render_status, resume, status
+from snl_pbem.app.reopened import notify_restored
+from snl_pbem.app.rounds import close_with_backup, rollback_round
+from snl_pbem.app.stored_mail import (
     inbound_message,
     inbound_messages,
     outbox_message,
     outbox_messages,
-    pause,
-    render_status,
-    resume,
     retry_mail,
-    status,
 )
-from snl_pbem.app.reopened import notify_restored
-from snl_pbem.app.rounds import close_with_backup, rollback_round
 from snl_pbem.cli.service import service_check
 from snl_pbem.config import Config, LmtpSettings, config_path, load_config
 from snl_pbem.errors import CommandError, ConfigError, LifecycleError
@@ -187,10 +183,10 @@ def _database(config: Config, *, check: bool = True) -> Database:
     return db
 
 
-def _zone(config: Config, game_id: str | None = None) -> ZoneInfo:
+def _zone(config: Config, game_name: str | None = None) -> ZoneInfo:
     """Where a command shows times: the game's zone, else the config's ``timezone``."""
-    if game_id is not None and game_id in {g.id for g in config.games}:
-        return config.game(game_id).tz
+    if game_name is not None and game_name in {g.id for g in config.games}:
+        return config.game(game_name).tz
     return zone(config.settings.timezone)
 
 
@@ -505,7 +501,7 @@ def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int
                 utcnow(),
                 referee=config.settings.mail.referee,
                 outbox_id=args.id,
-                game_id=args.game if args.all_failed else None,
+                game_name=args.game if args.all_failed else None,
                 via="cli",
             )
         )
@@ -526,10 +522,10 @@ def _outbox_retry(db: Database, config: Config, args: argparse.Namespace) -> int
 
 
 def _outbox_show(db: Database, outbox_id: int, tz: ZoneInfo) -> int:
-    row, game_id = outbox_message(db, outbox_id)
+    row, game_name = outbox_message(db, outbox_id)
     print(
         f"outbox {row.id}: {row.status}, {row.kind} to {row.recipient}"
-        + (f" (game {game_id})" if game_id else "")
+        + (f" (game {game_name})" if game_name else "")
         + f", {counted(row.attempts, 'attempt')}, written {show(row.created_at, tz)}"
         + (f", sent {show(row.sent_at, tz)}" if row.sent_at else ""),
         file=sys.stderr,
@@ -548,20 +544,20 @@ def _outbox_show(db: Database, outbox_id: int, tz: ZoneInfo) -> int:
     return 0
 
 
-def _outbox_list(db: Database, state: str, game_id: str | None, tz: ZoneInfo) -> int:
-    rows, total = outbox_messages(db, state, game_id, OUTBOX_LIST_LIMIT)
+def _outbox_list(db: Database, state: str, game_name: str | None, tz: ZoneInfo) -> int:
+    rows, total = outbox_messages(db, state, game_name, OUTBOX_LIST_LIMIT)
     what = "mail" if state == "all" else f"{state} mail"
     if not rows:
-        print(f"no {what}" + (f" for {game_id}" if game_id else ""))
+        print(f"no {what}" + (f" for {game_name}" if game_name else ""))
         return 0
     print(
         f"{'id':>6}  {'game':<10} {'kind':<16} {'recipient':<32} {'status':<8} tries "
         f"{'created':<29} last error"
     )
-    for row, game_id in rows:
+    for row, game_name in rows:
         error = (row.last_error or "").strip().splitlines()
         print(
-            f"{row.id:>6}  {(game_id or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
+            f"{row.id:>6}  {(game_name or '-'):<10} {row.kind:<16} {row.recipient[:32]:<32} "
             f"{row.status:<8} {row.attempts:>5} {show(row.created_at, tz):<29} "
             f"{error[0][:100] if error else ''}"
         )

@@ -53,7 +53,7 @@ def compose(
     body: str,
     now: datetime,
     message_id: str,
-    game_id: str | None = None,
+    game_name: str | None = None,
     auto_submitted: str = "auto-generated",
     broadcast: bool = False,
     in_reply_to: str | None = None,
@@ -80,11 +80,13 @@ def compose(
         ("Auto-Submitted", auto_submitted),  # RFC 3834: robots must not answer
         ("X-Auto-Response-Suppress", "OOF, AutoReply"),  # bounces (NDR) still come back
     ]
-    if game_id is not None:
-        fields.append(("X-SNL-PBEM-Game", header_text(game_id, 100)))
+    if game_name is not None:
+        fields.append(("X-SNL-PBEM-Game", header_text(game_name, 100)))
         if broadcast:
             fields.append(("Precedence", "bulk"))
-            fields.append(("List-Id", f"Snakes and Ladders game {game_id} <{game_id}.{domain}>"))
+            fields.append(
+                ("List-Id", f"Snakes and Ladders game {game_name} <{game_name}.{domain}>")
+            )
     if in_reply_to is not None:
         parent = _message_id(in_reply_to)
         if parent is not None:

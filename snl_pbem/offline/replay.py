@@ -21,9 +21,9 @@ from snl_pbem.rules import (
     BoardError,
     GameRules,
     GameSetupError,
-    GameState,
     OrderSet,
     PlayerId,
+    PostalState,
     RoundResult,
     TrapdoorRule,
     adjudicate_round,
@@ -49,7 +49,7 @@ class ReplayOutcome:
     """The rounds played (rounds after the end are not) and the final state."""
 
     rounds: tuple[RoundResult, ...]
-    state: GameState
+    state: PostalState
     unplayed: int
     """Rounds in the file after the game ended."""
 
@@ -118,7 +118,7 @@ def parse_replay(data: Any, source: str = "replay") -> Replay:
     if not isinstance(players, list) or not all(isinstance(p, str) for p in players):
         raise fail("players", "expected a list of player names")
     try:
-        GameState.start(players)
+        PostalState.start(players)
     except GameSetupError as exc:
         raise ReplayError(f"{source}: {exc}") from None
 
@@ -183,7 +183,7 @@ def _round(raw: Any, key: str, players: set[str], fail: Any) -> dict[PlayerId, O
 
 def run_replay(replay: Replay) -> ReplayOutcome:
     """Play every round of the file, stopping when the game ends (R5)."""
-    state = GameState.start(replay.players)
+    state = PostalState.start(replay.players)
     played: list[RoundResult] = []
     for orders in replay.rounds:
         if state.result is not None:

@@ -19,11 +19,11 @@ from snl_pbem.rules.postal.dice import (
 )
 from snl_pbem.rules.postal.game import (
     GameRules,
-    GameState,
     Nmr,
     NmrCause,
     OrderSet,
     PlayerReport,
+    PostalState,
     RoundResult,
     adjudicate_round,
     game_result,
@@ -52,7 +52,6 @@ __all__ = [
     "GameResult",
     "GameRules",
     "GameSetupError",
-    "GameState",
     "Layout",
     "Move",
     "Nmr",
@@ -62,6 +61,7 @@ __all__ = [
     "PlayerId",
     "PlayerReport",
     "Position",
+    "PostalState",
     "RoundResult",
     "RulesError",
     "Space",

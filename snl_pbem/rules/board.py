@@ -23,11 +23,9 @@ from snl_pbem.rules.geometry import (
     FeatureKind,
     Grid,
     Layout,
+    Position,
     Space,
     grid_problems,
-)
-from snl_pbem.rules.geometry import (
-    Position as Position,  # re-exported: rules/ruleset.py imports it from here
 )
 
 

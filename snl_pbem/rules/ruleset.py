@@ -28,13 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from snl_pbem.rules.board import Board, Position
+from snl_pbem.rules.board import Board
 from snl_pbem.rules.errors import GameSetupError
+from snl_pbem.rules.geometry import Position
 from snl_pbem.rules.outcome import GameResult, PlayerId, TurnResult
 
 
 @dataclass(frozen=True)
-class GameSettings:
+class RulesetSettings:
     """What is fixed for a game, as its config and its database row give it."""
 
     board: Board
@@ -93,7 +94,7 @@ class OrderReading:
 
 
 @dataclass(frozen=True)
-class Stored:
+class GameState:
     """A game's state between rounds, as stored: every position, and each player's
     dice since turn ``played_from`` (a ruleset says how far back it needs them)."""
 
@@ -122,12 +123,12 @@ class Adjudication:
     tally: Mapping[str, Any]
     """The round's private record for the referee: nominations, defaulted, votes,
     threshold, trapdoors, by_lot (the postal game's; another ruleset leaves them empty)."""
-    after: Stored
+    after: GameState
     details: Any = None
     """The ruleset's own record of the round (the postal game's RoundResult)."""
     record: Mapping[str, Any] | None = None
     """What the ruleset keeps of the round in the store (returned as the next round's
-    ``Stored.extra``); None keeps nothing."""
+    ``GameState.extra``); None keeps nothing."""
 
 
 @dataclass(frozen=True)
@@ -180,26 +181,26 @@ class Ruleset(Protocol):
         """Check the options among ``data`` (GameSetupError naming ``prefix`` + the key)
         and return them as they are kept (defaults filled in)."""
 
-    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+    def awaiting(self, settings: RulesetSettings, state: GameState) -> tuple[PlayerId, ...]:
         """The players whose orders the open round waits for (reminders, and
         close_when_all_in): the postal game's every player, the classic game's those
         still racing. ``state`` holds the players, rounds_played and ``extra`` only (no
         positions or dice: the application asks often and cheaply)."""
 
-    def check_settings(self, settings: GameSettings) -> None:
+    def check_settings(self, settings: RulesetSettings) -> None:
         """Raise GameSetupError naming the key when the settings cannot be played."""
 
-    def turns_in_round(self, settings: GameSettings, round_number: int) -> int:
+    def turns_in_round(self, settings: RulesetSettings, round_number: int) -> int:
         """How many turns round ``round_number`` has."""
 
     def history_start(self, turns_played: int) -> int:
-        """The first turn whose dice ``Stored.played`` must hold (the postal game: the
+        """The first turn whose dice ``GameState.played`` must hold (the postal game: the
         start of the current set of six)."""
 
     def read_orders(
         self,
-        settings: GameSettings,
-        state: Stored,  # the reader's own state (their dice and position) at least
+        settings: RulesetSettings,
+        state: GameState,  # the reader's own state (their dice and position) at least
         player: PlayerId,
         orders: Orders,
         turns: int,
@@ -207,17 +208,17 @@ class Ruleset(Protocol):
         """Check one order set for the open round, against the player's stored dice."""
 
     def default_orders(
-        self, settings: GameSettings, state: Stored, player: PlayerId, turns: int
+        self, settings: RulesetSettings, state: GameState, player: PlayerId, turns: int
     ) -> Orders:
         """What the referee plays for a player who sent nothing."""
 
     def adjudicate(
-        self, settings: GameSettings, state: Stored, orders: Mapping[PlayerId, Orders]
+        self, settings: RulesetSettings, state: GameState, orders: Mapping[PlayerId, Orders]
     ) -> Adjudication:
         """Play the next round; a player missing from ``orders`` sent none."""
 
     def player_view(
-        self, settings: GameSettings, state: Stored, player: PlayerId
+        self, settings: RulesetSettings, state: GameState, player: PlayerId
     ) -> Mapping[str, Any]:
         """What ``player`` may be told about their own play, for the round report and the
         status reply (positions are everyone's and added by the application)."""

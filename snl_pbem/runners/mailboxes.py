@@ -3,10 +3,11 @@
 The IMAP poller and the LMTP receiver (``snl_pbem.mail``) know nothing of
 the database; this module gives them what they call.
 
-Both intakes store a message first and then hand it to :class:`Readers`, a few
-threads that have stored messages read (in the sandbox) and processed in
-parallel: a message that runs to the sandbox's time limit holds one reader for
-that long, never the mailbox or the messages after it. A round's close asks
+Both intakes go through one :class:`Intake`: it stores a message first, hands
+it to :class:`Readers`, a few threads that have stored messages read (in the
+sandbox) and processed in parallel, and tells each typed result to one
+``on_result`` (the server's). A message that runs to the sandbox's time limit
+holds one reader for that long, never the mailbox or the messages after it. A round's close asks
 the same readers for the messages received before its deadline and still
 unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
 (``snl_pbem.runners.scheduler``).
@@ -185,9 +186,7 @@ class Readers:
             # a small message is always waited for (ALWAYS_AWAITED_BYTES): on a machine slow
             # enough that ordinary mail takes longer than in_order to read, the close is late,
             # never without the orders
-            small = any(
-                job.size <= ALWAYS_AWAITED_BYTES for f, job in jobs.items() if f in pending
-            )
+            small = any(job.size <= ALWAYS_AWAITED_BYTES for f, job in jobs.items() if f in pending)
             until = max(start + seconds, progress + self.in_order)
             if not pending or (now >= until and not small):
                 break
@@ -326,6 +325,64 @@ def settle(
     return True
 
 
+class Intake:
+    """How a message that arrived, by IMAP or LMTP alike, enters: ``store`` stores it
+    (``ingest(process=False)``: committed before the source is acknowledged) and hands it
+    to the readers; ``told`` passes each outcome, once read, to ``on_result`` (the server
+    plans what it says: a game started, a round all in)."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: Config,
+        *,
+        readers: Readers | None = None,
+        on_result: Callable[[IngestResult], None] | None = None,
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.readers = readers or default_readers()
+        self.on_result = on_result
+
+    def store(
+        self,
+        raw: bytes,
+        received_at: datetime,
+        source: str,
+        *,
+        uidvalidity: int | None = None,
+        uid: int | None = None,
+        size: int | None = None,
+    ) -> tuple[IngestResult, Future[IngestResult]]:
+        """Store one message and have it read: (the storing's result, the future result
+        of its reading; a message already known is done at once)."""
+        result = ingest(
+            self.db,
+            self.config,
+            raw,
+            received_at,
+            source,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            size=size,
+            process=False,
+        )
+        return result, read_stored(self.readers, self.db, self.config, result, raw)
+
+    def told(self, future: Future[IngestResult]) -> IngestResult | None:
+        """A message read: its outcome to ``on_result`` (None when its reading failed:
+        logged by the reader; the message stays stored, unprocessed)."""
+        if future.exception() is not None:
+            return None
+        result = future.result()
+        if self.on_result is not None:
+            try:
+                self.on_result(result)
+            except Exception as exc:  # a reader thread must never die of it
+                log.error("after reading a message: %s: %s", type(exc).__name__, exc)
+        return result
+
+
 class DatabaseHooks:
     """The IMAP poller's hooks, backed by the mailbox_state table and ``ingest``.
 
@@ -334,7 +391,8 @@ class DatabaseHooks:
     no longer once a deadline asks for a new poll (``interrupt``, the poller's ``wake``):
     the poll that a close waits for is never held up by slow messages read before it.
     ``results`` holds each message's outcome in the order the poll stored them (those
-    read later are added when read); ``after`` is called with each as it is known."""
+    read later are added when read); each is told to ``intake`` (its ``on_result``) as
+    it is known, as the LMTP receiver tells it (:class:`Intake`)."""
 
     def __init__(
         self,
@@ -344,18 +402,17 @@ class DatabaseHooks:
         owner: str | None = None,
         *,
         readers: Readers | None = None,
-        after: Callable[[IngestResult], None] | None = None,
+        intake: Intake | None = None,
     ) -> None:
         self.db = db
         self.config = config
         self.clock = clock
         self.owner = owner or identity()
-        self.readers = readers or default_readers()
-        self.after = after
+        self.intake = intake or Intake(db, config, readers=readers)
         self.interrupt: threading.Event | None = None
         """Set when the poll should stop waiting for its messages to be read."""
         self.results: deque[IngestResult] = deque(maxlen=KEPT_RESULTS)
-        """The latest outcomes (for tests and logs; a running server reads ``after``)."""
+        """The latest outcomes (for tests and logs; a running server is told by ``intake``)."""
         self._poll_started: datetime | None = None
         self._reading: list[Future[IngestResult]] = []
 
@@ -372,18 +429,10 @@ class DatabaseHooks:
         mailbox's INTERNALDATE), so an outage of this server costs no order its deadline."""
         now = self.clock()
         received = min(arrived, now) if arrived is not None else now
-        result = ingest(
-            self.db,
-            self.config,
-            raw,
-            received,
-            source,
-            uidvalidity=uidvalidity,
-            uid=uid,
-            size=size,
-            process=False,
+        result, reading = self.intake.store(
+            raw, received, source, uidvalidity=uidvalidity, uid=uid, size=size
         )
-        self._reading.append(read_stored(self.readers, self.db, self.config, result, raw))
+        self._reading.append(reading)
         return result.stored
 
     def _collect(self, seconds: float) -> None:
@@ -399,14 +448,9 @@ class DatabaseHooks:
                 future.add_done_callback(self._read)
 
     def _read(self, future: Future[IngestResult]) -> None:
-        if future.exception() is not None:
-            return  # logged by the reader; the message stays stored, unprocessed
-        self.results.append(future.result())
-        if self.after is not None:
-            try:
-                self.after(future.result())
-            except Exception as exc:  # a reader thread must never die of it
-                log.error("after reading a message: %s: %s", type(exc).__name__, exc)
+        if future.exception() is None:  # else logged by the reader; it stays stored
+            self.results.append(future.result())
+        self.intake.told(future)
 
     def acquire(self, source: str) -> bool:
         """Take the lease if it is free, ours, expired, or held by a dead process here.
@@ -475,8 +519,7 @@ def lmtp_receipt_time(config: Config, raw: bytes, now: datetime) -> datetime:
     at = mta_receipt_time(raw, lmtp.mta_hostname, now, lmtp.max_queue_time)
     if at is None:
         log.warning(
-            "a message over LMTP has no Received header by %s dated within %s: "
-            "timed at receipt",
+            "a message over LMTP has no Received header by %s dated within %s: timed at receipt",
             lmtp.mta_hostname,
             format_duration(lmtp.max_queue_time),
         )
@@ -488,35 +531,26 @@ def lmtp_receiver(
     db: Database,
     config: Config,
     clock: Callable[[], datetime] = utcnow,
-    after: Callable[[IngestResult], None] | None = None,
+    intake: Intake | None = None,
 ) -> ReceiverController | None:
-    """The LMTP/SMTP receiver for the configured listener, or None when none is configured."""
+    """The LMTP/SMTP receiver for the configured listener, or None when none is configured.
+    Each message goes through ``intake`` as the IMAP poller's do (:class:`DatabaseHooks`)."""
     lmtp = config.settings.mail.lmtp
     if lmtp is None:
         return None
-
-    readers = default_readers()
-
-    def read(future: Future[IngestResult]) -> None:
-        if after is not None and future.exception() is None:
-            try:
-                after(future.result())
-            except Exception as exc:  # a reader thread must never die of it
-                log.error("after reading a message: %s: %s", type(exc).__name__, exc)
+    through = intake or Intake(db, config)
 
     def deliver(raw: bytes, source: str) -> IngestResult:
         """Store the message, then have it read; answer the MTA once it is read, or after
         LMTP_SETTLE_SECONDS (it is stored: its reading goes on, judged by its receipt)."""
         received = lmtp_receipt_time(config, raw, clock())
-        result = ingest(db, config, raw, received, source, process=False)
+        result, future = through.store(raw, received, source)
         if not result.stored:
             raise RuntimeError("message not stored")
-        future = read_stored(readers, db, config, result, raw)
         if not settle([future], LMTP_SETTLE_SECONDS):
-            future.add_done_callback(read)  # told when read
+            future.add_done_callback(through.told)  # told when read
             return result
-        read(future)
-        return future.result() if future.exception() is None else result
+        return through.told(future) or result
 
     handler = GameAddressHandler(
         config.settings.mail.address, deliver, lmtp=lmtp.protocol == "lmtp"

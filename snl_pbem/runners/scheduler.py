@@ -309,8 +309,8 @@ class RoundScheduler:
 
     def _replan_redelivered(self) -> None:
         now = self.clock()
-        for game_id, number in sorted(self._all_in_waiting):
-            self._all_in_at(game_id, number, now)  # on_all_in looks at the round again
+        for game_name, number in sorted(self._all_in_waiting):
+            self._all_in_at(game_name, number, now)  # on_all_in looks at the round again
         self._all_in_waiting.clear()
         due = self._due()
         if due:
@@ -335,14 +335,14 @@ class RoundScheduler:
             if job.id.startswith(("close:", "remind:")) and job.id not in wanted:
                 job.remove()
         for item in planned:
-            kind, game_id, number = item.job_id.split(":")
+            kind, game_name, number = item.job_id.split(":")
             target = self.on_deadline if kind == "close" else self.on_reminder
             self.scheduler.add_job(
                 target,
                 "date",
                 run_date=item.run_at,
                 id=item.job_id,
-                args=(game_id, int(number)),
+                args=(game_name, int(number)),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
@@ -448,22 +448,24 @@ class RoundScheduler:
             self.rebuild()
             return []
         if self.intake_unhealthy() is not None:
-            for game_id, number, _ in self._due():
-                self.on_deadline(game_id, number)
+            for game_name, number, _ in self._due():
+                self.on_deadline(game_name, number)
             return []
         outcomes = []
-        for game_id, number, _ in self._due():  # oldest deadline first, each game on its own:
+        for game_name, number, _ in self._due():  # oldest deadline first, each game on its own:
             try:  # one game's failing close must not keep the others (or the server) down
-                outcome = self._close(game_id, number, actor="catch-up")
+                outcome = self._close(game_name, number, actor="catch-up")
             except Exception as exc:
-                self._retry_later(game_id, number, exc)
+                self._retry_later(game_name, number, exc)
                 continue
             if outcome is not None:
                 outcomes.append(outcome)
         self.rebuild()
         return outcomes
 
-    def on_deadline(self, game_id: str, number: int, *, early: bool = False) -> CloseOutcome | None:
+    def on_deadline(
+        self, game_name: str, number: int, *, early: bool = False, all_in: bool = False
+    ) -> CloseOutcome | None:
         """A round's deadline: close it, unless mail intake is unhealthy (then hold it).
 
         A paused game's deadline does nothing (the referee may still close-round it). A
@@ -477,56 +479,57 @@ class RoundScheduler:
             decision = decide(
                 self.db,
                 self.config,
-                game_id,
+                game_name,
                 number,
                 self.clock(),
                 early=early,
+                all_in=all_in,
                 redelivery_until=self.redelivery_until,
             )
             match decision:
                 case Close():
-                    self._process_stragglers(game_id, number)
-                    return self._close(game_id, number, actor="scheduler")
+                    self._process_stragglers(game_name, number)
+                    return self._close(game_name, number, actor="scheduler")
                 case Hold(why=HoldWhy.INTAKE_UNHEALTHY, problem=problem):
-                    self._hold(game_id, number, problem)
+                    self._hold(game_name, number, problem)
                 case Hold(why=HoldWhy.MAILBOX_BEHIND):
                     if self.request_poll is not None:
                         self.request_poll()
-                    self._close_soon(game_id, number)
+                    self._close_soon(game_name, number)
                 case Wait(until=until):  # an order may be in the MTA's queue
-                    self._all_in_at(game_id, number, until)
-                    self._all_in_waiting.add((game_id, number))  # for now once redelivered
+                    self._all_in_at(game_name, number, until)
+                    self._all_in_waiting.add((game_name, number))  # for now once redelivered
                 case Replan(close_at=None):
                     pass  # nothing to plan: the rounds table leaves this job out
                 case Replan(close_at=datetime() as at):
                     log.info(
                         "%s: round %d is not due yet (deadline moved, or the MTA's redelivery "
                         "grace after start-up); closing at %s",
-                        game_id,
+                        game_name,
                         number,
                         at.isoformat(timespec="seconds"),
                     )
                     self.rebuild()
             return None
         except Exception as exc:
-            self._retry_later(game_id, number, exc)
+            self._retry_later(game_name, number, exc)
             return None
 
-    def _close_soon(self, game_id: str, number: int) -> None:
+    def _close_soon(self, game_name: str, number: int) -> None:
         """Try the close again in a moment (the mailbox is being read to its end)."""
-        log.info("%s: round %d: reading the mailbox to its end before closing", game_id, number)
+        log.info("%s: round %d: reading the mailbox to its end before closing", game_name, number)
         if self.scheduler is not None:
             self.scheduler.add_job(
                 self.on_deadline,
                 "date",
                 run_date=self.clock() + timedelta(seconds=CATCH_UP_SECONDS),
-                id=f"close:{game_id}:{number}",
-                args=(game_id, number),
+                id=f"close:{game_name}:{number}",
+                args=(game_name, number),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
 
-    def _process_stragglers(self, game_id: str, number: int) -> None:
+    def _process_stragglers(self, game_name: str, number: int) -> None:
         """Have every stored message received before the deadline that is still unprocessed
         (being read by an intake, queued behind others, or left by a failure) read first,
         in parallel and ahead of other mail, the smallest first whoever sent them (a slow
@@ -535,13 +538,13 @@ class RoundScheduler:
         seconds at most (see CLOSE_WAIT_SECONDS). A message still unread then is read
         afterwards and judged as late for this round (never applied to it: the round is
         closed, and the next one opened after the message came)."""
-        ids = waiting_before_deadline(self.db, game_id, number)
+        ids = waiting_before_deadline(self.db, game_name, number)
         if not ids:
             return
         futures = self.readers.submit_urgent(self.db, self.config, waiting_sizes(self.db, ids))
         log.info(
             "%s: round %d: reading %s received before the deadline first",
-            game_id,
+            game_name,
             number,
             counted(len(futures), "message"),
         )
@@ -550,17 +553,17 @@ class RoundScheduler:
             log.warning(
                 "%s: round %d closes without inbound %d, received before the deadline but "
                 "not read within %g s: it is judged when read, as too late for this round",
-                game_id,
+                game_name,
                 number,
                 inbound_id,
                 self.close_wait,
             )
         self.unread_at_close = [*self.unread_at_close, *unread][-1000:]  # the latest
 
-    def _retry_later(self, game_id: str, number: int, exc: Exception) -> None:
+    def _retry_later(self, game_name: str, number: int, exc: Exception) -> None:
         log.error(
             "%s: closing round %d failed (%s: %s); retrying in %ds",
-            game_id,
+            game_name,
             number,
             type(exc).__name__,
             exc,
@@ -572,8 +575,8 @@ class RoundScheduler:
                 self.on_deadline,
                 "date",
                 run_date=self.clock() + timedelta(seconds=RETRY_SECONDS),
-                id=f"close:{game_id}:{number}",
-                args=(game_id, number),
+                id=f"close:{game_name}:{number}",
+                args=(game_name, number),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
@@ -588,54 +591,54 @@ class RoundScheduler:
         if since is None or self.clock() - since < limit:
             return []
         closed = []
-        for game_id, number in held_rounds(self.db):
-            outcome = self._close(game_id, number, actor="scheduler (released)")
+        for game_name, number in held_rounds(self.db):
+            outcome = self._close(game_name, number, actor="scheduler (released)")
             if outcome is not None:
                 closed.append(outcome)
         return closed
 
-    def on_reminder(self, game_id: str, number: int) -> int:
+    def on_reminder(self, game_name: str, number: int) -> int:
         """Remind each player without valid orders (and only them); returns how many.
 
         A reminder whose deadline was moved later since it was planned only re-plans."""
-        due = reminders_due_at(self.db, game_id, number)
+        due = reminders_due_at(self.db, game_name, number)
         if due is not None and self.clock() < due:
             self.rebuild()
             return 0
-        return self._remind(game_id, number)
+        return self._remind(game_name, number)
 
-    def _remind(self, game_id: str, number: int) -> int:
-        sent = send_reminders(self.db, self.config, game_id, number, self.clock())
-        log.info("%s: round %d reminders sent to %s", game_id, number, counted(sent, "player"))
+    def _remind(self, game_name: str, number: int) -> int:
+        sent = send_reminders(self.db, self.config, game_name, number, self.clock())
+        log.info("%s: round %d reminders sent to %s", game_name, number, counted(sent, "player"))
         return sent
 
-    def check_all_in(self, game_id: str) -> datetime | None:
+    def check_all_in(self, game_name: str) -> datetime | None:
         """close_when_all_in: once every player has valid orders, close after the settle time.
 
         Called after orders arrive; returns when the early close is planned (or None).
         """
-        found = all_in_close_at(self.db, game_id, self.clock())
+        found = all_in_close_at(self.db, game_name, self.clock())
         if found is None:
             return None
         number, at = found
-        self._all_in_at(game_id, number, at)
+        self._all_in_at(game_name, number, at)
         return at
 
-    def _all_in_at(self, game_id: str, number: int, at: datetime) -> None:
+    def _all_in_at(self, game_name: str, number: int, at: datetime) -> None:
         if self.scheduler is not None:
             self.scheduler.add_job(
                 self.on_all_in,
                 "date",
                 run_date=at,
-                id=f"allin:{game_id}:{number}",
-                args=(game_id, number),
+                id=f"allin:{game_name}:{number}",
+                args=(game_name, number),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
 
-    def on_all_in(self, game_id: str, number: int) -> CloseOutcome | None:
+    def on_all_in(self, game_name: str, number: int) -> CloseOutcome | None:
         """The settle time after everyone's orders: close if all are still valid."""
-        return self.on_deadline(game_id, number, early=True)
+        return self.on_deadline(game_name, number, early=True, all_in=True)
 
     # -- the circuit breaker ---------------------------------------------------------------
 
@@ -651,21 +654,21 @@ class RoundScheduler:
         imap = self.config.settings.mail.imap
         return intake_health(self.db, imap_source(imap)) if imap else (None, None)
 
-    def _hold(self, game_id: str, number: int, problem: str) -> None:
+    def _hold(self, game_name: str, number: int, problem: str) -> None:
         imap = self.config.settings.mail.imap
         assert imap is not None
         held = hold_round(
-            self.db, self.config, game_id, number, problem, self.clock(), imap.healthy_within
+            self.db, self.config, game_name, number, problem, self.clock(), imap.healthy_within
         )
         if held:
-            log.error("%s: round %d held: %s", game_id, number, problem)
+            log.error("%s: round %d held: %s", game_name, number, problem)
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _close(self, game_id: str, number: int, actor: str) -> CloseOutcome | None:
+    def _close(self, game_name: str, number: int, actor: str) -> CloseOutcome | None:
         outcome = close_with_backup(
             self.db,
-            game_id,
+            game_name,
             self.clock(),
             actor=actor,
             expect_round=number,

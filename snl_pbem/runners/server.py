@@ -25,7 +25,6 @@ from typing import Any
 
 from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import IngestResult, process_pending
-from snl_pbem.app.membership_mail import STARTED
 from snl_pbem.app.outbox import drain_parallel
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
@@ -38,6 +37,7 @@ from snl_pbem.procs import identity
 from snl_pbem.rules.words import counted
 from snl_pbem.runners.mailboxes import (
     DatabaseHooks,
+    Intake,
     default_readers,
     imap_poller,
     lmtp_receiver,
@@ -134,7 +134,8 @@ class Server:
 
     def _start_mail(self, first_poll: bool = False) -> None:
         self._mail_stop = threading.Event()
-        hooks = DatabaseHooks(self.db, self.config, clock=self.clock, after=self._after_ingest)
+        intake = Intake(self.db, self.config, on_result=self._after_ingest)  # IMAP and LMTP
+        hooks = DatabaseHooks(self.db, self.config, clock=self.clock, intake=intake)
         self._poller = imap_poller(self.db, self.config, hooks)
         if self.rounds is not None:  # a deadline asks the poller to read the mailbox now
             self.rounds.request_poll = self._poller.wake.set if self._poller else None
@@ -146,9 +147,7 @@ class Server:
                     log.warning("first poll failed: %s: %s", type(exc).__name__, exc)
                     self._poller.close()
             self._spawn("imap", self._poll_loop)
-        self._receiver = lmtp_receiver(
-            self.db, self.config, clock=self.clock, after=self._after_ingest
-        )
+        self._receiver = lmtp_receiver(self.db, self.config, clock=self.clock, intake=intake)
         if self._receiver is not None:
             self._receiver.start()
             lmtp = self.config.settings.mail.lmtp
@@ -265,14 +264,16 @@ class Server:
                 log.error("outbox: %s: %s", type(exc).__name__, exc)
             self._kick.wait(SENDER_IDLE_SECONDS)
 
-    def _after_ingest(self, result: IngestResult | None) -> None:
+    def _after_ingest(self, result: IngestResult) -> None:
+        """A message was read: send its reply; plan round 1 of a game it started, and the
+        early close of a round it made all in (that game's only)."""
         self._kick.set()  # a reply may be waiting
-        if result is not None and result.status == InboundStatus.PROCESSED:
-            if STARTED in result.detail:  # a sign-up filled a game: plan its round 1 now
-                self.rounds.rebuild()
-            for game in self.config.games:
-                if game.settings.close_when_all_in:
-                    self.rounds.check_all_in(game.id)
+        if result.status != InboundStatus.PROCESSED:
+            return
+        if result.started:  # a sign-up or START started a game: plan its round 1 now
+            self.rounds.rebuild()
+        if result.all_in and result.game is not None:
+            self.rounds.check_all_in(result.game)
 
     def _closed(self, outcome: CloseOutcome) -> None:
         log.info(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from snl_pbem.rules import Board, FeatureKind, Position, Space
-from snl_pbem.rules.geometry import LADDER_MARK, SNAKE_MARK
+from snl_pbem.rules import Board, FeatureKind, Space
+from snl_pbem.rules.geometry import LADDER_MARK, SNAKE_MARK, Position
 from snl_pbem.rules.words import counted
 
 

@@ -242,12 +242,12 @@ def test_each_players_record_across_classic_games(db, tmp_path) -> None:
     config = load_config(path)
     sync_games(db, config, T0)
     winners = {}
-    for game_id in ("c1", "c2"):
-        start_game(db, config, game_id, OPENED)
+    for game_name in ("c1", "c2"):
+        start_game(db, config, game_name, OPENED)
         now = T0 + timedelta(days=40)
-        while (outcome := close_round(db, game_id, now, config=config)).next_round:
+        while (outcome := close_round(db, game_name, now, config=config)).next_round:
             now += timedelta(days=1)
-        winners[game_id] = (outcome.adjudication.result.winners[0], outcome.round)
+        winners[game_name] = (outcome.adjudication.result.winners[0], outcome.round)
     with db.transaction() as s:
         kept = {
             g.name: s.scalar(

@@ -54,14 +54,16 @@ def mail(body: str, subject: str = "orders") -> bytes:
     ).encode()
 
 
-def test_the_registry_reads_exactly_the_order_languages_words() -> None:
-    """Nothing readable but unregistered, nothing registered but unreadable: the first
-    words (aliases too) are READERS' words, each with READERS' reader, and the quote
-    reader knows each one as a command (mail/quotes.py COMMAND_WORDS)."""
+def test_every_word_the_order_language_reads_is_registered() -> None:
+    """Nothing readable but unregistered: every first word (aliases too) the sandbox's
+    table reads is registered, with READERS' reader, and the quote reader knows each one
+    as a command (mail/quotes.py COMMAND_WORDS). A command added in its own file may bring
+    its own reader: the app reads the kept lines again with the registry's table."""
     table = reading_table()
-    assert set(table) == set(READERS) == set(COMMAND_WORDS)
-    assert all(table[word] is READERS[word] for word in table)
-    assert len(table) == len(COMMAND_WORDS)
+    assert set(READERS) == set(COMMAND_WORDS)
+    assert set(READERS) <= set(table)
+    assert all(table[word] is READERS[word] for word in READERS)
+    assert all(callable(reader) for reader in table.values())
 
 
 def test_each_command_once_with_its_help_and_who_may_send_it() -> None:

@@ -160,7 +160,9 @@ def test_a_held_round_waits_for_the_held_rounds_check(imap_game) -> None:
 def test_an_early_close_of_a_round_no_longer_all_in_waits_for_the_deadline(game) -> None:
     db, config = game
     send_orders(db, config, "ann", "bob")  # cy's orders are missing
-    assert decide(db, config, "g1", 1, T0, early=True) == Replan(ReplanWhy.NOT_ALL_IN)
+    assert decide(db, config, "g1", 1, T0, early=True, all_in=True) == Replan(ReplanWhy.NOT_ALL_IN)
+    # the job an all-in close was re-planned to (past the start-up grace) closes as planned
+    assert decide(db, config, "g1", 1, T0, early=True) == Close()
 
 
 # -- Wait -----------------------------------------------------------------------------------

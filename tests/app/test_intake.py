@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 from mailhelpers import OPENED, T0, orders_of, replies_since
 from sqlalchemy import delete, select, text
 
-from snl_pbem.app import intake as intake_module
 from snl_pbem.app.intake import ingest, process_pending
+from snl_pbem.app.intake import pipeline as intake_module
+from snl_pbem.app.intake import reply as reply_module
 from snl_pbem.app.referee import pause
 from snl_pbem.app.rounds import close_round
 from snl_pbem.mail import parse as parse_module
@@ -148,8 +149,8 @@ def test_a_failure_keeping_the_redacted_copy_costs_the_order_nothing(intake, mon
     def failing_cap_check(session, config, row):
         session.execute(text("SELECT * FROM no_such_table"))
 
-    monkeypatch.setattr(intake_module, "TRIMMED_BYTES", 0)
-    monkeypatch.setattr(intake_module, "_over_daily_cap", failing_cap_check)
+    monkeypatch.setattr(reply_module, "TRIMMED_BYTES", 0)
+    monkeypatch.setattr(reply_module, "_over_daily_cap", failing_cap_check)
     result = ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="cap"), T0, "t")
     assert result.status == "processed", result
     assert [(o.player, o.dice, o.valid) for o in orders_of(db)] == [("ann", "4", True)]

@@ -946,3 +946,29 @@ def test_careless_sign_up_lines_get_an_answer(db, life) -> None:
         "processed: absent"
     )
     assert "until Wed 5 Dec 2029 09:30 GMT" in flat(m.last("bob@example.org"))
+
+
+def test_the_confirm_that_fills_a_game_is_in_the_typed_result(db, life) -> None:
+    """serve plans round 1 at once from the ingest result's ``started`` (issue 22): the
+    CONFIRM that fills the game sets it, for that game; a CONFIRM that only seats does not."""
+    m = Mailer(db, life())
+    m.join("x1@example.net", "open4", "Xavier")
+    m.send("x2@example.net", "JOIN open4 Yo")
+    seated = ingest(
+        db,
+        m.config,
+        gmail("x2@example.net", f"CONFIRM {m.code('x2@example.net')}", "c", "c2"),
+        T0,
+        "test",
+    )
+    assert seated.detail == "joined open4 as Yo: seated" and not seated.started
+    m.send("x3@example.net", "JOIN open4 Zed")
+    filled = ingest(
+        db,
+        m.config,
+        gmail("x3@example.net", f"CONFIRM {m.code('x3@example.net')}", "c", "c3"),
+        T0,
+        "test",
+    )
+    assert filled.detail == "joined open4 as Zed: seated; the game started"
+    assert filled.started and filled.game == "open4"

@@ -765,3 +765,30 @@ def test_status_lines_past_the_last_command_obeyed_show_one_block(referee) -> No
     assert flat.count("the games as they are at this point of your message") == 1
     assert flat.index("PAUSE nosuchgame4") < flat.index("> STATUS")
     assert game_row(db).state == "running"  # the sixth command is not obeyed
+
+
+def test_a_game_started_by_mail_is_in_the_typed_result(db: Database, tmp_path: Path) -> None:
+    """serve plans round 1 at once from the ingest result's ``started`` (issue 22), not
+    from the words of the detail: a START that starts the game sets it; a PAUSE, and a
+    START refused (its savepoint rolled back), do not."""
+    from mailhelpers import T0
+
+    from snl_pbem.app.games import start_game
+
+    path = tmp_path / "config.toml"
+    path.write_text(SIGNUP_CONFIG.format(url=db.url, key=REFEREE_KEY))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    join(db, config, "x1@example.net", "appr", "Xavier")
+
+    paused = send_mail(db, config, mail(as_referee("PAUSE g1"), tag="p1"))
+    assert paused.detail == "referee's commands: 1 done, 0 not done"
+    assert not paused.started
+    refused = send_mail(db, config, mail(as_referee("START g1"), tag="s0"))  # running already
+    assert refused.detail == "referee's commands: 0 done, 1 not done"
+    assert not refused.started
+    started = send_mail(db, config, mail(as_referee("APPROVE appr Xavier", "START appr"), tag="s1"))
+    assert started.detail == "referee's commands: 2 done, 0 not done; the game started"
+    assert started.started and started.game == "appr"
+    assert game_row_named(db, "appr") == "running"

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from snl_pbem.rules import Board, GameRules, GameState, OrderSet, adjudicate_round
+from snl_pbem.rules import Board, GameRules, OrderSet, PostalState, adjudicate_round
 
 SNAKES = {17: 7, 54: 34, 62: 19, 64: 60, 87: 24, 93: 73, 95: 75, 98: 79, 49: 11, 36: 6}
 LADDERS = {1: 38, 4: 14, 9: 31, 21: 42, 28: 84, 51: 67, 71: 91, 80: 94, 40: 59, 33: 47}
 TRAPDOORS = (12, 23, 37, 45, 56, 66, 72, 77, 83, 90)
 
 
-def make_round(n: int, seed: int = 1) -> tuple[GameRules, GameState, dict[str, OrderSet | None]]:
+def make_round(n: int, seed: int = 1) -> tuple[GameRules, PostalState, dict[str, OrderSet | None]]:
     """Round 7 (two turns) with set 1 complete: 90% valid orders, 10% invalid (R18).
 
     Every order nominates one of 10 spaces, so exactly those become trapdoors;
@@ -52,11 +52,11 @@ def make_round(n: int, seed: int = 1) -> tuple[GameRules, GameState, dict[str, O
             orders[name] = OrderSet(tuple(rng.sample(range(1, 7), 2)), nomination)
     board = Board.build(snakes=SNAKES, ladders=LADDERS)
     assert len(board.features) == 20
-    state = GameState(names, positions, played, rounds_played=6, turns_played=6)
+    state = PostalState(names, positions, played, rounds_played=6, turns_played=6)
     return GameRules(board), state, orders
 
 
-def engine(rules: GameRules, state: GameState, orders: dict[str, OrderSet | None]) -> float:
+def engine(rules: GameRules, state: PostalState, orders: dict[str, OrderSet | None]) -> float:
     started = time.perf_counter()
     result, _ = adjudicate_round(rules, state, orders, keep_history=False)
     elapsed = time.perf_counter() - started

@@ -104,8 +104,8 @@ def slow_mail(n: int) -> bytes:
 class Serial(RoundScheduler):
     """The close as it was before issue 20: every stored message read one after another."""
 
-    def _process_stragglers(self, game_id: str, number: int) -> None:
-        for inbound_id in waiting_before_deadline(self.db, game_id, number):
+    def _process_stragglers(self, game_name: str, number: int) -> None:
+        for inbound_id in waiting_before_deadline(self.db, game_name, number):
             process_now(self.db, self.config, inbound_id)
 
 

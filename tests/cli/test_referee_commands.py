@@ -127,7 +127,7 @@ def test_inbound_set_aside_mail_is_listed_shown_and_retried(
 ) -> None:
     """A message that processing could not handle (a bug, here made on purpose) is set aside;
     the referee lists it, reads it as received, and runs it again once the cause is fixed."""
-    from snl_pbem.app import intake
+    from snl_pbem.app.intake import pipeline as intake
 
     config = make_config([{"keys": True}])
     cfg = ("--config", str(config.path))

@@ -18,7 +18,7 @@ def build(**overrides: object) -> bytes:
         body="Hello ann,\n\nDice: 4\n",
         now=datetime(2026, 11, 30, 9, 0, tzinfo=UTC),
         message_id="<snl.1@example.org>",
-        game_id="g1",
+        game_name="g1",
         auto_submitted="auto-replied",
         in_reply_to="<a@x.org>",
         references=("<root@x.org>",),

@@ -143,7 +143,7 @@ def test_a_message_the_database_refuses_is_stored_as_a_stub(intake, monkeypatch)
     """If the database still refuses what was read from a message, the message is stored
     as received (a stub, nothing read from it) and set aside, and intake goes on."""
     db, config = intake
-    from snl_pbem.app import intake as intake_module
+    from snl_pbem.app.intake import store as intake_module
 
     monkeypatch.setattr(intake_module, "envelope_of", lambda raw: ("x" * 5000, None))
     if db.engine.dialect.name == "sqlite":  # SQLite holds any length: make it refuse

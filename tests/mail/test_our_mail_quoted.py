@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from mailhelpers import OPENED, T0, code_in, game_config, key_in, orders_of
 from sqlalchemy import select
 
-from snl_pbem.app import intake as intake_module
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import SENT_COMPARED, ingest
+from snl_pbem.app.intake import reading as intake_module
 from snl_pbem.app.outbox import SCRUBBED, drain_outbox
 from snl_pbem.app.referee import extend
 from snl_pbem.app.rounds import close_round
@@ -83,34 +83,34 @@ def shown(raw: bytes) -> str:
     return part.get_payload(decode=True).decode("utf-8")
 
 
-def play(db: Database, config, game_id: str, ruleset: str) -> list[Sent]:
+def play(db: Database, config, game_name: str, ruleset: str) -> list[Sent]:
     """Play the game through the intake so that the server sends every kind of mail."""
     count = [0]
 
     def send(sender: str, body: str, at=T0) -> None:
         count[0] += 1
         raw = (
-            f"From: {sender}\r\nTo: snl@example.org\r\nSubject: [{game_id}] orders\r\n"
-            f"Message-ID: <c{count[0]}.{game_id}@example.org>\r\n\r\n{body}\r\n"
+            f"From: {sender}\r\nTo: snl@example.org\r\nSubject: [{game_name}] orders\r\n"
+            f"Message-ID: <c{count[0]}.{game_name}@example.org>\r\n\r\n{body}\r\n"
         ).encode()
         ingest(db, config, raw, at + timedelta(seconds=count[0]), "t")
 
-    keyed = f"GAME {game_id}\nKEY bob-key-123\n"
+    keyed = f"GAME {game_name}\nKEY bob-key-123\n"
     order = "ROLL" if ruleset == "classic" else "DICE 5\nDICE 4\nTRAPDOOR 30"
-    send_reminders(db, config, game_id, 1, T0)
+    send_reminders(db, config, game_name, 1, T0)
     send("bob@example.org", f"Hi\n{keyed}{order}\nDICE: x\nThanks")  # ack: replaced, ignored
     send("bob@example.org", keyed + "STATUS")
     send("bob@example.org", keyed + "HELP")
     send("bob@example.org", "HELP")  # the guests' help
     send("bob@example.org", keyed + "Hello there")  # a notice: no orders
-    send("bob@example.org", f"GAME {game_id}\nKEY wrong-key-999\nDICE 4")  # a guest notice
+    send("bob@example.org", f"GAME {game_name}\nKEY wrong-key-999\nDICE 4")  # a guest notice
     send("bob@example.org", "LIST")
     send("bob@example.org", keyed + "HISTORY")
     send("bob@example.org", keyed + "ABSENT UNTIL 2029-12-20")  # refused: too long
     send("bob@example.org", keyed + "ABSENT UNTIL 2029-12-05")
     send("bob@example.org", keyed + "ABSENT OFF")
-    send("dan@example.org", f"JOIN {game_id} Dan")  # refused: no sign-ups by mail
-    send("dan@example.org", f"OBSERVE {game_id}")
+    send("dan@example.org", f"JOIN {game_name} Dan")  # refused: no sign-ups by mail
+    send("dan@example.org", f"OBSERVE {game_name}")
     with db.transaction() as s:
         code = code_in(
             shown(
@@ -118,26 +118,26 @@ def play(db: Database, config, game_id: str, ruleset: str) -> list[Sent]:
             )
         )
     send("dan@example.org", f"CONFIRM {code}")
-    extend(db, game_id, T0 + timedelta(minutes=5), config=config, by=timedelta(days=1))
+    extend(db, game_name, T0 + timedelta(minutes=5), config=config, by=timedelta(days=1))
     at = T0 + timedelta(hours=1)
     for _ in range(40):  # the classic game to its end; the postal one for two rounds
-        if close_round(db, game_id, at, config=config) is None:
+        if close_round(db, game_name, at, config=config) is None:
             break
         at += timedelta(hours=1)
         with db.transaction() as s:
-            over = s.scalar(select(Game.state).where(Game.name == game_id)) == "over"
+            over = s.scalar(select(Game.state).where(Game.name == game_name)) == "over"
         if over or (ruleset == "postal" and at > T0 + timedelta(hours=2)):
             break
         for sender, key in PLAYERS.items():
             send(
                 sender,
-                f"GAME {game_id}\nKEY {key}\n{'ROLL' if ruleset == 'classic' else 'DICE 3'}",
+                f"GAME {game_name}\nKEY {key}\n{'ROLL' if ruleset == 'classic' else 'DICE 3'}",
                 at,
             )
     later = at + timedelta(minutes=1)
     send("bob@example.org", keyed + "NEW KEY", later)
-    send("ann@example.org", f"GAME {game_id}\nKEY ann-key-123\nADDRESS ann2@example.org", later)
-    send("ann@example.org", f"GAME {game_id}\nKEY ann-key-123\nRESIGN", later)
+    send("ann@example.org", f"GAME {game_name}\nKEY ann-key-123\nADDRESS ann2@example.org", later)
+    send("ann@example.org", f"GAME {game_name}\nKEY ann-key-123\nRESIGN", later)
     with db.transaction() as s:
         rows = list(s.scalars(select(OutboxMessage).order_by(OutboxMessage.id)))
         corpus, before = [], {}
@@ -148,7 +148,7 @@ def play(db: Database, config, game_id: str, ruleset: str) -> list[Sent]:
             subject = email.message_from_bytes(row.message)["Subject"]
             corpus.append(
                 Sent(
-                    game_id,
+                    game_name,
                     ruleset,
                     row.kind,
                     row.recipient,
@@ -172,10 +172,10 @@ def corpus(tmp_path_factory) -> list[Sent]:
         else:
             (folder / "config.toml").write_text(CLASSIC.format(url=db.url))
             config = load_config(folder / "config.toml")
-        game_id = "g1" if ruleset == "postal" else "c1"
+        game_name = "g1" if ruleset == "postal" else "c1"
         sync_games(db, config, T0)
-        start_game(db, config, game_id, OPENED)
-        found += play(db, config, game_id, ruleset)
+        start_game(db, config, game_name, OPENED)
+        found += play(db, config, game_name, ruleset)
         db.dispose()
     return found
 

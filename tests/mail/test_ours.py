@@ -159,7 +159,7 @@ def test_fingerprints_hold_no_key_and_survive_the_scrub() -> None:
         body=OLD_WELCOME,
         now=datetime(2029, 12, 1, tzinfo=UTC),
         message_id="<snl.1@example.org>",
-        game_id="g1",
+        game_name="g1",
     )
     kept = scrubbed(raw, SCRUBBED)
     assert b"k7mq" not in kept and SCRUBBED in kept and kept.startswith(raw.split(b"\r\n\r\n")[0])

@@ -21,8 +21,8 @@ from email.utils import collapse_rfc2231_value
 import pytest
 from mailhelpers import T0, orders_of
 
-from snl_pbem.app import intake as intake_module
 from snl_pbem.app.intake import ingest, retry_set_aside
+from snl_pbem.app.intake import pipeline as intake_module
 from snl_pbem.cli.main import main
 from snl_pbem.mail.parse import MAX_PARTS, REDACTED, parse_message, redact_secrets
 from snl_pbem.store import InboundMessage

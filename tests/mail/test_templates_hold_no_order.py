@@ -36,9 +36,9 @@ import pytest
 from mailhelpers import code_in, key_in, mail_to, orders_of
 from sqlalchemy import delete, select
 
-from snl_pbem.app import intake as intake_module
 from snl_pbem.app import outbox as outbox_module
 from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.intake import authenticate as intake_module
 from snl_pbem.app.intake import ingest
 from snl_pbem.app.outbox import drain_outbox
 from snl_pbem.app.reopened import notify_restored

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from snl_pbem.app.referee import inbound_messages
+from snl_pbem.app.stored_mail import inbound_messages
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import downgrade, upgrade
 from snl_pbem.store.states import InboundStatus, OutboxStatus

@@ -22,8 +22,15 @@ from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.ruleset import get_ruleset, ruleset_names
 
 Run = Callable[..., Any]
-"""What a command does, as the intake's dispatcher calls it (its signature is the
-dispatcher's to fix)."""
+"""What a command does, called by its dispatcher. A command read into an ``Action``
+runs by who may send it, and returns the intake's note of what it did:
+- Who.ANYONE: ``run(ctx, action, address, player | None) -> str`` (commands/signup.py
+  ``handle_open``; with a player's key, ``commands/player.py handle_keyed``);
+- Who.PLAYER: ``run(ctx, game, player, action) -> str`` (``handle_keyed``);
+- Who.REFEREE: ``run(ctx, action, game, actor) -> str``, or LifecycleError/NotFound
+  saying why not (commands/referee.py ``handle_referee_mail``).
+The words read as flags of the whole message (HELP, STATUS, CLEAR and the order words)
+are run by the intake's commands step, with the signature their modules give."""
 
 
 class Who(Enum):
@@ -52,8 +59,8 @@ class Command:
     read: Reader
     """How its line is read (see snl_pbem.mail.commands.Reader)."""
     run: Run | None = None
-    """What it does; None for the words the intake's pipeline uses itself (GAME, KEY,
-    ROUND), and for now for the rest (the dispatcher fills them in)."""
+    """What it does (see ``Run``); None for the words the intake's pipeline uses itself
+    (GAME, KEY, ROUND) and for the rulesets' order words (read into one order set)."""
     help: str
     """Its line of help, as HELP prints it ('LIST               the games here you can
     join or follow'); a long one goes on, indented, on the lines after."""

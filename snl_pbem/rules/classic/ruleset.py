@@ -35,11 +35,11 @@ from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.ruleset import (
     Adjudication,
     FinishedGame,
-    GameSettings,
+    GameState,
     OrderReading,
     Orders,
     OrderWord,
-    Stored,
+    RulesetSettings,
     StoredRound,
 )
 
@@ -100,32 +100,37 @@ class ClassicRuleset:
                 )
         return parse_options(data, prefix).as_mapping()
 
-    def options(self, settings: GameSettings) -> ClassicOptions:
+    def options(self, settings: RulesetSettings) -> ClassicOptions:
         return parse_options(settings.options)
 
-    def check_settings(self, settings: GameSettings) -> None:
+    def check_settings(self, settings: RulesetSettings) -> None:
         self.options(settings)
         problems = board_problems(settings.board)
         if problems:
             raise GameSetupError("board: " + "; ".join(problems))
 
-    def turns_in_round(self, settings: GameSettings, round_number: int) -> int:
+    def turns_in_round(self, settings: RulesetSettings, round_number: int) -> int:
         return 1  # a round is one turn for every player still racing (C1)
 
     def history_start(self, turns_played: int) -> int:
         return turns_played  # no dice history: the kept state is the whole state
 
-    def state(self, stored: Stored) -> ClassicState:
+    def state(self, stored: GameState) -> ClassicState:
         """The classic state kept with the last round (the start before round 1)."""
         kept = stored.extra.get("state")
         return ClassicState.from_json(kept) if kept else ClassicState.start(stored.players)
 
-    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+    def awaiting(self, settings: RulesetSettings, state: GameState) -> tuple[PlayerId, ...]:
         finished = self.state(state).finished
         return tuple(p for p in state.players if p not in finished)
 
     def read_orders(
-        self, settings: GameSettings, state: Stored, player: PlayerId, orders: Orders, turns: int
+        self,
+        settings: RulesetSettings,
+        state: GameState,
+        player: PlayerId,
+        orders: Orders,
+        turns: int,
     ) -> OrderReading:
         """C12: ROLL is the order (dice and trapdoors are refused before, refuse_word)."""
         finished = self.state(state).finished.get(player)
@@ -142,12 +147,12 @@ class ClassicRuleset:
         )
 
     def default_orders(
-        self, settings: GameSettings, state: Stored, player: PlayerId, turns: int
+        self, settings: RulesetSettings, state: GameState, player: PlayerId, turns: int
     ) -> Orders:
         return Orders(roll=True)  # C12: the server throws for everyone either way
 
     def adjudicate(
-        self, settings: GameSettings, state: Stored, orders: Mapping[PlayerId, Orders]
+        self, settings: RulesetSettings, state: GameState, orders: Mapping[PlayerId, Orders]
     ) -> Adjudication:
         """C1-C11: the round's throws come from the game's seed and the round's number
         alone (C11), so a rolled-back round closed again throws the same."""
@@ -189,7 +194,7 @@ class ClassicRuleset:
             result=result,
             nmr={},
             tally={},
-            after=Stored(
+            after=GameState(
                 players=state.players,
                 positions=dict(after.positions),
                 played=dict.fromkeys(state.players, ()),
@@ -202,7 +207,7 @@ class ClassicRuleset:
             record=record,
         )
 
-    def _view(self, state: Stored) -> dict[str, Any]:
+    def _view(self, state: GameState) -> dict[str, Any]:
         """The last round's throws and everyone's counts (C10): nothing is secret."""
         classic = self.state(state)
         last = state.extra.get("round")
@@ -214,7 +219,7 @@ class ClassicRuleset:
         return {"throws": throws, "counts": counts, "finished": dict(classic.finished)}
 
     def player_view(
-        self, settings: GameSettings, state: Stored, player: PlayerId
+        self, settings: RulesetSettings, state: GameState, player: PlayerId
     ) -> Mapping[str, Any]:
         view = self._view(state)
         view["mine"] = next((c for c in view["counts"] if c["name"] == player), None)

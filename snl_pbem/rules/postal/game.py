@@ -115,7 +115,7 @@ class RoundResult:
 
 
 @dataclass(frozen=True)
-class GameState:
+class PostalState:
     """Where a game stands between rounds."""
 
     players: tuple[PlayerId, ...]
@@ -146,7 +146,7 @@ class GameState:
             )
 
     @classmethod
-    def start(cls, players: Sequence[PlayerId]) -> GameState:
+    def start(cls, players: Sequence[PlayerId]) -> PostalState:
         """Every player off the board at 0 (R4). Any number of players may play (R1)."""
         names = tuple(players)
         if not names:
@@ -170,11 +170,11 @@ class GameState:
 
 def adjudicate_round(
     rules: GameRules,
-    state: GameState,
+    state: PostalState,
     orders: Mapping[PlayerId, OrderSet | None],
     *,
     keep_history: bool = True,
-) -> tuple[RoundResult, GameState]:
+) -> tuple[RoundResult, PostalState]:
     """Play the next round with these orders; a missing or None order is an NMR (R17)."""
     if state.result is not None:
         raise GameSetupError(f"the game is over (after round {state.rounds_played})")
@@ -233,7 +233,7 @@ def adjudicate_round(
         positions=final_positions,
         result=result,
     )
-    next_state = GameState(
+    next_state = PostalState(
         players=names,
         positions=final_positions,
         played=played,
@@ -357,7 +357,7 @@ class PlayerReport:
     result: GameResult | None
 
 
-def player_report(rules: GameRules, state: GameState, player: PlayerId) -> PlayerReport:
+def player_report(rules: GameRules, state: PostalState, player: PlayerId) -> PlayerReport:
     """R19: the round number, every position, the next round's kind, the reader's own dice.
 
     Never another player's dice, nominations, votes, trapdoors, who sent no

@@ -20,8 +20,8 @@ from snl_pbem.rules.postal.dice import (
 )
 from snl_pbem.rules.postal.game import (
     GameRules,
-    GameState,
     OrderSet,
+    PostalState,
     RoundResult,
     adjudicate_round,
     player_report,
@@ -31,11 +31,11 @@ from snl_pbem.rules.postal.trapdoors import TrapdoorRule
 from snl_pbem.rules.ruleset import (
     Adjudication,
     FinishedGame,
-    GameSettings,
+    GameState,
     OrderReading,
     Orders,
     OrderWord,
-    Stored,
+    RulesetSettings,
     StoredRound,
 )
 
@@ -44,8 +44,8 @@ def _values(values: tuple[int, ...]) -> str:
     return ", ".join(map(str, values))
 
 
-def _game_state(state: Stored) -> GameState:
-    return GameState(
+def _postal_state(state: GameState) -> PostalState:
+    return PostalState(
         players=state.players,
         positions=state.positions,
         played=state.played,
@@ -84,10 +84,10 @@ class PostalRuleset:
             )
         return {}
 
-    def awaiting(self, settings: GameSettings, state: Stored) -> tuple[PlayerId, ...]:
+    def awaiting(self, settings: RulesetSettings, state: GameState) -> tuple[PlayerId, ...]:
         return state.players  # R17: everyone plays every turn
 
-    def rules(self, settings: GameSettings) -> GameRules:
+    def rules(self, settings: RulesetSettings) -> GameRules:
         try:
             rule = TrapdoorRule(settings.trapdoor_rule)
         except ValueError:
@@ -102,10 +102,10 @@ class PostalRuleset:
             seed=settings.seed,
         )
 
-    def check_settings(self, settings: GameSettings) -> None:
+    def check_settings(self, settings: RulesetSettings) -> None:
         self.rules(settings)
 
-    def turns_in_round(self, settings: GameSettings, round_number: int) -> int:
+    def turns_in_round(self, settings: RulesetSettings, round_number: int) -> int:
         """R7: one turn before ``double_from_round``, two from it on."""
         return 1 if round_number < settings.double_from_round else 2
 
@@ -115,8 +115,8 @@ class PostalRuleset:
 
     def read_orders(
         self,
-        settings: GameSettings,
-        state: Stored,
+        settings: RulesetSettings,
+        state: GameState,
         player: PlayerId,
         orders: Orders,
         turns: int,
@@ -173,22 +173,22 @@ class PostalRuleset:
         )
 
     def default_orders(
-        self, settings: GameSettings, state: Stored, player: PlayerId, turns: int
+        self, settings: RulesetSettings, state: GameState, player: PlayerId, turns: int
     ) -> Orders:
         """R17: the lowest legal dice; the nomination follows the move (R16)."""
         return Orders(dice=lowest_legal_dice(state.played[player], turns))
 
     def adjudicate(
-        self, settings: GameSettings, state: Stored, orders: Mapping[PlayerId, Orders]
+        self, settings: RulesetSettings, state: GameState, orders: Mapping[PlayerId, Orders]
     ) -> Adjudication:
-        game_state = _game_state(state)
+        postal = _postal_state(state)
         order_sets = {
             name: OrderSet(order.dice or (), order.nomination)
             for name, order in orders.items()
             if not order.withdraw
         }
         result, after = adjudicate_round(
-            self.rules(settings), game_state, order_sets, keep_history=False
+            self.rules(settings), postal, order_sets, keep_history=False
         )
         return Adjudication(
             round=result.round,
@@ -204,7 +204,7 @@ class PostalRuleset:
                 "trapdoors": list(result.trapdoors),
                 "by_lot": result.tally.by_lot,
             },
-            after=Stored(
+            after=GameState(
                 players=after.players,
                 positions=after.positions,
                 played=after.played,
@@ -216,12 +216,12 @@ class PostalRuleset:
         )
 
     def player_view(
-        self, settings: GameSettings, state: Stored, player: PlayerId
+        self, settings: RulesetSettings, state: GameState, player: PlayerId
     ) -> Mapping[str, Any]:
         """R19 (``player_report``, the one place it is decided): the reader's own dice of
         the current set, and nothing of anyone else's; and the lowest legal dice for the
         next round, as an example the reader may edit."""
-        own = Stored(  # the reader alone: R19 needs no one else, and each view costs O(1)
+        own = GameState(  # the reader alone: R19 needs no one else, and each view costs O(1)
             players=(player,),
             positions={player: state.positions[player]},
             played={player: state.played[player]},
@@ -229,7 +229,7 @@ class PostalRuleset:
             turns_played=state.turns_played,
             played_from=state.played_from,
         )
-        report = player_report(self.rules(settings), _game_state(own), player)
+        report = player_report(self.rules(settings), _postal_state(own), player)
         turns = report.next_round_turns or 1
         example = self.default_orders(settings, own, player, turns).dice or ()
         return {

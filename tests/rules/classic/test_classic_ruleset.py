@@ -6,10 +6,10 @@ from __future__ import annotations
 from snl_pbem.rules import Board
 from snl_pbem.rules.classic import ClassicState
 from snl_pbem.rules.classic.ruleset import CLASSIC
-from snl_pbem.rules.ruleset import GameSettings, Orders, Stored
+from snl_pbem.rules.ruleset import GameState, Orders, RulesetSettings
 
-SETTINGS = GameSettings(board=Board.from_mapping({"rows": 2, "columns": 5}), seed=3)
-START = Stored(("ann", "bob"), {"ann": 0, "bob": 0}, {"ann": (), "bob": ()})
+SETTINGS = RulesetSettings(board=Board.from_mapping({"rows": 2, "columns": 5}), seed=3)
+START = GameState(("ann", "bob"), {"ann": 0, "bob": 0}, {"ann": (), "bob": ()})
 
 
 def test_c12_roll_is_the_order_and_dice_are_refused_with_the_reason() -> None:
@@ -29,7 +29,7 @@ def test_c9_a_finished_player_has_nothing_more_to_send() -> None:
     finished = ClassicState(
         ("ann", "bob"), {"ann": 10, "bob": 3}, finished={"ann": 4}, rounds_played=4
     )
-    stored = Stored(
+    stored = GameState(
         ("ann", "bob"),
         {"ann": 10, "bob": 3},
         {"ann": (), "bob": ()},
@@ -48,7 +48,7 @@ def test_c11_the_referee_throws_for_everyone_from_the_seed() -> None:
     assert first.record == again.record and first.record is not None
     assert [t["player"] for t in first.record["round"]["throws"]][:2] == ["ann", "bob"]
     assert any(  # another game's seed throws otherwise
-        CLASSIC.adjudicate(GameSettings(board=SETTINGS.board, seed=s), START, {}).record
+        CLASSIC.adjudicate(RulesetSettings(board=SETTINGS.board, seed=s), START, {}).record
         != first.record
         for s in range(4, 10)
     )

@@ -17,15 +17,15 @@ from snl_pbem.rules import (
     EventKind,
     GameRules,
     GameSetupError,
-    GameState,
     NmrCause,
     OrderSet,
+    PostalState,
     adjudicate_round,
     player_report,
 )
 
 
-def play(board: Board, state: GameState, orders: dict[str, OrderSet | None], **kw: object):
+def play(board: Board, state: PostalState, orders: dict[str, OrderSet | None], **kw: object):
     rules = GameRules(board, **kw)  # type: ignore[arg-type]
     return adjudicate_round(rules, state, orders)
 
@@ -35,12 +35,12 @@ def test_r1_any_number_of_players() -> None:
     board = plain_board()
     for count in (1, 2, 9, 60):
         names = [f"p{i:02d}" for i in range(count)]
-        state = GameState.start(names)
+        state = PostalState.start(names)
         result, after = play(board, state, {n: OrderSet((1 + i % 6,)) for i, n in enumerate(names)})
         assert set(result.positions) == set(names)
         assert after.rounds_played == 1
     with pytest.raises(GameSetupError, match="at least one player"):
-        GameState.start([])
+        PostalState.start([])
 
 
 def test_r2_board_numbered_1_to_100_in_any_coherent_arrangement() -> None:
@@ -59,7 +59,7 @@ def test_r2_board_numbered_1_to_100_in_any_coherent_arrangement() -> None:
     with pytest.raises(BoardError, match="beneath space 5 but has a higher number"):
         Board.from_mapping({"grid": [[1, 2], [5, 3], [6, 4]]})
     # Players discover it for themselves: nothing of the board reaches a player's report.
-    report = player_report(GameRules(own), GameState.start(["ann"]), "ann")
+    report = player_report(GameRules(own), PostalState.start(["ann"]), "ann")
     assert {f.name for f in dataclasses.fields(report)} == {
         "round",
         "positions",
@@ -107,7 +107,7 @@ def test_r3_consistent_families_of_snakes_and_ladders() -> None:
 
 def test_r4_players_start_off_the_board_at_0() -> None:
     """R4: Each player starts off the board at space 0."""
-    state = GameState.start(["ann", "bob"])
+    state = PostalState.start(["ann", "bob"])
     assert state.positions == {"ann": 0, "bob": 0}
     result, _ = play(plain_board(), state, {"ann": OrderSet((5,)), "bob": OrderSet((2,))})
     assert {n: m.start for n, m in result.turns[0].moves.items()} == {"ann": 0, "bob": 0}
@@ -146,7 +146,7 @@ def test_r6_each_value_once_per_set_of_six() -> None:
     on."""
     board = plain_board()
     rules = GameRules(board)
-    state = GameState.start(["ann"])
+    state = PostalState.start(["ann"])
     chosen = [3, 1, 6, 2, 5, 4, 6, 5]
     for number, die in enumerate(chosen, start=1):
         dice = (die,) if number < 7 else tuple(chosen[6:8])

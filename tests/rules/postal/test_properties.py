@@ -12,8 +12,8 @@ from snl_pbem.rules import (
     Board,
     BoardError,
     GameRules,
-    GameState,
     OrderSet,
+    PostalState,
     adjudicate_round,
     check_dice,
     lowest_legal_dice,
@@ -60,7 +60,7 @@ def test_nmr_dice_are_always_legal(played: tuple[int, ...], turns: int) -> None:
     assert check_dice(played, dice, turns).valid
 
 
-def random_orders(rng: random.Random, state: GameState, turns: int) -> dict:
+def random_orders(rng: random.Random, state: PostalState, turns: int) -> dict:
     orders: dict[str, OrderSet | None] = {}
     for name in state.players:
         roll = rng.random()
@@ -89,7 +89,7 @@ def random_orders(rng: random.Random, state: GameState, turns: int) -> dict:
 def test_every_completed_set_is_a_permutation(seed: int, players: int, board: Board) -> None:
     rng = random.Random(seed)
     rules = GameRules(board, double_from_round=rng.randint(1, 8))
-    state = GameState.start([f"p{i}" for i in range(players)])
+    state = PostalState.start([f"p{i}" for i in range(players)])
     for _ in range(25):
         if state.result is not None:
             break
@@ -108,7 +108,7 @@ def test_player_order_does_not_change_any_result(seed: int, players: int) -> Non
     board = Board.build(snakes={47: 26, 98: 12}, ladders={4: 56, 33: 70})
     names = [f"p{i}" for i in range(players)]
     rounds = []
-    state = GameState.start(names)
+    state = PostalState.start(names)
     rules = GameRules(board)
     for _ in range(12):
         orders = random_orders(rng, state, rules.turns_in_round(state.rounds_played + 1))
@@ -134,7 +134,7 @@ def test_same_input_same_output(seed: int) -> None:
     rng = random.Random(seed)
     rules = GameRules(Board.build(ladders={3: 60}, snakes={64: 2}), seed=seed)
     names = ("a", "b", "c")
-    state = GameState.start(names)
+    state = PostalState.start(names)
     rounds = []
     for _ in range(10):
         rounds.append(random_orders(rng, state, rules.turns_in_round(state.rounds_played + 1)))

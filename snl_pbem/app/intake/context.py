@@ -1,0 +1,98 @@
+"""What passes along the intake's pipeline: the message being processed (``Message``),
+how a step ends it (``Outcome``), and what the caller learns (``IngestResult``, worked
+out by ``what_it_did`` in the processing transaction)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.lookup import open_round
+from snl_pbem.app.replies import Context
+from snl_pbem.app.schedule import all_in_locked
+from snl_pbem.store import Game, Player
+from snl_pbem.store.states import GamePhase, InboundStatus
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    inbound_id: int | None
+    status: str
+    """stored-and-processed outcome: processed, rejected, ignored, duplicate, set-aside."""
+    detail: str = ""
+    """What was done, for the logs (never matched on: the fields below say it)."""
+    game: str | None = None
+    """The name of the game the message was for, when one was found."""
+    started: bool = False
+    """A sign-up or START in it filled or started a game (``game``): plan its round 1."""
+    all_in: bool = False
+    """Every order of ``game``'s open round is now in (worked out only for a game that
+    closes when all are in): check its early close."""
+
+    @property
+    def stored(self) -> bool:
+        """True once the message is safely in the database (the source may be acknowledged)."""
+        return self.inbound_id is not None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a step ended the message: its status and what was done (for the logs)."""
+
+    status: str
+    detail: str
+    secrets: tuple[str, ...] | None = None
+    """The keys to redact from the copy kept; None: those it gave and quoted."""
+
+
+@dataclass
+class Message:
+    """One message on its way through the steps, in the processing transaction."""
+
+    ctx: Context
+    """Session, config, stored row, parsed mail, commands, receipt time, games started:
+    what the reply and command handlers take."""
+    too_large: str | None = None
+    """The note of a message stored as its headers only (over the size limit)."""
+    referee: bool = False
+    """The referee's mail, with the referee key (authenticate)."""
+    game: Game | None = None
+    player: Player | None = None
+    """The player whose key it carries (authenticate)."""
+    other: str | None = None
+    """The address the key was used from, when it is not plainly the player's own."""
+    done: list[str] = field(default_factory=list)
+    """What was done so far, for the outcome's detail."""
+
+
+def what_it_did(session: Session, msg: Message, status: str, detail: str) -> IngestResult:
+    """The typed result: the game, whether the message started it, and, for a game that
+    closes when all are in, whether every order of its open round is now in (read in
+    this same transaction)."""
+    ctx = msg.ctx
+    game = msg.game
+    if ctx.started:
+        name = sorted(ctx.started)[0]
+        if game is None or game.name not in ctx.started:
+            game = session.scalar(select(Game).where(Game.name == name))
+    elif game is None and ctx.row.game_id is not None:
+        game = session.get(Game, ctx.row.game_id)
+    all_in = False
+    if (
+        game is not None
+        and status == InboundStatus.PROCESSED
+        and game.close_when_all_in
+        and game.state == GamePhase.RUNNING
+    ):
+        round_ = open_round(session, game)
+        all_in = round_ is not None and all_in_locked(session, game, round_)
+    return IngestResult(
+        ctx.row.id,
+        status,
+        detail,
+        game=game.name if game is not None else None,
+        started=bool(ctx.started),
+        all_in=all_in,
+    )

@@ -1,0 +1,87 @@
+"""Reading a stored message before its processing transaction: in the sandbox, bounded
+in time and memory, never inside a transaction; and with the fingerprints of what we
+sent its sender, so lines of our own mail pasted back are never orders."""
+
+from __future__ import annotations
+
+import threading
+
+from sqlalchemy import func, select, union_all
+
+from snl_pbem.config import Config
+from snl_pbem.mail import sandbox
+from snl_pbem.mail.ours import fingerprint_of_sent
+from snl_pbem.mail.parse import ParsedMail, ParseTimeout
+from snl_pbem.store import Database, OutboxMessage, Player
+from snl_pbem.store.states import OutboxStatus
+
+
+def _read(raw: bytes, config: Config, sent: tuple[str, ...] = ()) -> ParsedMail | str:
+    """The parsed message, or why it could not be read (in the sandbox: bounded). ``sent``:
+    what we sent its sender (``_sent_to``): lines of it in the message are never orders."""
+    try:
+        return sandbox.parse(raw, config.settings.mail.address, sent)
+    except ParseTimeout as exc:
+        return f"set aside: {exc}"
+    except sandbox.ParseFailed as exc:
+        return f"set aside: it could not be read: {exc}"
+
+
+SENT_COMPARED = 40
+"""Our latest messages to a sender that its message is compared with (``snl_pbem.mail.ours``),
+and, however old, the latest SECRET_COMPARED that gave a key or a code: a welcome is what
+out-of-office replies paste, weeks into a game."""
+SECRET_COMPARED = 5
+_FINGERPRINTS_KEPT = 20_000
+_fingerprints: dict[str, str] = {}
+"""The fingerprint of each message we sent, by its Message-ID (unique for ever, and the
+same before and after a scrub): each is worked out once per process."""
+_fingerprints_lock = threading.Lock()
+
+
+def _sent_to(db: Database, config: Config, sender: str | None) -> tuple[str, ...]:
+    """The fingerprints of the mail we sent to ``sender`` (as the address is spelt in
+    players' rows or the referee's setting too), newest first, bounded: the latest
+    SENT_COMPARED and the latest SECRET_COMPARED that held a key or code. Mail that failed
+    or bounced never reached the sender. Two small indexed queries, and a third for the
+    messages not fingerprinted yet (usually one: the last reply)."""
+    if sender is None:
+        return ()
+    columns = (OutboxMessage.id, OutboxMessage.message_id, OutboxMessage.secret)
+    with db.transaction() as session:
+        addresses = {sender, config.settings.mail.referee}  # as the players' rows spell it
+        addresses.update(
+            session.scalars(select(Player.email).where(func.lower(Player.email) == sender))
+        )
+        to_sender = (  # an IN list, not an OR: the (recipient, status, id) index serves it
+            OutboxMessage.recipient.in_(sorted(a for a in addresses if a.lower() == sender)),
+            OutboxMessage.status.in_((OutboxStatus.SENT, OutboxStatus.PENDING)),
+        )
+        latest = select(OutboxMessage.status, *columns).order_by(OutboxMessage.id.desc())
+        both = union_all(
+            latest.where(*to_sender).limit(SENT_COMPARED).subquery().select(),
+            latest.where(*to_sender, OutboxMessage.secret)
+            .limit(SECRET_COMPARED)
+            .subquery()
+            .select(),
+        )
+        rows = {(row.id, row.message_id, row.secret, row.status) for row in session.execute(both)}
+        with _fingerprints_lock:
+            missing = {row[0]: row for row in rows if row[1] not in _fingerprints}
+        if missing:
+            for outbox_id, message in session.execute(
+                select(OutboxMessage.id, OutboxMessage.message).where(
+                    OutboxMessage.id.in_(sorted(missing))
+                )
+            ):
+                _, message_id, is_secret, status = missing[outbox_id]
+                scrubbed = is_secret and status == OutboxStatus.SENT  # see drain_outbox
+                value = fingerprint_of_sent(message, scrubbed=scrubbed)
+                with _fingerprints_lock:
+                    if len(_fingerprints) >= _FINGERPRINTS_KEPT:
+                        for old in list(_fingerprints)[: _FINGERPRINTS_KEPT // 2]:
+                            del _fingerprints[old]
+                    _fingerprints[message_id] = value
+    with _fingerprints_lock:
+        found = [_fingerprints.get(row[1], "") for row in sorted(rows, reverse=True)]
+    return tuple(value for value in found if value)

@@ -1,0 +1,175 @@
+"""Step one, store: every message is stored and committed before its source is told it
+arrived (the IMAP move, the LMTP 250). Its bytes as received (headers only past the size
+limit), or a stub set aside when the database will not take them as they are; a message
+already stored (same bytes, same mailbox UID) is recognised. Also the step that refuses,
+with a notice, a message stored as its headers only (``too_large``)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.intake.context import IngestResult, Message, Outcome
+from snl_pbem.app.replies import guest_notice
+from snl_pbem.config import Config
+from snl_pbem.crashpoints import crash_point
+from snl_pbem.mail.parse import clean_text, envelope_of, headers_only
+from snl_pbem.store import Database, InboundMessage
+from snl_pbem.store.states import InboundStatus
+
+log = logging.getLogger("snl_pbem.intake")
+
+MAX_STORED_BYTES = 25 * 1024 * 1024
+TOO_LARGE = "too large"
+"""The start of the error noted on a message stored as its headers only (over the size
+limit): processing rejects it with a notice instead of reading it."""
+
+
+def store(
+    db: Database,
+    config: Config,
+    raw: bytes,
+    received_at: datetime,
+    source: str,
+    *,
+    uidvalidity: int | None = None,
+    uid: int | None = None,
+    size: int | None = None,
+) -> tuple[IngestResult, tuple[bytes, str | None] | None]:
+    """Store one message and commit: its result (status ``new`` when stored now), and
+    the bytes kept and their note when it is new (None: known already, or a stub set
+    aside). Raises only if it could not be stored at all (the database is down): a
+    message the database refuses as it is, is stored as a stub and set aside, so that
+    no message stops the mailbox. ``size``: ``raw`` is only the header of a message that
+    large (the IMAP poller never fetches one over the limit whole)."""
+    digest = hashlib.sha256(raw).hexdigest()
+    message_id, sender = envelope_of(raw)  # headers only, bounded; before any lock
+    source = clean_text(source, 200)
+    try:
+        with db.transaction() as session:
+            known = _known(session, digest, source, uidvalidity, uid)
+            if known is not None:
+                return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored"), None
+            kept, note = _kept_bytes(config, raw, size)
+            row = InboundMessage(
+                message_id=message_id,
+                sha256=digest,
+                source=source,
+                uidvalidity=uidvalidity,
+                uid=uid,
+                received_at=received_at,
+                raw=kept,
+                status=InboundStatus.NEW,
+                error=note,
+                attempts=0,  # counts the restarts that found it unprocessed
+                sender=sender,
+            )
+            session.add(row)
+            session.flush()
+            inbound_id = row.id
+    except IntegrityError:  # another process stored it at the same moment
+        with db.transaction() as session:
+            known = _known(session, digest, source, uidvalidity, uid)
+            if known is not None:
+                return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored"), None
+        return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid), None
+    except Exception as exc:
+        if not _refused_as_data(exc):
+            raise  # the database is unreachable or locked: the source keeps the message
+        log.error("a message could not be stored as received (%s): storing a stub", exc)
+        return _store_stub(db, raw, digest, source, received_at, uidvalidity, uid, exc), None
+    crash_point("ingest.stored-not-processed")
+    return IngestResult(inbound_id, InboundStatus.NEW, "stored"), (kept, note)
+
+
+def _refused_as_data(exc: Exception) -> bool:
+    """True when the database refused the row for its content, not for being away."""
+    if isinstance(exc, OperationalError):
+        return False
+    return isinstance(exc, (DataError, StatementError, ValueError, UnicodeError))
+
+
+def _store_stub(
+    db: Database,
+    raw: bytes,
+    digest: str,
+    source: str,
+    received_at: datetime,
+    uidvalidity: int | None,
+    uid: int | None,
+    exc: Exception | None = None,
+) -> IngestResult:
+    """Store a message the database would not take as it was: its bytes, nothing read from
+    them, set aside for the referee. Raises if even that fails (the database is away)."""
+    reason = "it could not be stored as received"
+    if exc is not None:
+        reason += f" ({type(exc).__name__}: {clean_text(str(exc), 300)})"
+    with db.transaction() as session:
+        known = _known(session, digest, source, uidvalidity, uid)
+        if known is not None:
+            return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored")
+        row = InboundMessage(
+            message_id=None,
+            sha256=digest,
+            source=source,
+            uidvalidity=uidvalidity,
+            uid=uid,
+            received_at=received_at,
+            raw=raw[:MAX_STORED_BYTES],
+            status=InboundStatus.SET_ASIDE,
+            error=f"set aside: {reason}",
+            attempts=0,
+        )
+        session.add(row)
+        session.flush()
+        log.error("inbound %d set aside: %s", row.id, reason)
+        return IngestResult(row.id, InboundStatus.SET_ASIDE, reason)
+
+
+def _kept_bytes(config: Config, raw: bytes, size: int | None) -> tuple[bytes, str | None]:
+    """What is stored of a message, and a note when it is not all of it: a message over
+    the size limit keeps its headers only. (A sender's daily cap trims what is kept only
+    after the message was read: a forged flood must not cut a player's real orders.)"""
+    mail_settings = config.settings.mail
+    size = max(len(raw), size or 0)
+    if size > mail_settings.max_message_size:
+        note = (
+            f"{TOO_LARGE} ({size} bytes; the limit is {mail_settings.max_message_size}): "
+            "only its headers are kept"
+        )
+        return headers_only(raw), note
+    return raw[:MAX_STORED_BYTES], None
+
+
+def _known(
+    session: Session, digest: str, source: str, uidvalidity: int | None, uid: int | None
+) -> InboundMessage | None:
+    found = session.scalar(select(InboundMessage).where(InboundMessage.sha256 == digest))
+    if found is None and uid is not None:
+        found = session.scalar(
+            select(InboundMessage).where(
+                InboundMessage.source == source,
+                InboundMessage.uidvalidity == uidvalidity,
+                InboundMessage.uid == uid,
+            )
+        )
+    return found
+
+
+def too_large(msg: Message) -> Outcome | None:
+    """A message stored as its headers only (over the size limit) is refused with a
+    notice: nothing in it is read."""
+    if msg.too_large is None:
+        return None
+    guest_notice(
+        msg.ctx,
+        "Your message was too large to read "
+        f"({msg.ctx.config.settings.mail.max_message_size // 1024} KiB at most), so nothing "
+        "in it was applied. Send your orders as plain text, without attachments.",
+    )
+    return Outcome(InboundStatus.REJECTED, msg.too_large, ())  # nothing read: no keys
