@@ -52,7 +52,7 @@ def audit(
     )
 
 
-def game_by_id(session: Session, game_name: str, *, lock: bool = False) -> Game:
+def game_by_name(session: Session, game_name: str, *, lock: bool = False) -> Game:
     """The game named ``game_name`` (locked for update when ``lock``); NotFound, in the one
     wording of an unknown game, when the database has none."""
     query = select(Game).where(Game.name == game_name)

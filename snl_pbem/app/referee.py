@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.lookup import audit, game_by_id, game_time, open_round
+from snl_pbem.app.lookup import audit, game_by_name, game_time, open_round
 from snl_pbem.app.reports import enqueue_deadline_notice
 from snl_pbem.app.state import latest_orders, load_state
 from snl_pbem.config import Config, GameSettings
@@ -34,7 +34,7 @@ from snl_pbem.timeutil import format_duration
 
 
 def _game(session: Session, game_name: str, lock: bool = False) -> Game:
-    return game_by_id(session, game_name, lock=lock)
+    return game_by_name(session, game_name, lock=lock)
 
 
 def _open_round(session: Session, game: Game) -> Round:

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.lookup import audit, game_by_id, game_time, open_round, ruleset_of
+from snl_pbem.app.lookup import audit, game_by_name, game_time, open_round, ruleset_of
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.state import holder_names, observers
 from snl_pbem.config import Config
@@ -314,7 +314,7 @@ def notify_restored(
             or 0
         )
         if game_name is not None:
-            games = [game_by_id(session, game_name, lock=True)]
+            games = [game_by_name(session, game_name, lock=True)]
         else:
             games = list(session.scalars(select(Game).order_by(Game.name).with_for_update()))
         done = [

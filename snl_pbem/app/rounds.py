@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.lookup import (
     audit,
-    game_by_id,
+    game_by_name,
     open_round,
     ruleset_of,
     scheduled_deadline,
@@ -177,7 +177,7 @@ def close_round(
     (closed and reopened meanwhile), nothing happens.
     """
     with db.transaction() as session:
-        game = game_by_id(session, game_name, lock=True)
+        game = game_by_name(session, game_name, lock=True)
         outcome = close_round_locked(
             session, game, now, actor=actor, expect_round=expect_round, config=config, via=via
         )
@@ -409,7 +409,7 @@ def rollback_round(
 ) -> int:
     """:func:`rollback_round_locked` in a transaction of its own."""
     with db.transaction() as session:
-        game = game_by_id(session, game_name, lock=True)
+        game = game_by_name(session, game_name, lock=True)
         return rollback_round_locked(
             session, game, now, actor=actor, force=force, via=via, config=config
         )

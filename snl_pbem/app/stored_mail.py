@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.lookup import audit, game_by_id
+from snl_pbem.app.lookup import audit, game_by_name
 from snl_pbem.errors import NotFound
 from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player
 from snl_pbem.store.states import InboundStatus, OutboxStatus
@@ -56,7 +56,7 @@ def retry_mail(
             rows = [row]
         else:
             if game_name is not None:
-                query = query.where(OutboxMessage.game_id == game_by_id(session, game_name).id)
+                query = query.where(OutboxMessage.game_id == game_by_name(session, game_name).id)
             rows = list(session.scalars(query.order_by(OutboxMessage.id).with_for_update()))
         done = []
         for row in rows:
@@ -137,7 +137,7 @@ def outbox_messages(
     with db.transaction() as session:
         conditions = [] if state == "all" else [OutboxMessage.status == state]
         if game_name is not None:
-            conditions.append(OutboxMessage.game_id == game_by_id(session, game_name).id)
+            conditions.append(OutboxMessage.game_id == game_by_name(session, game_name).id)
         rows = session.execute(
             select(OutboxMessage, Game.name)
             .outerjoin(Game, Game.id == OutboxMessage.game_id)

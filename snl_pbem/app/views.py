@@ -11,7 +11,7 @@ from datetime import datetime
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.lookup import game_by_id, game_time, open_round
+from snl_pbem.app.lookup import game_by_name, game_time, open_round
 from snl_pbem.app.membership import game_config, seated, signups
 from snl_pbem.app.players import is_absent
 from snl_pbem.app.state import observers
@@ -143,7 +143,7 @@ def in_game(
     """Run a session-level action (``replace_seat``, ``approve_signup``...) in a transaction
     of its own, the game row locked; its line of what it did."""
     with db.transaction() as session:
-        game = game_by_id(session, game_name, lock=True)
+        game = game_by_name(session, game_name, lock=True)
         return action(session, config, game, now)
 
 
@@ -168,7 +168,7 @@ class Seats:
 
 def seats_of(db: Database, game_name: str, now: datetime) -> Seats:
     with db.transaction() as session:
-        game = game_by_id(session, game_name)
+        game = game_by_name(session, game_name)
         rows = []
         for player in session.scalars(
             select(Player).where(Player.game_id == game.id).order_by(Player.id)

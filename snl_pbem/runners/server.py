@@ -127,6 +127,9 @@ class Server:
         for outcome in self.rounds.catch_up():
             log.info("%s: round %d closed on catch-up", outcome.game, outcome.round)
         self.rounds.rebuild()
+        for game in self.config.games:  # all in while down, or by the mail read above
+            if game.settings.close_when_all_in:
+                self.rounds.check_all_in(game.id)
         self.scheduler.resume()
         self._kick.set()
         games = counted(len(self.config.games), "game")

@@ -22,6 +22,7 @@ from snl_pbem.app.commands import (
     register,
     register_order_words,
 )
+from snl_pbem.app.commands.signup import open_word
 from snl_pbem.mail.commands import (
     PLAYER_ACTIONS,
     READERS,
@@ -229,3 +230,13 @@ def test_the_referees_help_and_guide_name_every_referee_command() -> None:
     for command in commands(who=Who.REFEREE):
         assert re.search(rf"^\s*(?:\S.*/ )?{command.word} ", reply, re.MULTILINE), command.word
         assert re.search(rf"\b{command.word} g1\b", guide), command.word
+
+
+def test_open_word_is_the_sign_up_words_and_not_help() -> None:
+    """handle_open runs the sign-up words; HELP, which anyone may send too and which has a
+    run of its own, is the intake's to answer (open_word once took any ANYONE word with a
+    run, so HELP from a stranger went down the sign-up path)."""
+    assert not open_word("HELP")
+    for word in ("JOIN", "LIST", "CONFIRM", "OBSERVE", "UNOBSERVE"):
+        assert open_word(word), word
+    assert not open_word("STATUS") and not open_word("PAUSE") and not open_word("NOPE")

@@ -6,6 +6,7 @@ through ingest (tests/toycommand.py)."""
 from __future__ import annotations
 
 import ast
+import logging
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import IngestResult, ingest
 from snl_pbem.app.intake.pipeline import STEPS
 from snl_pbem.config import Config, load_config
+from snl_pbem.rules.ruleset import get_ruleset
 from snl_pbem.runners.mailboxes import Intake, Readers
 from snl_pbem.store import Database
 
@@ -138,3 +140,57 @@ def test_another_rulesets_order_word_is_refused_by_the_registry(intake, order: s
     text = replies_since(db, T0)[-1].message.decode()
     assert "ROLL" in text
     assert [o.dice for o in orders_of(db)] == (["4"] if "DICE" in order else [])
+
+
+def closing_when_all_in(db: Database, config: Config, *, referee_key: bool = False) -> Config:
+    """g1 set to close when all are in (and the referee key synced, if asked)."""
+    config = edited(config, 'round_length = "3d"', 'round_length = "3d"\nclose_when_all_in = true')
+    if referee_key:
+        config = edited(
+            config,
+            'referee = "ref@example.org"',
+            f'referee = "ref@example.org"\nreferee_key = "{REFEREE_KEY}"',
+        )
+    sync_games(db, config, T0)
+    return config
+
+
+def test_a_failure_telling_whether_all_are_in_never_costs_the_orders(
+    intake, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """all_in is worked out in a savepoint: when it fails (here the ruleset's ``awaiting``)
+    the orders still count and are answered, all_in is False (the deadline's job closes
+    the round) and the failure is logged; the message is never set aside for it."""
+    db, config = intake
+    config = closing_when_all_in(db, config)
+    ingest(db, config, mail("KEY ann-key-123\nDICE 4", tag="a"), T0, "t")
+    ingest(db, config, mail("KEY bob-key-123\nDICE 2", "bob@example.org", "b"), T0, "t")
+
+    def broken(*_: object) -> tuple[str, ...]:
+        raise RuntimeError("awaiting broke")
+
+    monkeypatch.setattr(get_ruleset("postal"), "awaiting", broken)
+    with caplog.at_level(logging.ERROR, logger="snl_pbem.intake"):
+        last = ingest(db, config, mail("KEY cy-key-123\nDICE 6", "cy@example.org", "c"), T0, "t")
+    assert (last.status, last.game, last.all_in) == ("processed", "g1", False), last
+    assert [(o.player, o.dice, o.valid) for o in orders_of(db)][-1] == ("cy", "6", True)
+    assert len(orders_of(db)) == 3
+    assert "g1: could not tell whether all orders are in: awaiting broke" in caplog.text
+    assert replies_since(db, T0)[-1].recipient == "cy@example.org"  # and cy is answered
+
+
+def test_referee_mail_naming_no_game_tells_the_only_games_all_in_round(intake) -> None:
+    """RESUME with no game named (the server's only game) of a game paused once its round
+    was all in: the result names the game and says all are in, so serve plans the
+    early close (close_when_all_in) at once rather than at the deadline."""
+    db, config = intake
+    config = closing_when_all_in(db, config, referee_key=True)
+    for who, dice in (("ann", 4), ("bob", 2), ("cy", 6)):
+        sender = f"{who}@example.org"
+        ingest(db, config, mail(f"KEY {who}-key-123\nDICE {dice}", sender, who), T0, "t")
+    ref = "ref@example.org"  # paused before the early close came: it waits for RESUME
+    paused = ingest(db, config, mail(f"KEY {REFEREE_KEY}\nPAUSE g1", ref, "p", "r"), T0, "t")
+    assert (paused.status, paused.game, paused.all_in) == ("processed", "g1", False)
+    resumed = ingest(db, config, mail(f"KEY {REFEREE_KEY}\nRESUME", ref, "u", "referee"), T0, "t")
+    assert "1 done, 0 not done" in resumed.detail, resumed
+    assert (resumed.status, resumed.game, resumed.all_in) == ("processed", "g1", True)

@@ -15,7 +15,7 @@ from sqlalchemy import select
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest
-from snl_pbem.app.lookup import game_by_id
+from snl_pbem.app.lookup import game_by_name
 from snl_pbem.app.schedule import send_reminders
 from snl_pbem.app.seats import replace_seat
 from snl_pbem.app.views import in_game
@@ -55,7 +55,7 @@ def setup(db: Database, tmp_path: Path, *, start: bool) -> Config:
     if start:
         start_game(db, config, "g1", T0)
     with db.transaction() as s:
-        game = game_by_id(s, "g1")
+        game = game_by_name(s, "g1")
         s.add(
             Signup(
                 game_id=game.id,

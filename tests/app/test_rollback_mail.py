@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import ingest
-from snl_pbem.app.lookup import game_by_id
+from snl_pbem.app.lookup import game_by_name
 from snl_pbem.app.observers import observe
 from snl_pbem.app.outbox import drain_outbox
 from snl_pbem.app.rounds import close_round
@@ -43,7 +43,7 @@ def game(intake) -> tuple[Database, Config]:
     config = load_config(config.path)
     sync_games(db, config, T0)
     with db.transaction() as s:
-        observe(s, game_by_id(s, "g1"), OBSERVER, T0)
+        observe(s, game_by_name(s, "g1"), OBSERVER, T0)
     return db, config
 
 

@@ -16,7 +16,8 @@ import pytest
 from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import func, select
 
-from snl_pbem.app.intake import ACKS_PER_HOUR, ingest
+from snl_pbem.app.intake import ingest
+from snl_pbem.app.replies import ACKS_PER_HOUR
 from snl_pbem.mail.parse import parse_message
 from snl_pbem.store import InboundMessage, OutboxMessage
 

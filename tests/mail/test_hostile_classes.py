@@ -16,8 +16,9 @@ from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import select
 
 from snl_pbem.app.games import sync_games
-from snl_pbem.app.intake import GUEST_REPLIES_PER_ADDRESS_PER_HOUR, ingest
+from snl_pbem.app.intake import ingest
 from snl_pbem.app.mailbox_state import ensure_state, intake_health
+from snl_pbem.app.replies import GUEST_REPLIES_PER_ADDRESS_PER_HOUR
 from snl_pbem.config import ImapSettings, load_config
 from snl_pbem.mail.commands import parse_commands
 from snl_pbem.mail.imap import DeliveryFailed, ImapPoller, MailboxConfig

@@ -194,7 +194,7 @@ def test_referee_commands_while_the_server_runs(tmp_path: Path, dovecot, smtp_si
     """`start` and `extend` from the command line while `serve` runs (the GM guide's order):
     the started game's deadline is picked up and closes the round; the extended deadline is
     kept (whether the rescan or the old deadline's job sees the change first; the second way
-    is tested step by step in tests/mail/test_scheduler.py)."""
+    is tested step by step in tests/runners/test_scheduler.py)."""
     user = dovecot.new_user()
     config = write_config(tmp_path, dovecot, user, smtp_sink, datetime.now(UTC), games=())
     began = time.monotonic()

@@ -1,15 +1,19 @@
 """serve acts on the typed ingest result (issue 22): round 1 planned when a message started
 a game, the early close checked for the one game a message made all in, and nothing read
-from the result's words."""
+from the result's words; and at start, the early close checked for each game that closes
+when all are in (no result tells of a round made all in while it was down)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
 
+import pytest
 from mailhelpers import T0
 
-from snl_pbem.app.intake import IngestResult
+from snl_pbem.app.games import sync_games
+from snl_pbem.app.intake import IngestResult, ingest
+from snl_pbem.config import load_config
 from snl_pbem.runners.scheduler import RoundScheduler
 from snl_pbem.runners.server import Server
 
@@ -42,3 +46,57 @@ def test_serve_plans_what_the_result_says_and_no_more(tmp_path: Path) -> None:
     for result in said:
         server._after_ingest(result)
     assert server.rounds.asked == [("rebuild", None), ("check_all_in", "g3")]
+
+
+SECOND_GAME = """
+[[games]]
+id = "g2"
+title = "Second game"
+board = { snakes = { "47" = 26 }, ladders = { "4" = 14 } }
+first_deadline = "2030-01-04T18:00"
+round_length = "3d"
+players = [
+  { name = "di", email = "di@example.org", key = "di-key-1234" },
+  { name = "ed", email = "ed@example.org", key = "ed-key-1234" },
+]
+"""
+
+
+def test_start_checks_all_in_for_each_game_that_closes_when_all_are_in(
+    intake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round made all in while the server was down (orders read by another process, or
+    the mail start() reads) has no result for serve to act on: start() checks each game
+    that closes when all are in, after rebuild, and plans its early close; the other
+    games are not asked about."""
+    db, config = intake
+    text = config.path.read_text()
+    config.path.write_text(
+        text.replace('round_length = "3d"', 'round_length = "3d"\nclose_when_all_in = true', 1)
+        + SECOND_GAME
+    )
+    config = load_config(config.path)
+    sync_games(db, config, T0)
+    for who in ("ann", "bob", "cy"):  # all in, and no server running to hear of it
+        raw = (
+            f"From: {who}@example.org\r\nTo: snl@example.org\r\nSubject: [g1] orders\r\n"
+            f"Message-ID: <{who}@example.org>\r\n\r\nKEY {who}-key-123\r\nDICE 4\r\n"
+        ).encode()
+        assert ingest(db, config, raw, T0, "t").status == "processed"
+    asked: list[str] = []
+    real = RoundScheduler.check_all_in
+
+    def check_all_in(self: RoundScheduler, game_name: str) -> datetime | None:
+        asked.append(game_name)
+        return real(self, game_name)
+
+    monkeypatch.setattr(RoundScheduler, "check_all_in", check_all_in)
+    server = Server(config.path, clock=lambda: T0)  # the round's deadline is weeks ahead
+    server.start()
+    try:
+        assert asked == ["g1"]
+        job = server.scheduler.get_job("allin:g1:1")
+        assert job is not None, [j.id for j in server.scheduler.get_jobs()]
+        assert job.next_run_time > T0
+    finally:
+        server.shutdown()

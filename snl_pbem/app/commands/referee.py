@@ -46,7 +46,7 @@ from snl_pbem.app.commands.referee_refusal import (
     refuse,
 )
 from snl_pbem.app.commands.registry import Command, Who, lookup, register
-from snl_pbem.app.lookup import audit, game_by_id, game_time
+from snl_pbem.app.lookup import audit, game_by_name, game_time
 from snl_pbem.app.referee import (
     extend_locked,
     extension_caps,
@@ -181,12 +181,14 @@ def _obey(ctx: Context) -> list[Outcome]:
             continue
         try:
             with ctx.session.begin_nested():
-                game = game_by_id(ctx.session, _game_for(ctx, action), lock=True)
+                game = game_by_name(ctx.session, _game_for(ctx, action), lock=True)
                 was = game.state
                 text = command.run(ctx, action, game, actor)
         except (LifecycleError, NotFound) as exc:
             outcomes.append(Outcome(line, False, str(exc)))
         else:
+            if ctx.row.game_id is None:  # the result's game: an all-in round closes early
+                ctx.row.game_id = game.id
             if was == GamePhase.NEW and game.state != GamePhase.NEW:  # START, or an APPROVE
                 ctx.started.add(game.name)  # that filled it: serve plans round 1 at once
             outcomes.append(Outcome(line, True, text))

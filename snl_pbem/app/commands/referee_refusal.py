@@ -16,7 +16,7 @@ from sqlalchemy import select
 
 from snl_pbem.app.commands.registry import Who
 from snl_pbem.app.commands.registry import commands as registered
-from snl_pbem.app.lookup import audit, game_by_id
+from snl_pbem.app.lookup import audit, game_by_name
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.replies import Context, redact
 from snl_pbem.app.server_keys import REFEREE, is_referee_key
@@ -151,7 +151,7 @@ def named_game(ctx: Context) -> Game | None:
     if len(names) != 1:
         return None
     try:  # locked before the message refers to it, as the intake does
-        return game_by_id(ctx.session, names.pop(), lock=True)
+        return game_by_name(ctx.session, names.pop(), lock=True)
     except NotFound:
         return None
 

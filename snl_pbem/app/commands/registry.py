@@ -12,6 +12,7 @@ this registry's (:func:`read`), so a command registered here is read without a c
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -29,8 +30,10 @@ runs by who may send it, and returns the intake's note of what it did:
 - Who.PLAYER: ``run(ctx, game, player, action) -> str`` (``handle_keyed``);
 - Who.REFEREE: ``run(ctx, action, game, actor) -> str``, or LifecycleError/NotFound
   saying why not (commands/referee.py ``handle_referee_mail``).
-The words read as flags of the whole message (HELP, STATUS, CLEAR and the order words)
-are run by the intake's commands step, with the signature their modules give."""
+The words read as flags of the whole message are run by the intake's commands step as
+``run(ctx, game, player, other_sender)``: HELP (game and player may be None) and STATUS
+return None; CLEAR's run is the whole order set's (the order words have none of their own:
+they are read into one set) and returns (status, detail)."""
 
 
 class Who(Enum):
@@ -86,6 +89,8 @@ _COMMANDS: dict[str, Command] = {}
 """Word to command, in the order registered."""
 _ORDER_WORDS_OF: set[str] = set()
 """The rulesets whose order words are registered."""
+_ORDER_WORDS_LOCK = threading.Lock()
+"""Held while the rulesets' words are registered: the readers' threads look words up."""
 
 
 def register(command: Command) -> Command:
@@ -109,31 +114,37 @@ def register_order_words() -> None:
     """Register the order words of every ruleset known, once each: a word that several
     rulesets use (DICE) is one command, naming them all. A word the order language does
     not read (mail/commands.py READERS) is refused: its reader must be written first."""
-    for name in ruleset_names():
-        if name in _ORDER_WORDS_OF:
+    if _ORDER_WORDS_OF.issuperset(ruleset_names()):
+        return  # the usual case: no lock taken
+    with _ORDER_WORDS_LOCK:
+        for name in ruleset_names():
+            if name not in _ORDER_WORDS_OF:
+                _ORDER_WORDS_OF.add(name)
+                _register_words_of(name)
+
+
+def _register_words_of(name: str) -> None:
+    for order in get_ruleset(name).order_words:
+        known = _COMMANDS.get(order.word)
+        if known is not None and known.group == "orders" and known.rulesets is not None:
+            _COMMANDS[order.word] = replace(known, rulesets=known.rulesets | {name})
             continue
-        _ORDER_WORDS_OF.add(name)
-        for order in get_ruleset(name).order_words:
-            known = _COMMANDS.get(order.word)
-            if known is not None and known.group == "orders" and known.rulesets is not None:
-                _COMMANDS[order.word] = replace(known, rulesets=known.rulesets | {name})
-                continue
-            if order.word not in READERS:
-                raise ValueError(
-                    f"ruleset {name}: the order language reads no line beginning {order.word} "
-                    "(add its reader to snl_pbem/mail/commands.py READERS)"
-                )
-            register(
-                Command(
-                    word=order.word,
-                    aliases=order.aliases,
-                    who=Who.PLAYER,
-                    read=READERS[order.word],
-                    help=order.help,
-                    rulesets=frozenset({name}),
-                    group="orders",
-                )
+        if order.word not in READERS:
+            raise ValueError(
+                f"ruleset {name}: the order language reads no line beginning {order.word} "
+                "(add its reader to snl_pbem/mail/commands.py READERS)"
             )
+        register(
+            Command(
+                word=order.word,
+                aliases=order.aliases,
+                who=Who.PLAYER,
+                read=READERS[order.word],
+                help=order.help,
+                rulesets=frozenset({name}),
+                group="orders",
+            )
+        )
 
 
 def lookup(word: str) -> Command | None:

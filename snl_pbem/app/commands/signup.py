@@ -46,9 +46,9 @@ log = logging.getLogger("snl_pbem.intake")
 
 def open_word(word: str) -> bool:
     """Whether ``word`` is a command anyone may send that :func:`handle_open` runs (the
-    registry's Who.ANYONE with a ``run``; HELP has none: the intake answers it)."""
+    sign-up group's words; HELP, which anyone may send too, is answered by the intake)."""
     command = lookup(word)
-    return command is not None and command.who is Who.ANYONE and command.run is not None
+    return command is not None and command.who is Who.ANYONE and command.group == "signup"
 
 
 def usable_sender(ctx: Context) -> str | None:

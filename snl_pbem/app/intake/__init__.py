@@ -27,11 +27,8 @@ from snl_pbem.app.intake.pipeline import (
 from snl_pbem.app.intake.reading import SENT_COMPARED
 from snl_pbem.app.intake.reply import TRIMMED_BYTES
 from snl_pbem.app.intake.store import MAX_STORED_BYTES, TOO_LARGE
-from snl_pbem.app.replies import ACKS_PER_HOUR, GUEST_REPLIES_PER_ADDRESS_PER_HOUR
 
 __all__ = [
-    "ACKS_PER_HOUR",
-    "GUEST_REPLIES_PER_ADDRESS_PER_HOUR",
     "MAX_ATTEMPTS",
     "MAX_STORED_BYTES",
     "SENT_COMPARED",

@@ -4,6 +4,7 @@ out by ``what_it_did`` in the processing transaction)."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -14,6 +15,8 @@ from snl_pbem.app.replies import Context
 from snl_pbem.app.schedule import all_in_locked
 from snl_pbem.store import Game, Player
 from snl_pbem.store.states import GamePhase, InboundStatus
+
+log = logging.getLogger("snl_pbem.intake")
 
 
 @dataclass(frozen=True)
@@ -86,8 +89,13 @@ def what_it_did(session: Session, msg: Message, status: str, detail: str) -> Ing
         and game.close_when_all_in
         and game.state == GamePhase.RUNNING
     ):
-        round_ = open_round(session, game)
-        all_in = round_ is not None and all_in_locked(session, game, round_)
+        try:  # a savepoint: a failure here never costs the message what it did
+            with session.begin_nested():
+                round_ = open_round(session, game)
+                all_in = round_ is not None and all_in_locked(session, game, round_)
+        except Exception as exc:  # the deadline's job still closes the round
+            log.error("%s: could not tell whether all orders are in: %s", game.name, exc)
+            all_in = False
     return IngestResult(
         ctx.row.id,
         status,

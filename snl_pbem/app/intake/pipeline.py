@@ -2,12 +2,18 @@
 then run through named steps in order, each with one job (after GNU Mailman 3's
 pipelines):
 
-    store         stored and committed before its source is acknowledged (store.py)
+    store         stored and committed before its source is acknowledged (store.py);
+                  then read in the sandbox (reading.py) and, in one transaction:
     dedupe        a Message-ID already processed is not applied again (dedupe.py)
     bounce        automated mail is never answered; bounces are recorded (bounce.py)
-    authenticate  the referee, the game and the order key: who may do what (authenticate.py)
-    commands      what it asks, through the command registry (commands.py)
+    too large     one stored as its headers only is refused with a notice (store.py)
+    authenticate  the referee's mail is known by its key (authenticate.py) ...
+    commands      ... and its words run (commands.py); then the words anyone may send
+    authenticate  the game, then the order key: who may do what (authenticate.py)
+    commands      a player's words, the order set, STATUS, HELP, through the registry
     reply         the final answer, and the redacted copy kept (reply.py)
+
+(``STEPS`` below is that list.)
 
 A step may end the message with an ``Outcome``. Each message is read (parsed) first, in
 the sandbox and outside any transaction (reading.py), then processed in one transaction
