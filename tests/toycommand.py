@@ -5,10 +5,11 @@ dispatcher calls)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from snl_pbem.app.commands import Command, Who, register, unregister
+from snl_pbem.app.commands.answers import player_reply
+from snl_pbem.app.replies import Context
 from snl_pbem.mail.commands import Action, Builder, LineProblem
+from snl_pbem.store import Game, Player
 
 HELP_LINE = "PING               the referee answers PONG"
 
@@ -24,8 +25,10 @@ def read_ping(b: Builder, line: str, rest: str) -> None:
         b.ignored.append(line)
 
 
-def run(*args: Any, **kwargs: Any) -> str:
-    """What PING does: the answer for the reply."""
+def run(ctx: Context, game: Game, player: Player, action: Action) -> str:
+    """What PING does: a reply to the player (the mail every player's command may send,
+    with the player's notice template), and the intake's note of it."""
+    player_reply(ctx, game, player, "PONG")
     return "PONG"
 
 

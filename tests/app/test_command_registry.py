@@ -212,7 +212,7 @@ def test_a_toy_command_is_one_file() -> None:
         assert parsed.commands is not None and not parsed.commands.actions  # sandbox: READERS
         assert parse_commands("PING me later, please").ignored  # a sentence, as before
         command = lookup("ping")
-        assert command is not None and command.run is not None and command.run() == "PONG"
+        assert command is not None and command.run is toycommand.run
         assert f"\n{toycommand.HELP_LINE}\n" in help_text("postal")
         assert f"\n{toycommand.HELP_LINE}\n" in help_text("classic")
     finally:

@@ -120,6 +120,8 @@ def test_a_command_registered_in_the_test_tree_is_read_and_run_through_ingest(in
     try:
         pong = ingest(db, config, mail("GAME g1\nKEY ann-key-123\nPING", tag="p"), T0, "t")
         assert (pong.status, pong.detail, pong.game) == ("processed", "PONG", "g1")
+        answer = replies_since(db, T0)[-1]
+        assert answer.recipient == "ann@example.org" and "PONG" in answer.message.decode()
         keyless = ingest(db, config, mail("GAME g1\nPING", tag="q"), T0, "t")
         assert keyless.status == "rejected" and "PONG" not in keyless.detail
         ingest(db, config, mail("GAME g1\nKEY ann-key-123\nHELP", tag="h"), T0, "t")
