@@ -1,14 +1,18 @@
-"""The referee's config file (DESIGN.md, "The referee's config file"): one TOML file.
+"""The referee's config file (DESIGN.md, "The referee's config file"): one TOML file,
+and, when it sets ``games_dir``, one more file per game in that folder.
 
 ``load_config`` reads and checks everything at once — every key, every board,
-every password file — and raises :class:`ConfigError` listing each problem as
-``config.toml: games[0].players[2].email: 'bob@' is not an email address``.
+every password file, every game file — and raises :class:`ConfigError` listing each
+problem as ``config.toml: games[0].players[2].email: 'bob@' is not an email address``
+(in a game file: ``games.d/club-7.toml: players[2].email: ...``). ``serve`` leaves out
+only the game of a bad game file (``load_for_serve``).
 Every option is documented on its field here (the schema) and in
 ``deploy/config.example.toml``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tomllib
@@ -31,11 +35,13 @@ from pydantic import (
 )
 
 from snl_pbem.boards import UnknownBoard, bundled_table, locate
-from snl_pbem.errors import ConfigError, no_such_game
+from snl_pbem.errors import ConfigError, NotFound, no_such_game
 from snl_pbem.rules import Board, BoardError, GameSetupError
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, RulesetSettings, get_ruleset, ruleset_names
-from snl_pbem.rules.words import counted
+from snl_pbem.rules.words import agree, counted
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
+
+log = logging.getLogger("snl_pbem.config")
 
 DEFAULT_CONFIG = Path("/etc/snl-pbem/config.toml")
 ENV_CONFIG = "SNL_PBEM_CONFIG"
@@ -47,6 +53,11 @@ _ATEXT = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-/=?^_`{|}~."
 )
 _GAME_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
+_DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_PLAIN_ADDRESS = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_DNS_LABEL}(?:\.{_DNS_LABEL})+")
+"""An address ``_address_problem`` finds nothing wrong with, lengths apart: one match
+instead of its checks one by one (a config of thousands of games has 100,000 addresses)."""
 
 
 def _email(value: object) -> str:
@@ -110,6 +121,10 @@ def _idna(domain: str) -> str | None:
 
 def _address_problem(address: str) -> str | None:
     """Why an ASCII string is not an address the server can send to, or None."""
+    if _PLAIN_ADDRESS.fullmatch(address) and len(address) <= 254:
+        at = address.index("@")
+        if at <= 64 and len(address) - at - 1 <= 253:
+            return None
     bad = f"{address!r} is not an email address"
     if not address:
         return f"{bad}: it is empty"
@@ -589,11 +604,22 @@ class Settings(_Section):
     database: DatabaseSettings = DatabaseSettings()
     mail: MailSettings
     games: list[GameSettings] = []
+    games_dir: Path | None = None
+    """A folder of game files, one game each (the conf.d habit): every ``*.toml`` in it,
+    in name order, written as one ``[[games]]`` table's keys; relative to the config
+    file. Read at start and on reload; a bad file leaves out only its game (``serve``)."""
 
     @field_validator("timezone")
     @classmethod
     def _zone(cls, value: str) -> str:
         zone(value)
+        return value
+
+    @field_validator("games_dir", mode="before")
+    @classmethod
+    def _folder_named(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError('name a folder, e.g. "games.d", or remove games_dir')
         return value
 
     @model_validator(mode="after")
@@ -635,6 +661,12 @@ class GameConfig:
     schedule: Schedule
     starts_at: datetime | None = None
     """``starts`` as a time (None for "when_full" or no ``starts``)."""
+    file: str | None = None
+    """The game file it came from, as the config names it (``games.d/club-7.toml``); None
+    for a game of the config file itself."""
+    where: str = ""
+    """How its keys are named in a problem: ``config.toml: games[2].`` or
+    ``games.d/club-7.toml: `` (then the key)."""
 
     @property
     def id(self) -> str:
@@ -652,6 +684,22 @@ class GameConfig:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """A game file with problems, left out of the config (``serve``, and the referee's
+    commands, go on with the other games)."""
+
+    file: str
+    """As the config names it: ``games.d/club-7.toml``."""
+    game_id: str | None
+    """The id the file gives, when it gives a valid one."""
+    problems: tuple[str, ...]
+    """One line each, naming the file and the key: ``games.d/club-7.toml: players[2].email:
+    ...``."""
+    kept: tuple[str, ...] = ()
+    """The games whose running version is kept instead (a reload, ``running=``)."""
+
+
+@dataclass(frozen=True)
 class Config:
     """The whole checked config."""
 
@@ -659,6 +707,10 @@ class Config:
     settings: Settings
     games: tuple[GameConfig, ...]
     database_url: str
+    left_out: tuple[LeftOut, ...] = ()
+    """Game files with problems, when they were left out (``leave_out_bad_games``)."""
+    game_files: tuple[Path, ...] = ()
+    """Every game file read from ``games_dir``, good or not, in name order."""
 
     def find(self, game_name: str) -> GameConfig | None:
         """The game's table, or None when the config has no game of that id."""
@@ -668,6 +720,12 @@ class Config:
         for game in self.games:
             if game.id == game_name:
                 return game
+        for bad in self.left_out:
+            if bad.game_id == game_name:
+                raise NotFound(
+                    f"game {game_name!r}: its file {bad.file} has problems, so it is left "
+                    f"out until they are fixed: {'; '.join(bad.problems)}"
+                )
         raise no_such_game(game_name, [g.id for g in self.games], str(self.path))
 
     def dkim_key(self) -> bytes | None:
@@ -708,12 +766,25 @@ def config_path(given: str | os.PathLike[str] | None) -> Path:
     return DEFAULT_CONFIG
 
 
-def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True) -> Config:
-    """Read and check a config file; :class:`ConfigError` lists every problem.
+def load_config(
+    path: Path,
+    *,
+    passwords: bool = True,
+    signing_key: bool = True,
+    leave_out_bad_games: bool = False,
+    running: Config | None = None,
+) -> Config:
+    """Read and check a config file, and the game files of its ``games_dir``;
+    :class:`ConfigError` lists every problem.
 
     ``passwords`` (the IMAP and SMTP password files, which only ``serve`` uses) and
     ``signing_key`` (the DKIM key, which every command that queues mail uses) may be left
     unread: a referee's read-only command needs neither, and runs without them.
+
+    A game file with problems makes the whole config bad, unless ``leave_out_bad_games``:
+    then only its game is left out (``Config.left_out``) and the others are used; given
+    ``running`` (the config a server runs by, on a reload), the running version of a game
+    whose file went bad is kept instead. Problems of the config file itself always raise.
     """
     name = path.name
     try:
@@ -731,8 +802,8 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
     except ValidationError as exc:
         problems.extend(_describe(name, exc))
 
-    # Boards, schedules and password files are checked even when the schema is not
-    # valid, so that the referee sees every problem at once.
+    # Boards, schedules, password files and game files are checked even when the schema
+    # is not valid, so that the referee sees every problem at once.
     base = path.parent
     mail: dict[str, Any] = raw["mail"] if isinstance(raw.get("mail"), dict) else {}
     for key in ("imap", "smtp") if passwords else ():
@@ -755,49 +826,43 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
             )
     raw_games: list[Any] = raw["games"] if isinstance(raw.get("games"), list) else []
     default_tz = raw.get("timezone", "UTC")
-    built: list[tuple[Board, Mapping[str, Any], Schedule, datetime | None] | None] = []
-    for index, game in enumerate(raw_games):
-        where = f"games[{index}]"
-        built.append(None)
-        if not isinstance(game, dict) or not isinstance(game.get("board"), (str, dict)):
-            continue
-        board: Board | None = None
-        schedule: Schedule | None = None
-        try:
-            table = _board_table(game["board"], base, f"{where}.board")
-            board = Board.from_mapping(table, f"{where}.board")
-        except (BoardError, ConfigError) as exc:
-            problems.extend(f"{name}: {p}" for p in exc.problems)
-        starts_at = None
-        try:
-            schedule = _schedule(game, default_tz)
-            if game.get("starts") not in (None, "when_full"):
-                try:
-                    starts_at = parse_time(game["starts"], schedule.tz)
-                except ValueError as exc:
-                    raise ValueError(f'starts: {exc} (or write "when_full")') from None
-        except ValueError as exc:
-            problems.append(f"{name}: {where}.{exc}")
-        if board is not None and schedule is not None:
-            built[-1] = (board, table, schedule, starts_at)
+    boards: _Boards = {}
+    built = [
+        _game_parts(game, base, default_tz, name, f"games[{index}].", problems, boards)
+        for index, game in enumerate(raw_games)
+    ]
     for index, (game_settings, parts) in enumerate(
         zip(settings.games if settings else [], built, strict=False)
     ):
-        if parts is None:
-            continue
-        try:  # what the game's ruleset asks of its board and options (classic: C4)
-            get_ruleset(game_settings.ruleset).check_settings(
-                RulesetSettings(
-                    board=parts[0],  # the board of (board, table, schedule, starts_at)
-                    double_from_round=game_settings.double_from_round,
-                    trapdoor_rule=game_settings.trapdoor_rule,
-                    options=game_settings.options,
-                )
+        if parts is not None:
+            problem = _ruleset_problem(game_settings, parts[0])
+            if problem is not None:
+                problems.append(f"{name}: games[{index}].{problem}")
+
+    files: list[Path] = []
+    read: list[_GameFile] = []
+    games_dir = raw.get("games_dir")
+    if isinstance(games_dir, str) and games_dir.strip():
+        folder = base / games_dir
+        try:
+            files = game_files(folder)
+        except OSError as exc:
+            problems.append(
+                f"{name}: games_dir: cannot read the folder {folder}: {exc.strerror or exc}"
             )
-        except GameSetupError as exc:
-            problems.append(f"{name}: games[{index}].{exc}")
-    if problems or settings is None:
-        raise ConfigError(problems)
+        for file in files:
+            label = str(Path(games_dir) / file.name)
+            read.append(_read_game_file(file, label, base, default_tz, boards))
+        main_ids = {
+            game["id"]: index
+            for index, game in enumerate(raw_games)
+            if isinstance(game, dict) and isinstance(game.get("id"), str)
+        }
+        _no_id_twice(read, main_ids, name)
+
+    bad_files = [game_file for game_file in read if game_file.game is None]
+    if problems or settings is None or (bad_files and not leave_out_bad_games):
+        raise ConfigError(problems + [p for game_file in read for p in game_file.problems])
     backup_dir = settings.database.backup_dir
     if backup_dir is not None and not backup_dir.is_absolute():  # not the process's cwd
         database = settings.database.model_copy(
@@ -805,10 +870,221 @@ def load_config(path: Path, *, passwords: bool = True, signing_key: bool = True)
         )
         settings = settings.model_copy(update={"database": database})
     games = []
-    for game_settings, parts in zip(settings.games, built, strict=True):
+    for index, (game_settings, parts) in enumerate(zip(settings.games, built, strict=True)):
         assert parts is not None  # the schema and the board both passed
-        games.append(GameConfig(game_settings, *parts))
-    return Config(path, settings, tuple(games), _database_url(settings.database.url, base))
+        games.append(GameConfig(game_settings, *parts, where=f"{name}: games[{index}]."))
+    good = {game.id for game in games} | {f.game.id for f in read if f.game is not None}
+    left_out = []
+    for game_file in read:
+        if game_file.game is not None:
+            games.append(game_file.game)
+            continue
+        kept = []
+        for old in running.games if running is not None else ():
+            if old.id not in good and (old.file == game_file.file or old.id == game_file.game_id):
+                games.append(old)  # the running version, until the file is fixed
+                kept.append(old.id)
+                good.add(old.id)
+        left_out.append(
+            LeftOut(game_file.file, game_file.game_id, tuple(game_file.problems), tuple(kept))
+        )
+    return Config(
+        path,
+        settings,
+        tuple(games),
+        _database_url(settings.database.url, base),
+        tuple(left_out),
+        tuple(files),
+    )
+
+
+def load_for_serve(path: Path, running: Config | None = None) -> Config:
+    """The config as ``serve`` runs by it, at start and (``running``) on a reload: a game
+    file with problems leaves out only its own game, logged as an ERROR naming the file,
+    the key and what becomes of the game. ConfigError for the config file's own problems."""
+    config = load_config(path, leave_out_bad_games=True, running=running)
+    for bad in config.left_out:
+        if bad.kept:
+            games = f"{agree(len(bad.kept), 'game')} {', '.join(bad.kept)}"
+            fate = f"{games} {agree(len(bad.kept), 'runs', 'run')} on as loaded before"
+        else:
+            fate = (
+                "its game is left out (a game already in the database plays on as stored "
+                "there, its rounds closing on time, with sign-up by mail closed)"
+            )
+        log.error(
+            "%s; %s until the file is fixed: fix it, check it with snl-pbem check-config, "
+            "then reload (systemctl reload snl-pbem)",
+            "; ".join(bad.problems),
+            fate,
+        )
+    return config
+
+
+_Parts = tuple[Board, Mapping[str, Any], Schedule, datetime | None]
+"""What a game table gives beyond its settings: board, board table, schedule, start time."""
+
+_Boards = dict[str, tuple[Board, Mapping[str, Any]]]
+"""The boards named in one load (a bundled name or a file), read and checked once: the
+games of a club share a few boards, and thousands of games start up in seconds."""
+
+
+def _game_parts(
+    game: object,
+    base: Path,
+    default_tz: object,
+    label: str,
+    prefix: str,
+    problems: list[str],
+    boards: _Boards,
+) -> _Parts | None:
+    """The board and the schedule of a raw game table, or None; each problem is added to
+    ``problems`` as ``label: prefix+key: ...`` (``config.toml: games[2].board...``)."""
+    if not isinstance(game, dict) or not isinstance(game.get("board"), (str, dict)):
+        return None  # the schema names it
+    board: Board | None = None
+    schedule: Schedule | None = None
+    spec = game["board"]
+    try:
+        if isinstance(spec, str) and spec in boards:
+            board, table = boards[spec]
+        else:
+            table = _board_table(spec, base, f"{prefix}board")
+            board = Board.from_mapping(table, f"{prefix}board")
+            if isinstance(spec, str):
+                boards[spec] = board, table
+    except (BoardError, ConfigError) as exc:
+        problems.extend(f"{label}: {p}" for p in exc.problems)
+    starts_at = None
+    try:
+        schedule = _schedule(game, default_tz)
+        if game.get("starts") not in (None, "when_full"):
+            try:
+                starts_at = parse_time(game["starts"], schedule.tz)
+            except ValueError as exc:
+                raise ValueError(f'starts: {exc} (or write "when_full")') from None
+    except ValueError as exc:
+        problems.append(f"{label}: {prefix}{exc}")
+    if board is None or schedule is None:
+        return None
+    return board, table, schedule, starts_at
+
+
+def _ruleset_problem(settings: GameSettings, board: Board) -> str | None:
+    """What the game's ruleset finds wrong with its board and options (classic: C4)."""
+    try:
+        get_ruleset(settings.ruleset).check_settings(
+            RulesetSettings(
+                board=board,
+                double_from_round=settings.double_from_round,
+                trapdoor_rule=settings.trapdoor_rule,
+                options=settings.options,
+            )
+        )
+    except GameSetupError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass
+class _GameFile:
+    """One file of ``games_dir`` as read: its game, or the problems that leave it out."""
+
+    file: str
+    game_id: str | None
+    game: GameConfig | None
+    problems: list[str]
+
+
+def game_files(folder: Path) -> list[Path]:
+    """The game files in ``folder``, in name order: every ``*.toml`` but hidden ones (an
+    editor's ``.#name.toml`` lock, ``.name.toml.swp``); backups (``name.toml~``) do not
+    end in .toml. OSError when the folder cannot be listed."""
+    with os.scandir(folder) as entries:
+        names = [
+            entry.name
+            for entry in entries
+            if entry.name.endswith(".toml")
+            and not entry.name.startswith(".")
+            and not entry.is_dir()
+        ]
+    return [folder / file_name for file_name in sorted(names)]
+
+
+def game_table(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The game a game file holds: its top-level keys, or its one ``[[games]]`` table;
+    None for a file of several ``[[games]]``."""
+    games = raw.get("games")
+    if set(raw) == {"games"} and isinstance(games, list):  # written as [[games]]
+        if len(games) == 1 and isinstance(games[0], dict):
+            return games[0]
+        return None
+    return dict(raw)
+
+
+def _read_game_file(
+    file: Path, label: str, base: Path, default_tz: object, boards: _Boards
+) -> _GameFile:
+    """One game file: the keys of one ``[[games]]`` table at its top (or one ``[[games]]``
+    table); its problems are named ``games.d/club-7.toml: players[2].email: ...``."""
+    try:
+        raw: dict[str, Any] = tomllib.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return _GameFile(label, None, None, [f"{label}: cannot read: {exc.strerror or exc}"])
+    except UnicodeDecodeError:
+        return _GameFile(label, None, None, [f"{label}: not UTF-8 text"])
+    except tomllib.TOMLDecodeError as exc:
+        return _GameFile(label, None, None, [f"{label}: not valid TOML: {exc}"])
+    table = game_table(raw)
+    if table is None:
+        return _GameFile(
+            label,
+            None,
+            None,
+            [
+                f"{label}: games: a game file holds one game: write its keys at the top "
+                "of the file (id = ..., board = ...), or in one [[games]] table"
+            ],
+        )
+    raw = table
+    given = raw.get("id")
+    game_id = given if isinstance(given, str) and _GAME_ID.match(given) else None
+    problems: list[str] = []
+    settings: GameSettings | None = None
+    try:
+        settings = GameSettings.model_validate(raw)
+    except ValidationError as exc:
+        problems.extend(_describe(label, exc))
+    parts = _game_parts(raw, base, default_tz, label, "", problems, boards)
+    if settings is not None and parts is not None:
+        problem = _ruleset_problem(settings, parts[0])
+        if problem is not None:
+            problems.append(f"{label}: {problem}")
+    if problems or settings is None or parts is None:
+        return _GameFile(label, game_id, None, problems)
+    game = GameConfig(settings, *parts, file=label, where=f"{label}: ")
+    return _GameFile(label, game_id, game, [])
+
+
+def _no_id_twice(read: list[_GameFile], main_ids: Mapping[str, int], name: str) -> None:
+    """A game id given by two files (or by a game file and the config file) is a problem
+    of each game file giving it, naming the others: none of them is used."""
+    holders: dict[str, list[str]] = {}
+    for game_file in read:
+        if game_file.game_id is not None:
+            holders.setdefault(game_file.game_id, []).append(game_file.file)
+    for game_file in read:
+        if game_file.game_id is None:
+            continue
+        others = [f for f in holders[game_file.game_id] if f != game_file.file]
+        if game_file.game_id in main_ids:
+            others.insert(0, f"{name} (games[{main_ids[game_file.game_id]}])")
+        if others:
+            game_file.problems.append(
+                f"{game_file.file}: id: {game_file.game_id!r} is also the id of the game in "
+                f"{' and '.join(others)}: a game id names one game; change one of them"
+            )
+            game_file.game = None
 
 
 def without_password(section: str) -> str:

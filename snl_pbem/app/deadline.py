@@ -29,6 +29,9 @@ from snl_pbem.timeutil import format_duration
 class Close:
     """Close the round now (the stored messages received before its deadline read first)."""
 
+    deadline: datetime
+    """The round's deadline (a backup written since holds the game as it stood then)."""
+
 
 class HoldWhy(StrEnum):
     INTAKE_UNHEALTHY = "intake unhealthy"
@@ -130,18 +133,19 @@ def _decide_locked(
         due = not_before(round_.deadline + intake_grace(config), redelivery_until)
         if now < due:
             return Replan(ReplanWhy.NOT_DUE, due)
+    assert round_ is not None
     imap = config.settings.mail.imap
     if imap is None:
-        return Close()
+        return Close(round_.deadline)
     state = session.get(MailboxState, imap_source(imap))
     last_ok, since = (state.last_ok_at, state.healthy_since) if state else (None, None)
     problem = intake_problem(imap, last_ok, since, now)
     if problem is not None:
         return Hold(HoldWhy.INTAKE_UNHEALTHY, problem)
-    assert round_ is not None and last_ok is not None
+    assert last_ok is not None
     if not early and last_ok < round_.deadline:
         return Hold(HoldWhy.MAILBOX_BEHIND, "the mailbox is not yet read up to the deadline")
-    return Close()
+    return Close(round_.deadline)
 
 
 def intake_grace(config: Config) -> timedelta:

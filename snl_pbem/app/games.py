@@ -131,6 +131,9 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
     with db.transaction() as session:
         db.serialize(session, "sync-games")  # two servers starting (or reloading) together
         known = {g.name: g for g in session.scalars(select(Game))}
+        by_game: dict[int, list[Player]] = {}  # one read for every game: thousands start fast
+        for player in session.scalars(select(Player)):
+            by_game.setdefault(player.game_id, []).append(player)
         for game_config in config.games:
             game = known.get(game_config.id)
             if game is None:
@@ -155,7 +158,7 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
                     report.add(f"{game.name}: {change}")
                 if game.schedule != old_schedule:
                     _sync_deadline(session, game, now, report)
-            _sync_players(session, game, game_config, now, report, actor)
+            _sync_players(session, game, by_game.get(game.id, []), game_config, now, report, actor)
         for game_name in sorted(set(known) - {g.id for g in config.games}):
             report.add(f"{game_name}: in the database but not in the config; left as it is")
         if referee_key := sync_referee_key(session, config, now, actor):
@@ -166,15 +169,14 @@ def sync_games(db: Database, config: Config, now: datetime, actor: str = "config
 def _sync_players(
     session: Session,
     game: Game,
+    players: list[Player],
     config: GameConfig,
     now: datetime,
     report: SyncReport,
     actor: str,
 ) -> None:
     # by name, whatever its case: a config's "Xavier" is the one who joined as "xavier"
-    existing = {
-        p.name.lower(): p for p in session.scalars(select(Player).where(Player.game_id == game.id))
-    }
+    existing = {p.name.lower(): p for p in players}
     wanted = {p.name.lower(): p for p in config.settings.players}
     for spec in wanted.values():
         name = spec.name

@@ -9,13 +9,17 @@ server itself cannot be reached, a drain stops at the first message, hands
 the rest of its batch back untouched and says so (``DrainReport.unreachable``):
 the caller waits for the server, and nothing is counted against the messages,
 so an outage costs only its own length and mail still goes in order.
+
+Over 500 lines: the claim, the send and the record are one protocol whose guarantees,
+at most once more per crash and in order per recipient, are read together here.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,7 +27,7 @@ from typing import Any
 from sqlalchemy import exists, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from snl_pbem.app.state import holder_name
+from snl_pbem.app.state import holder_name, holder_names
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.mail.compose import compose, new_message_id
@@ -73,7 +77,8 @@ def enqueue_mail(
     a REPLACE is not the seat's (``state.holder_name``); anything else "Hello,".
     """
     address = config.settings.mail.address
-    context.setdefault("hello", _hello(session, game, to, context.get("player")))
+    if "hello" not in context:  # (setdefault would look it up even when it is given)
+        context["hello"] = _hello(session, game, to, context.get("player"))
     if rules:
         clash = sorted(set(rules) & {"game", *context})
         if clash:
@@ -130,7 +135,17 @@ def _hello(session: Session, game: Game | None, to: str, player: object) -> str:
     name they go by, "Hello," when the mail is not to a holder or they gave no name."""
     if game is None or not isinstance(player, Player) or player.email.lower() != to.lower():
         return "Hello,"
-    name = holder_name(session, game, player)
+    return _greeting(holder_name(session, game, player))
+
+
+def greetings(session: Session, game: Game, players: Sequence[Player]) -> dict[int, str]:
+    """The greeting line of a mail to each of ``players`` at their own address, by id, in
+    two queries: a round's reports pass theirs as ``hello`` (one look-up per mail made a
+    close cost grow with the square of the players)."""
+    return {pid: _greeting(name) for pid, name in holder_names(session, game, players).items()}
+
+
+def _greeting(name: str | None) -> str:
     return f"Hello {name}," if name else "Hello,"
 
 
@@ -194,9 +209,18 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
     before it is marked sent. PostgreSQL skips rows another process has locked; a claim expires if
     its sender dies (and a live sender stops using its claims well before they do).
     """
+    with db.transaction() as session:
+        return _claim(session, db.is_sqlite, now, worker, limit, free_dead=True)
+
+
+def _claim(
+    session: Session, sqlite: bool, now: datetime, worker: str, limit: int, *, free_dead: bool
+) -> list[Claimed]:
+    """:func:`claim_due` in ``session``; ``free_dead`` first frees the claims of killed
+    senders on this host (once per drain is enough: a claim also lapses by itself)."""
     older = aliased(OutboxMessage)
     query = (
-        select(OutboxMessage.id)
+        select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
         .where(
             OutboxMessage.status == OutboxStatus.PENDING,
             OutboxMessage.next_attempt_at <= now,
@@ -214,7 +238,7 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
         .order_by(OutboxMessage.id)
         .limit(limit)
     )
-    with db.transaction() as session:
+    if free_dead:
         holders = session.scalars(
             select(OutboxMessage.claimed_by)
             .distinct()
@@ -228,23 +252,17 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
                 .values(claimed_by=None, claim_until=None)
                 .execution_options(synchronize_session=False)
             )
-        if not db.is_sqlite:
-            query = query.with_for_update(skip_locked=True, of=OutboxMessage)
-        ids = list(session.scalars(query))
-        if not ids:
-            return []
+    if not sqlite:
+        query = query.with_for_update(skip_locked=True, of=OutboxMessage)
+    claimed = [Claimed(row_id, recipient, raw) for row_id, recipient, raw in session.execute(query)]
+    if claimed:
         session.execute(
             update(OutboxMessage)
-            .where(OutboxMessage.id.in_(ids))
+            .where(OutboxMessage.id.in_([item.id for item in claimed]))
             .values(claimed_by=worker, claim_until=now + CLAIM)
             .execution_options(synchronize_session=False)
         )
-        rows = session.execute(
-            select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
-            .where(OutboxMessage.id.in_(ids))
-            .order_by(OutboxMessage.id)
-        )
-        return [Claimed(row_id, recipient, raw) for row_id, recipient, raw in rows]
+    return claimed
 
 
 def drain_outbox(
@@ -264,35 +282,137 @@ def drain_outbox(
     never fewer. A batch whose sending outlasts half of ``CLAIM`` (a slow server)
     hands the rest back and claims again, so no message is sent on a claim that
     may have lapsed: another sender could have sent it, and the mail after it, by then.
+
+    The database work is done beside the sending, in one transaction a batch (a
+    thread of its own): while a batch goes out, the one before is recorded and the
+    next claimed. The next batch never holds mail to a recipient of the one going
+    out (their later mail waits behind a claimed message, ``claim_due``), so mail
+    still goes in order; the SMTP connection does not wait for commits.
     """
     report = DrainReport()
-    while True:
-        claimed_at = clock()
-        claimed = claim_due(db, claimed_at, worker, batch)
-        if not claimed:
-            return report
-        results: list[tuple[Claimed, SendError | None]] = []
-        down: SendError | None = None
-        for item in claimed:
-            if results and clock() >= claimed_at + CLAIM / 2:
-                break  # (one at least per claim: a drain always moves on)
+    claimed_at = clock()
+    claimed = claim_due(db, claimed_at, worker, batch)
+    previous: _Sent | None = None
+    with ThreadPoolExecutor(1, thread_name_prefix=f"outbox-{worker}") as books:
+        while claimed:
+            ahead = books.submit(
+                _book, db, config, clock, worker, batch, give_up_after, report, previous
+            )
             try:
-                sender.send(item.recipient, item.message)
-                results.append((item, None))
-                crash_point("send.sent-not-recorded")
-            except SendError as exc:
-                results.append((item, exc))
-                if exc.unreachable:
-                    report.unreachable, down = str(exc), exc
-                    break
-        untried = [item.id for item in claimed[len(results) :]]
-        _record(db, config, results, clock(), worker, give_up_after, report, untried, down)
-        if report.unreachable is not None:
-            return report
+                previous = _send_batch(sender, clock, claimed, claimed_at, report)
+            except BaseException:  # not the mail's fault: hand back the batch claimed ahead
+                _, ahead_claimed = ahead.result()
+                _book(
+                    db,
+                    config,
+                    clock,
+                    worker,
+                    batch,
+                    give_up_after,
+                    report,
+                    None,
+                    claim=False,
+                    release=[item.id for item in ahead_claimed],
+                )
+                raise
+            claimed_at, claimed = ahead.result()
+            release: list[int] = []
+            if previous.down is not None:  # the batch claimed ahead goes back untouched
+                release, claimed = [item.id for item in claimed], []
+            if not claimed:  # the last one's results may free more: claim once more after them
+                claimed_at, claimed = _book(
+                    db,
+                    config,
+                    clock,
+                    worker,
+                    batch,
+                    give_up_after,
+                    report,
+                    previous,
+                    claim=previous.down is None,
+                    release=release,
+                )
+                previous = None
+    return report
+
+
+@dataclass
+class _Sent:
+    """What became of a batch: each message tried and its error, the ids not tried, and
+    the error that showed the server unreachable (the drain stops)."""
+
+    results: list[tuple[Claimed, SendError | None]]
+    untried: list[int]
+    down: SendError | None
+
+
+def _send_batch(
+    sender: Sender,
+    clock: Callable[[], datetime],
+    claimed: list[Claimed],
+    claimed_at: datetime,
+    report: DrainReport,
+) -> _Sent:
+    results: list[tuple[Claimed, SendError | None]] = []
+    down: SendError | None = None
+    for item in claimed:
+        if results and clock() >= claimed_at + CLAIM / 2:
+            break  # (one at least per claim: a drain always moves on)
+        try:
+            sender.send(item.recipient, item.message)
+            results.append((item, None))
+            crash_point("send.sent-not-recorded")
+        except SendError as exc:
+            results.append((item, exc))
+            if exc.unreachable:
+                report.unreachable, down = str(exc), exc
+                break
+    return _Sent(results, [item.id for item in claimed[len(results) :]], down)
+
+
+def _book(
+    db: Database,
+    config: Config,
+    clock: Callable[[], datetime],
+    worker: str,
+    batch: int,
+    give_up_after: timedelta,
+    report: DrainReport,
+    sent: _Sent | None,
+    *,
+    claim: bool = True,
+    release: Sequence[int] = (),
+) -> tuple[datetime, list[Claimed]]:
+    """One transaction: record a sent batch's results (if any), hand back the claims of
+    ``release`` (claimed ahead, never tried), then claim the next batch."""
+    with db.transaction() as session:
+        if release:
+            session.execute(
+                update(OutboxMessage)
+                .where(OutboxMessage.id.in_(release), OutboxMessage.claimed_by == worker)
+                .values(claimed_by=None, claim_until=None)
+                .execution_options(synchronize_session=False)
+            )
+        if sent is not None:
+            _record(
+                session,
+                config,
+                sent.results,
+                clock(),
+                worker,
+                give_up_after,
+                report,
+                sent.untried,
+                sent.down,
+            )
+        claimed_at = clock()
+        if not claim:
+            return claimed_at, []
+        return claimed_at, _claim(session, db.is_sqlite, claimed_at, worker, batch, free_dead=False)
 
 
 def _record(
-    db: Database,
+    session: Session,
     config: Config,
     results: list[tuple[Claimed, SendError | None]],
     now: datetime,
@@ -305,95 +425,92 @@ def _record(
     """Write a batch's results; ``untried`` are handed back as they were (the server was
     ``down``, not their fault, or the batch ran out of claim time)."""
     sent = [item.id for item, error in results if error is None]
-    with db.transaction() as session:
-        if untried:
-            expired: set[int] = set()
-            if down is not None:  # waited too long: they fail with the server, not one per try
-                expired = set(
-                    session.scalars(
-                        select(OutboxMessage.id).where(
-                            OutboxMessage.id.in_(untried),
-                            OutboxMessage.created_at <= now - give_up_after,
-                        )
+    if untried:
+        expired: set[int] = set()
+        if down is not None:  # waited too long: they fail with the server, not one per try
+            expired = set(
+                session.scalars(
+                    select(OutboxMessage.id).where(
+                        OutboxMessage.id.in_(untried),
+                        OutboxMessage.created_at <= now - give_up_after,
                     )
                 )
-                results = results + [(Claimed(i, "", b""), down) for i in sorted(expired)]
-            session.execute(
-                update(OutboxMessage)
-                .where(
-                    OutboxMessage.id.in_([i for i in untried if i not in expired]),
-                    OutboxMessage.claimed_by == worker,
-                )
-                .values(claimed_by=None, claim_until=None)
-                .execution_options(synchronize_session=False)
             )
-        if sent:  # marked sent only after the server's 250
-            session.execute(
-                update(OutboxMessage)
-                .where(OutboxMessage.id.in_(sent), OutboxMessage.claimed_by == worker)
-                .values(
-                    status=OutboxStatus.SENT,
-                    sent_at=now,
-                    last_error=None,
-                    claimed_by=None,
-                    claim_until=None,
-                    attempts=OutboxMessage.attempts + 1,
-                )
-                .execution_options(synchronize_session=False)
+            results = results + [(Claimed(i, "", b""), down) for i in sorted(expired)]
+        session.execute(
+            update(OutboxMessage)
+            .where(
+                OutboxMessage.id.in_([i for i in untried if i not in expired]),
+                OutboxMessage.claimed_by == worker,
             )
-            report.sent += len(sent)
-            secret = session.scalars(
-                select(OutboxMessage).where(OutboxMessage.id.in_(sent), OutboxMessage.secret)
-            ).all()
-            for scrub in secret:  # the player has the key now: the database forgets it
-                # (keeping a fingerprint of what it said, which holds no key: a copy of it
-                # pasted in a reply is still known as ours, never orders)
-                scrub.message = scrubbed(scrub.message, SCRUBBED)
-        lost: dict[int | None, list[dict[str, Any]]] = {}  # failed for good, by game
-        for item, error in results:
-            if error is None:
-                continue
-            row = session.get(OutboxMessage, item.id)
-            if row is None or row.claimed_by != worker:
-                continue
-            row.attempts += 1
-            row.claimed_by = row.claim_until = None
-            row.last_error = str(error)[:2000]
-            if error.permanent or now - row.created_at >= give_up_after:
-                row.status = OutboxStatus.FAILED
-                report.failed += 1
-                log.error("mail %s to %s failed for good: %s", row.message_id, row.recipient, error)
-                if row.kind != MailKind.DELIVERY_FAILURE:
-                    lost.setdefault(row.game_id, []).append(
-                        {
-                            "recipient": row.recipient,
-                            "what": row.kind,
-                            "error": str(error),
-                            "attempts": row.attempts,
-                            "message_id": row.message_id,
-                        }
-                    )
-                continue
-            if error.unreachable:  # due again as soon as the server is back
-                report.deferred += 1
-                continue
-            delay = min(FIRST_RETRY * 2 ** (row.attempts - 1), LONGEST_RETRY)
-            row.next_attempt_at = now + delay
+            .values(claimed_by=None, claim_until=None)
+            .execution_options(synchronize_session=False)
+        )
+    if sent:  # marked sent only after the server's 250
+        session.execute(
+            update(OutboxMessage)
+            .where(OutboxMessage.id.in_(sent), OutboxMessage.claimed_by == worker)
+            .values(
+                status=OutboxStatus.SENT,
+                sent_at=now,
+                last_error=None,
+                claimed_by=None,
+                claim_until=None,
+                attempts=OutboxMessage.attempts + 1,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        report.sent += len(sent)
+        secret = session.scalars(
+            select(OutboxMessage).where(OutboxMessage.id.in_(sent), OutboxMessage.secret)
+        ).all()
+        for scrub in secret:  # the player has the key now: the database forgets it
+            # (keeping a fingerprint of what it said, which holds no key: a copy of it
+            # pasted in a reply is still known as ours, never orders)
+            scrub.message = scrubbed(scrub.message, SCRUBBED)
+    lost: dict[int | None, list[dict[str, Any]]] = {}  # failed for good, by game
+    for item, error in results:
+        if error is None:
+            continue
+        row = session.get(OutboxMessage, item.id)
+        if row is None or row.claimed_by != worker:
+            continue
+        row.attempts += 1
+        row.claimed_by = row.claim_until = None
+        row.last_error = str(error)[:2000]
+        if error.permanent or now - row.created_at >= give_up_after:
+            row.status = OutboxStatus.FAILED
+            report.failed += 1
+            log.error("mail %s to %s failed for good: %s", row.message_id, row.recipient, error)
+            if row.kind != MailKind.DELIVERY_FAILURE:
+                lost.setdefault(row.game_id, []).append(
+                    {
+                        "recipient": row.recipient,
+                        "what": row.kind,
+                        "error": str(error),
+                        "attempts": row.attempts,
+                        "message_id": row.message_id,
+                    }
+                )
+            continue
+        if error.unreachable:  # due again as soon as the server is back
             report.deferred += 1
-            log.warning(
-                "mail %s to %s deferred %s: %s", row.message_id, row.recipient, delay, error
-            )
-        for game_id, failures in lost.items():  # one alert per game and batch, not per message
-            enqueue_mail(
-                session,
-                config,
-                game=session.get(Game, game_id) if game_id else None,
-                kind=MailKind.DELIVERY_FAILURE,
-                to=config.settings.mail.referee,
-                now=now,
-                template="referee/delivery_failure.txt.j2",
-                failures=failures,
-            )
+            continue
+        delay = min(FIRST_RETRY * 2 ** (row.attempts - 1), LONGEST_RETRY)
+        row.next_attempt_at = now + delay
+        report.deferred += 1
+        log.warning("mail %s to %s deferred %s: %s", row.message_id, row.recipient, delay, error)
+    for game_id, failures in lost.items():  # one alert per game and batch, not per message
+        enqueue_mail(
+            session,
+            config,
+            game=session.get(Game, game_id) if game_id else None,
+            kind=MailKind.DELIVERY_FAILURE,
+            to=config.settings.mail.referee,
+            now=now,
+            template="referee/delivery_failure.txt.j2",
+            failures=failures,
+        )
 
 
 def drain_parallel(

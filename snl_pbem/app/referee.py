@@ -57,9 +57,9 @@ class ExtensionCaps:
 def extension_caps(config: Config, game: Game) -> ExtensionCaps:
     """The game's ``max_extend`` and ``max_total_extend`` (the defaults for a game the
     config no longer has), named as check-config names them."""
-    for index, candidate in enumerate(config.games):
+    for candidate in config.games:
         if candidate.id == game.name:
-            settings, where = candidate.settings, f"{config.path.name}: games[{index}]."
+            settings, where = candidate.settings, candidate.where  # its file's, if games_dir
             return ExtensionCaps(
                 settings.max_extend,
                 settings.max_total_extend,

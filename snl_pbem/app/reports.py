@@ -21,7 +21,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.lookup import careers, game_time, ruleset_of, settings_of
-from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.outbox import enqueue_mail, greetings
 from snl_pbem.app.state import RECEIPT_ORDER, observers
 from snl_pbem.app.views import seat_lines
 from snl_pbem.config import Config
@@ -183,6 +183,7 @@ def enqueue_deadline_notice(
     players = session.scalars(
         select(Player).where(Player.game_id == game.id, Player.active).order_by(Player.id)
     ).all()
+    hello = greetings(session, game, players)
     for player in players:
         enqueue_mail(
             session,
@@ -194,6 +195,7 @@ def enqueue_deadline_notice(
             template="player/deadline.txt.j2",
             broadcast=True,
             player=player,
+            hello=hello[player.id],
             round=round_.number,
             reason=reason,
             old=game_time(game, old),
@@ -251,6 +253,7 @@ def enqueue_round_mail(
         attachments = (("board.svg", "image/svg+xml", svg.encode()),)
     records = careers(session, game, [p for p in players if p.active]) if over else {}
     defaults = own_defaults(session, game, round_, decided, [p for p in players if p.active])
+    hello = greetings(session, game, [p for p in players if p.active])
     for player in players:
         if not player.active:
             continue
@@ -265,6 +268,7 @@ def enqueue_round_mail(
                 template=f"{ruleset.name}/game_over.txt.j2",
                 broadcast=True,
                 player=player,
+                hello=hello[player.id],
                 round=round_.number,
                 replaces=replaces,
                 headline=headline,
@@ -287,6 +291,7 @@ def enqueue_round_mail(
             template=f"{ruleset.name}/round_report.txt.j2",
             broadcast=True,
             player=player,
+            hello=hello[player.id],
             round=round_.number,
             replaces=replaces,
             over=False,

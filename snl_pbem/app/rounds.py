@@ -5,7 +5,11 @@ rules engine, writes the results, and opens the next round (or ends the game)
 in ONE transaction. It is guarded: the round's state changes from ``open``
 with ``UPDATE ... WHERE state = 'open'`` (under a row lock on PostgreSQL,
 BEGIN IMMEDIATE on SQLite), so two processes, or a retry after a crash, can
-never close a round twice.
+never close a round twice. Several servers on one PostgreSQL share a deadline storm
+with ``skip_locked`` (``snl_pbem.app.close_claim``).
+
+Over 500 lines: a round's close and its undoing (``rollback_round``) write and remove the
+same rows, and are kept side by side so that one is read against the other.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.close_claim import claim_closing
 from snl_pbem.app.lookup import (
     audit,
     game_by_name,
@@ -157,6 +162,18 @@ class CloseOutcome:
         return self.adjudication.details
 
 
+class RoundBusy(Exception):
+    """Another server is closing this game's round now (``close_round(skip_locked=True)``):
+    it was skipped, not waited for. Look again later: if that server died mid-close, its
+    transaction was rolled back and the round is still open."""
+
+    def __init__(self, game_name: str, number: int | None) -> None:
+        self.game_name = game_name
+        self.number = number
+        which = "its round" if number is None else f"round {number}"
+        super().__init__(f"{game_name}: {which} is being closed by another server")
+
+
 def close_round(
     db: Database,
     game_name: str,
@@ -166,6 +183,7 @@ def close_round(
     expect_round: int | None = None,
     config: Config | None = None,
     via: str | None = None,
+    skip_locked: bool = False,
 ) -> CloseOutcome | None:
     """Close the game's open round exactly once; None if there is none (already closed).
 
@@ -175,8 +193,12 @@ def close_round(
 
     ``expect_round`` guards a scheduled close: if the open round is another one
     (closed and reopened meanwhile), nothing happens.
-    """
+
+    ``skip_locked`` (the scheduler's closes): a game another server is closing now raises
+    ``RoundBusy`` at once, not waited for. No effect on SQLite (one write lock in all)."""
     with db.transaction() as session:
+        if not db.is_sqlite and not claim_closing(session, game_name, wait=not skip_locked):
+            raise RoundBusy(game_name, expect_round)
         game = game_by_name(session, game_name, lock=True)
         outcome = close_round_locked(
             session, game, now, actor=actor, expect_round=expect_round, config=config, via=via
@@ -373,11 +395,19 @@ def close_with_backup(
     expect_round: int | None = None,
     config: Config | None = None,
     via: str | None = None,
+    skip_locked: bool = False,
 ) -> CloseOutcome | None:
     """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
     db.backup(backup_dir, f"{game_name}-before-close", backups)
     return close_round(
-        db, game_name, now, actor=actor, expect_round=expect_round, config=config, via=via
+        db,
+        game_name,
+        now,
+        actor=actor,
+        expect_round=expect_round,
+        config=config,
+        via=via,
+        skip_locked=skip_locked,
     )
 
 

@@ -8,19 +8,21 @@ job decides (close, hold, wait or re-plan) is ``snl_pbem.app.deadline``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnElement
 
 from snl_pbem.app.lookup import game_time, ruleset_of, settings_of
-from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.outbox import enqueue_mail, greetings
 from snl_pbem.app.players import is_absent
 from snl_pbem.app.state import awaiting, latest_orders, load_state
 from snl_pbem.config import Config
 from snl_pbem.store import Database, Game, InboundMessage, OrderRecord, Player, Round
-from snl_pbem.store.models import MailboxState
+from snl_pbem.store.models import MailboxState, PlanChange
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, RoundPhase
 from snl_pbem.timeutil import format_duration
 
@@ -40,25 +42,116 @@ class OpenRound:
 
 
 def open_rounds(db: Database) -> list[OpenRound]:
+    """Every running game's open round (the full plan: at start, on reload, and now and then
+    as a safety net under the change feed)."""
     with db.transaction() as session:
-        rows = session.execute(
-            select(Game, Round)
-            .join(Round, Round.game_id == Game.id)
-            .where(Game.state == GamePhase.RUNNING, Round.state == RoundPhase.OPEN)
-        ).all()
-        found = []
-        for game, round_ in rows:
-            remind_at = None
-            if game.remind_before_s and round_.reminded_at is None:
-                at = round_.deadline - timedelta(seconds=game.remind_before_s)
-                if at > round_.opened_at:
-                    remind_at = at
-            found.append(
-                OpenRound(
-                    game.name, round_.number, round_.deadline, round_.held_at is not None, remind_at
-                )
+        return _open_rounds(session, None)
+
+
+def game_rounds(
+    db: Database, *, names: Collection[str] = (), ids: Collection[int] = ()
+) -> tuple[list[str], list[OpenRound]]:
+    """The names of the games named or numbered (those that exist), and the open rounds of
+    those that run: what re-planning just these games needs."""
+    found: list[str] = []
+    rounds: list[OpenRound] = []
+    with db.transaction() as session:
+        for column, keys in ((Game.name, sorted(set(names))), (Game.id, sorted(set(ids)))):
+            for start in range(0, len(keys), 500):  # bound the IN list
+                chunk = keys[start : start + 500]
+                found += session.scalars(select(Game.name).where(column.in_(chunk))).all()
+                rounds += _open_rounds(session, column.in_(chunk))
+    return found, rounds
+
+
+def _open_rounds(session: Session, which: ColumnElement[bool] | None) -> list[OpenRound]:
+    query = (
+        select(
+            Game.name,
+            Game.remind_before_s,
+            Round.number,
+            Round.deadline,
+            Round.held_at,
+            Round.reminded_at,
+            Round.opened_at,
+        )
+        .join(Round, Round.game_id == Game.id)
+        .where(Game.state == GamePhase.RUNNING, Round.state == RoundPhase.OPEN)
+    )
+    if which is not None:
+        query = query.where(which)
+    found = []
+    for name, remind_before_s, number, deadline, held_at, reminded_at, opened_at in session.execute(
+        query
+    ):
+        remind_at = None
+        if remind_before_s and reminded_at is None:
+            at = deadline - timedelta(seconds=remind_before_s)
+            if at > opened_at:
+                remind_at = at
+        found.append(OpenRound(name, number, deadline, held_at is not None, remind_at))
+    return found
+
+
+@dataclass
+class ChangeFeed:
+    """How far a scheduler has read ``plan_changes`` (the rows the database's triggers write
+    whenever something that may move a game's jobs changes, migration 0007).
+
+    SQLite has one writer at a time, so row ids come in commit order: what is new is what
+    lies past ``last_id``. PostgreSQL commits in any order, so a row with a lower id may
+    become visible after a higher one; there the feed keeps ``horizon``, the oldest
+    transaction that was still running when it last looked (rows of every transaction
+    below it are committed or never will be), and reads every row from it on, leaving out
+    those it has already seen."""
+
+    last_id: int = 0
+    horizon: int | None = None
+    seen: set[int] = field(default_factory=set)
+
+
+def feed_start(db: Database) -> ChangeFeed:
+    """A feed from now on: take it *before* reading the full plan, so that whatever changes
+    after that read is in the feed."""
+    with db.transaction() as session:
+        if db.is_sqlite:
+            return ChangeFeed(last_id=session.scalar(select(func.max(PlanChange.id))) or 0)
+        return ChangeFeed(horizon=_horizon(session))
+
+
+def read_changes(db: Database, feed: ChangeFeed) -> set[int]:
+    """The ids of the games changed since ``feed`` last looked (it moves on)."""
+    with db.transaction() as session:
+        if db.is_sqlite:
+            rows = session.execute(
+                select(PlanChange.id, PlanChange.game_id).where(PlanChange.id > feed.last_id)
+            ).all()
+            if rows:
+                feed.last_id = max(row_id for row_id, _ in rows)
+            return {game_id for _, game_id in rows}
+        horizon = _horizon(session)  # before the read: a row it cannot see yet lies above it
+        rows3 = session.execute(
+            select(PlanChange.id, PlanChange.game_id, PlanChange.tx).where(
+                PlanChange.tx >= (feed.horizon or 0)
             )
-        return found
+        ).all()
+        changed = {game_id for row_id, game_id, _ in rows3 if row_id not in feed.seen}
+        feed.seen = {row_id for row_id, _, tx in rows3 if tx is not None and tx >= horizon}
+        feed.horizon = horizon
+        return changed
+
+
+def _horizon(session: Session) -> int:
+    return int(session.scalar(text("SELECT txid_snapshot_xmin(txid_current_snapshot())")))
+
+
+def trim_changes(db: Database, up_to: int) -> int:
+    """Delete the feed's rows up to id ``up_to`` (the newest id at the previous daily trim:
+    every running scheduler has read them long since; one that was down rebuilds its whole
+    plan when it starts). Returns the newest id now, for the next trim."""
+    with db.transaction() as session:
+        session.execute(delete(PlanChange).where(PlanChange.id <= up_to))
+        return session.scalar(select(func.max(PlanChange.id))) or 0
 
 
 def waiting_before_deadline(db: Database, game_name: str, number: int) -> list[int]:
@@ -138,6 +231,7 @@ def send_reminders(db: Database, config: Config, game_name: str, number: int, no
         if not waiting:
             return 0
         state = load_state(session, game, waiting)  # one query for all of them
+        hello = greetings(session, game, waiting)
         for player in waiting:
             mine = latest.get(player.id)
             enqueue_mail(
@@ -149,6 +243,7 @@ def send_reminders(db: Database, config: Config, game_name: str, number: int, no
                 now=now,
                 template=f"{ruleset.name}/reminder.txt.j2",
                 player=player,
+                hello=hello[player.id],
                 round=round_,
                 deadline=game_time(game, round_.deadline),
                 problems=list(mine.problems) if mine is not None else [],

@@ -18,6 +18,7 @@ from snl_pbem.boards import UnknownBoard, bundled_names, bundled_table, descript
 from snl_pbem.cli import seats
 from snl_pbem.cli.demo import run_demo
 from snl_pbem.cli.referee import add_commands
+from snl_pbem.config import game_files, game_table
 from snl_pbem.errors import CommandError, ReplayError, SnlError
 from snl_pbem.offline.classic_replay import (
     classic_outcome_json,
@@ -245,14 +246,14 @@ def boards_in_file(path: Path, game: str | None = None) -> list[tuple[str, Board
         raise CommandError(f"{path}: expected a table holding a board")
     if "board" in data:
         return [(path.stem, _board(data["board"], path, "board"))]
-    if isinstance(data.get("games"), list):
+    if isinstance(data.get("games"), list) or isinstance(data.get("games_dir"), str):
         found = []
-        for index, entry in enumerate(data["games"]):
-            if not isinstance(entry, Mapping) or "board" not in entry:
+        for where, entry in _config_games(path, data):
+            if "board" not in entry:
                 continue
-            name = str(entry.get("id", f"games[{index}]"))
+            name = str(entry.get("id", where.rstrip(".: ")))
             if game is None or name == game:
-                found.append((name, _board(entry["board"], path, f"games[{index}].board")))
+                found.append((name, _board(entry["board"], path, f"{where}board")))
         if not found:
             raise CommandError(
                 f"{path}: no game {game!r} with a board" if game else f"{path}: no game has a board"
@@ -263,14 +264,38 @@ def boards_in_file(path: Path, game: str | None = None) -> list[tuple[str, Board
     raise CommandError(f"{path}: no [board] table found (keys: {', '.join(map(str, data))})")
 
 
+def _config_games(path: Path, data: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """A config's game tables, each with what its keys are prefixed with (``games[2].``,
+    ``games.d/club-7.toml: ``): its ``[[games]]``, then
+    those of the files in its ``games_dir`` (a board path in one is relative to the
+    config file, as load_config reads it)."""
+    games = data.get("games")
+    found = [
+        (f"games[{index}].", entry)
+        for index, entry in enumerate(games if isinstance(games, list) else [])
+        if isinstance(entry, Mapping)
+    ]
+    folder = data.get("games_dir")
+    if isinstance(folder, str) and folder:
+        try:
+            files = game_files(path.parent / folder)
+        except OSError as exc:
+            raise CommandError(f"{path}: games_dir: {exc.strerror or exc}") from None
+        for file in files:
+            raw = read_document(file)
+            entry = game_table(raw) if isinstance(raw, Mapping) else None
+            if entry is not None:
+                found.append((f"{Path(folder) / file.name}: ", entry))
+    return found
+
+
 def _ruleset_in_file(path: Path, game: str) -> str:
     """The ruleset a config file's game names (the default for a bare or bundled board)."""
     if not path.is_file():
         return DEFAULT_RULESET
     data = read_document(path)
-    games = data.get("games") if isinstance(data, Mapping) else None
-    for entry in games if isinstance(games, list) else ():
-        if isinstance(entry, Mapping) and str(entry.get("id")) == game:
+    for _, entry in _config_games(path, data) if isinstance(data, Mapping) else ():
+        if str(entry.get("id")) == game:
             return str(entry.get("ruleset", DEFAULT_RULESET))
     return DEFAULT_RULESET
 

@@ -156,9 +156,18 @@ def _config(args: argparse.Namespace) -> Config:
     that only reads, without the DKIM key: such a command needs no mail secret."""
     path = config_path(args.config)
     try:
-        return load_config(path, passwords=False, signing_key=not _reads_only(args))
+        config = load_config(
+            path, passwords=False, signing_key=not _reads_only(args), leave_out_bad_games=True
+        )
     except ConfigError as exc:
         raise CommandError(str(exc)) from None
+    for bad in config.left_out:  # the other games' commands still run, as serve does
+        print(
+            f"snl-pbem {args.command}: warning: {bad.file} has problems, its game is left out "
+            "(snl-pbem check-config shows them)",
+            file=sys.stderr,
+        )
+    return config
 
 
 def _reads_only(args: argparse.Namespace) -> bool:
@@ -204,13 +213,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_check_config(args: argparse.Namespace) -> int:
     path = config_path(args.config)
     try:
-        config = load_config(path, passwords=False)
+        config = load_config(path, passwords=False, leave_out_bad_games=True)
     except ConfigError as exc:
         raise CommandError(str(exc)) from None
-    notes = _check_service(config, args)
+    bad_files = [problem for bad in config.left_out for problem in bad.problems]
+    try:
+        notes = _check_service(config, args)
+    except CommandError as exc:
+        if not bad_files:
+            raise
+        notes, bad_files = [], [*bad_files, str(exc)]
     settings = config.settings
-    print(f"{config.path}: OK")
+    if config.left_out:  # the good games are shown; the bad files' problems end it (exit 2)
+        print(f"{config.path}: {counted(len(config.left_out), 'game file')} with problems")
+    else:
+        print(f"{config.path}: OK")
     print(f"  database: {config.database_url.split('@')[-1]}")
+    if settings.games_dir is not None:
+        print(
+            f"  games_dir: {settings.games_dir}, {counted(len(config.game_files), 'game file')}"
+            + (f", {len(config.left_out)} with problems" if config.left_out else "")
+        )
     mail = settings.mail
     intakes = [name for name in ("imap", "lmtp") if getattr(mail, name) is not None]
     login = ""
@@ -228,7 +251,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         s = game.settings
         tz = game.tz
         length = format_duration(s.round_length) if s.round_length else "as listed"
-        print(f"  game {game.id}: {s.title or '(no title)'}")
+        print(
+            f"  game {game.id}: {s.title or '(no title)'}"
+            + (f" ({game.file})" if game.file is not None else "")
+        )
         print(f"    players ({len(s.players)}): " + ", ".join(p.name for p in s.players))
         print(
             f"    board: {game.board.rows}x{game.board.columns}, "
@@ -258,6 +284,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         )
     for note in notes:
         print(f"  {note}")
+    if bad_files:
+        raise CommandError(
+            "\n".join(bad_files)
+            + f"\nserve leaves out the game of a file with problems and runs the other "
+            f"{counted(len(config.games), 'game')} (a reload keeps the version it runs)"
+        )
     return 0
 
 

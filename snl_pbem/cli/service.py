@@ -47,7 +47,7 @@ CREDENTIAL_STORES = (Path("/etc/credstore"), Path("/run/credstore"), Path("/usr/
 HIDDEN_BY_PROTECT_HOME = (Path("/home"), Path("/root"), Path("/run/user"))
 GUIDE = "deploy/README.md"
 
-Access = Literal["read", "write-dir", "read-write", "run"]
+Access = Literal["read", "list", "write-dir", "read-write", "run"]
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,8 @@ class Need:
     path: Path
     access: Access
     secret: bool = False
+    file: str | None = None
+    """The file whose key it is, when not the config file: a game file of games_dir."""
 
 
 def needs(config: Config, unit: Unit) -> tuple[list[Need], list[str]]:
@@ -195,8 +197,15 @@ def needs(config: Config, unit: Unit) -> tuple[list[Need], list[str]]:
     mail = config.settings.mail
     found: list[Need] = [Need("the config file", config.path, "read")]
     problems: list[str] = []
+    games_dir = config.settings.games_dir
+    if games_dir is not None:  # serve lists it, and reads each game file, at every reload
+        found.append(Need("games_dir", base / games_dir, "list"))
+        found.extend(
+            Need("", file, "read", file=str(games_dir / file.name)) for file in config.game_files
+        )
     for index, game in enumerate(config.games):
         board = game.settings.board
+        prefix = "" if game.file is not None else f"games[{index}]."
         if isinstance(board, str):
             # a file, or a bundled board's name, by load_config's rule (boards.locate): a
             # bundled board is read from the installed package, as the unit's command is
@@ -205,7 +214,7 @@ def needs(config: Config, unit: Unit) -> tuple[list[Need], list[str]]:
             except UnknownBoard:
                 continue  # load_config has named it already
             if isinstance(where, Path):
-                found.append(Need(f"games[{index}].board", where, "read"))
+                found.append(Need(f"{prefix}board", where, "read", file=game.file))
     for name in ("imap", "smtp"):
         section = getattr(mail, name)
         if section is None or section.password_file is None:
@@ -376,6 +385,8 @@ def _try(need: Need) -> Refusal | None:
         elif need.access == "read-write":
             with path.open("r+b") as stream:
                 stream.read(1)
+        elif need.access == "list":
+            os.listdir(path)
         elif need.access == "write-dir":
             if not path.is_dir():
                 raise FileNotFoundError(2, "No such folder")
@@ -480,7 +491,8 @@ def check(config: Config, unit: Unit, user: str) -> tuple[list[str], list[str]]:
     results = try_as(user, found)
     for need, refusal in zip(found, results, strict=True):
         if refusal is not None:
-            problems.append(f"{config.path.name}: {need.key}: " + _explain(need, refusal, user))
+            where = ": ".join(filter(None, (need.file or config.path.name, need.key)))
+            problems.append(f"{where}: " + _explain(need, refusal, user))
     checked = sum(1 for need in found if need.access != "run")
     used = [
         name
@@ -509,6 +521,7 @@ def _explain(need: Need, refusal: Refusal, user: str) -> str:
     group = _group_of(user)
     what = {
         "read": "cannot read",
+        "list": "cannot list",
         "read-write": "cannot write",
         "write-dir": "cannot create files in",
         "run": "cannot run",
@@ -529,6 +542,8 @@ def _explain(need: Need, refusal: Refusal, user: str) -> str:
         return text + "install snl-pbem with scripts/install (the system's Python, in /opt)"
     if need.access in ("write-dir", "read-write"):
         return text + f"sudo chown {user}:{group} {path}"
+    if need.access == "list":
+        return text + f"sudo chgrp {group} {path} && sudo chmod g+rx {path}"
     fix = f"sudo chgrp {group} {path} && sudo chmod 0640 {path}"
     if need.secret and need.key.endswith("password_file"):
         fix += f', or make it a systemd credential ({GUIDE}, "Secrets")'

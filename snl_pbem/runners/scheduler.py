@@ -1,24 +1,29 @@
 """Deadlines without a person: APScheduler wakes the server; the database is the truth.
 
-Jobs are rebuilt from the rounds table (at start, after every close, on a
-config reload, and every ``RESCAN_SECONDS``, so that what the referee's
-commands change while the server runs -- a game started, a round rolled back,
-a game resumed -- is picked up): one per open round's deadline, one per
-reminder, with explicit ids, ``replace_existing`` and
-``misfire_grace_time=None`` (a job that is late still runs). A deadline
-missed while the server was down is closed at start, each exactly once (the
-guarded close). Every job calls a plain method that takes the time from the
-injected clock, so tests drive them directly instead of sleeping. A deadline
-job looks at the round again before closing it (``snl_pbem.app.deadline``): if the
-deadline was moved later meanwhile (``extend``), it only plans the close for the new time. With
-LMTP, no round closes after start-up until the MTA has delivered what it queued
-while the server was down (timed by the MTA's own Received header): the LMTP
-receiver asks for it (ETRN) and calls ``redelivered`` once it has come, and
-``[mail.lmtp] redelivery_grace`` is the longest wait (``redelivery_until``).
+One job per open round's deadline and one per reminder, with explicit ids,
+``replace_existing`` and ``misfire_grace_time=None`` (a job that is late still runs).
+The plan costs the same per close however many games there are: after a close only
+that game is re-planned; what changes elsewhere (the referee's commands -- a game
+started, a round rolled back or extended, a game resumed -- and other servers' closes)
+is found in the change feed (``plan_changes``, written by the database's triggers),
+read every ``RESCAN_SECONDS``, and only the games it names are re-planned; the whole
+plan is rebuilt at start, on a reload, and every ``FULL_RESCAN_SECONDS`` as a safety
+net. A job already planned for the same time is never given again (``_apply``). A
+deadline missed while the server was down is closed at start, each exactly once (the
+guarded close). Every job calls a plain method that takes the time from the injected
+clock, so tests drive them directly instead of sleeping. A deadline job looks at the
+round again before closing it (``snl_pbem.app.deadline``): if the deadline was moved
+later meanwhile (``extend``), it only plans the close for the new time. With LMTP, no
+round closes after start-up until the MTA has delivered what it queued while the
+server was down (timed by the MTA's own Received header): the LMTP receiver asks for it
+(ETRN) and calls ``redelivered`` once it has come, and ``[mail.lmtp]
+redelivery_grace`` is the longest wait (``redelivery_until``).
 
-The jobs run one at a time on one thread (``OneWorker``), and a job due again
-while an earlier run of it waits its turn is merged into that run: a due close is
-never skipped, and nothing routine is logged as a warning.
+The jobs run on one thread with SQLite and on ``CLOSE_WORKERS`` with PostgreSQL
+(``Workers``), and a job due again while an earlier run of it waits its turn is merged
+into that run: a due close is never skipped, and nothing routine is logged as a
+warning. Several servers on one PostgreSQL each plan every round; the guarded close
+makes one of them close it.
 
 The circuit breaker: when an IMAP mailbox is configured and its last good
 poll is older than ``healthy_within`` at a deadline, the round is *held*
@@ -32,14 +37,18 @@ then once a day, in short transactions on the same worker thread as the closes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.executors.base import run_job
 from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import BaseScheduler
 
@@ -60,16 +69,23 @@ from snl_pbem.app.mailbox_state import intake_health
 from snl_pbem.app.retention import purge_batch
 from snl_pbem.app.rounds import (
     CloseOutcome,
+    RoundBusy,
     close_with_backup,
     due_rounds,
 )
 from snl_pbem.app.schedule import (
+    ChangeFeed,
+    OpenRound,
     all_in_close_at,
+    feed_start,
+    game_rounds,
     held_rounds,
     hold_round,
     open_rounds,
+    read_changes,
     reminders_due_at,
     send_reminders,
+    trim_changes,
     waiting_before_deadline,
 )
 from snl_pbem.app.signup import start_due_games
@@ -83,9 +99,18 @@ log = logging.getLogger("snl_pbem.scheduler")
 
 HELD_CHECK_SECONDS = 60
 RESCAN_SECONDS = 15
+"""How often the change feed is read (the referee's commands, other servers' closes)."""
+FULL_RESCAN_SECONDS = 600
+"""How often the whole plan is rebuilt anyway: the safety net under the change feed."""
+CLOSE_WORKERS = 4
+"""Closes run in parallel on PostgreSQL, each game's in its own transaction: on a small
+machine the database and the report rendering share its cores, so more buys little."""
 CATCH_UP_SECONDS = 1
 """How often a close waiting for the mailbox to be read to its end looks again."""
 RETRY_SECONDS = 30
+LOOK_AGAIN_SECONDS = 5
+"""How soon a close that found another server closing the game looks again (in case that
+server dies before it commits: its claim goes with its connection)."""
 CLOSE_WAIT_SECONDS = 30.0
 """How late slow messages may make a close. The close has the stored messages received
 before its deadline read first, in parallel, the small first
@@ -111,9 +136,10 @@ class Planned:
     run_at: datetime
 
 
-class OneWorker(ThreadPoolExecutor):  # type: ignore[misc]
-    """APScheduler's thread pool with one thread, so that closes never run in parallel
-    within a process, which never refuses a job that falls due.
+class Workers(ThreadPoolExecutor):  # type: ignore[misc]
+    """APScheduler's thread pool (one thread on SQLite, whose writes take turns anyway;
+    CLOSE_WORKERS on PostgreSQL, each game's close in its own transaction), which never
+    refuses a job that falls due.
 
     APScheduler counts a job as running from the moment it is handed to the pool, and a
     job that falls due again meanwhile is skipped, with a warning ("maximum number of
@@ -129,8 +155,8 @@ class OneWorker(ThreadPoolExecutor):  # type: ignore[misc]
     ``serve`` until systemd killed it. Here ``shutdown`` only stops taking jobs, and
     ``join`` (``Scheduler.shutdown``) waits for them without that lock."""
 
-    def __init__(self) -> None:
-        super().__init__(1)
+    def __init__(self, threads: int = 1) -> None:
+        super().__init__(threads)
         self._waiting: set[str] = set()
         self._stopped = False
 
@@ -176,10 +202,10 @@ class OneWorker(ThreadPoolExecutor):  # type: ignore[misc]
 
 
 class Scheduler(BackgroundScheduler):  # type: ignore[misc]
-    """APScheduler's background scheduler on one ``OneWorker``."""
+    """APScheduler's background scheduler on ``Workers``."""
 
-    def __init__(self) -> None:
-        self.worker = OneWorker()
+    def __init__(self, threads: int = 1) -> None:
+        self.worker = Workers(threads)
         super().__init__(
             executors={"default": self.worker},
             timezone="UTC",
@@ -194,9 +220,9 @@ class Scheduler(BackgroundScheduler):  # type: ignore[misc]
             self.worker.join()
 
 
-def make_scheduler() -> Scheduler:
-    """One worker thread (``OneWorker``): closes never run in parallel within a process."""
-    return Scheduler()
+def make_scheduler(threads: int = 1) -> Scheduler:
+    """A scheduler whose jobs run on ``threads`` worker threads (``Workers``)."""
+    return Scheduler(threads)
 
 
 class RoundScheduler:
@@ -231,14 +257,28 @@ class RoundScheduler:
         """When the MTA had delivered what it queued while the server was down (``redelivered``)."""
         self._all_in_waiting: set[tuple[str, int]] = set()
         """All-in rounds whose early close waits on the start-up grace (``on_deadline``)."""
+        self._lock = threading.RLock()
+        self._planned: dict[str, tuple[datetime, bool]] = {}
+        """The close and reminder jobs given to the scheduler whose run has not begun: job
+        id -> (when, planned by a run of its own for shortly after)."""
+        self._feed: ChangeFeed | None = None
+        self._full_at = time.monotonic()
+        self._rescanning = threading.Lock()
+        self._trim_mark = 0
+        self._backup_at: datetime | None = None
+        """When this server last wrote a backup before a close (``_close``)."""
+        """The newest change-feed row at the last daily trim (the next one deletes up to it)."""
 
     # -- planning ---------------------------------------------------------------------
 
     def plan(self) -> list[Planned]:
         """The jobs the database calls for now: deadlines, reminders, held rounds' checks."""
+        return self._jobs_for(open_rounds(self.db))
+
+    def _jobs_for(self, rounds: list[OpenRound]) -> list[Planned]:
         planned: list[Planned] = []
         now = self.clock()
-        for round_ in open_rounds(self.db):
+        for round_ in rounds:
             if not round_.held:  # a held round is released by check_held only
                 planned.append(
                     Planned(
@@ -326,26 +366,76 @@ class RoundScheduler:
         return not_before(at, self.redelivery_until)
 
     def rebuild(self) -> list[Planned]:
-        """Replace the scheduler's jobs with the plan (stale ones are removed)."""
-        planned = self.plan()
+        """The whole plan from the rounds table: at start, on a reload, when the start-up
+        grace ends, and every FULL_RESCAN_SECONDS as a safety net under the change feed.
+        Only what differs from what is planned is touched (``_apply``)."""
         if self.scheduler is None:
-            return planned
-        wanted = {p.job_id for p in planned}
-        for job in self.scheduler.get_jobs():
-            if job.id.startswith(("close:", "remind:")) and job.id not in wanted:
-                job.remove()
+            return self.plan()
+        feed = feed_start(self.db)  # first: what changes after the read below is in it
+        planned = self.plan()
+        with self._lock:
+            self._feed = feed
+            self._apply(planned, None)
+            self._standing_jobs()
+        return planned
+
+    def replan(self, names: Collection[str] = (), ids: Collection[int] = ()) -> list[Planned]:
+        """Re-plan these games only (after one closes, or when the change feed names them):
+        what a close costs does not grow with the number of games."""
+        if self.scheduler is None or not (names or ids):
+            return []
+        found, rounds = game_rounds(self.db, names=names, ids=ids)
+        planned = self._jobs_for(rounds)
+        with self._lock:
+            self._apply(planned, set(found))
+        return planned
+
+    def _apply(self, planned: list[Planned], games: set[str] | None) -> None:
+        """Make the scheduler's close and reminder jobs of ``games`` (None: every game) the
+        ``planned`` ones. A job already planned for the same time is left alone, whether it
+        waits for its time or has fired and waits for the worker: it is never given twice.
+        A job a run planned for itself (trying again shortly) stands until it runs."""
+        assert self.scheduler is not None
+        wanted = {item.job_id for item in planned}
+        for job_id, (_, own) in list(self._planned.items()):
+            if own or job_id in wanted:
+                continue
+            if games is None or job_id.split(":")[1] in games:
+                del self._planned[job_id]
+                with contextlib.suppress(JobLookupError):  # fired: its run looks again
+                    self.scheduler.remove_job(job_id)
         for item in planned:
-            kind, game_name, number = item.job_id.split(":")
-            target = self.on_deadline if kind == "close" else self.on_reminder
+            known = self._planned.get(item.job_id)
+            if known is None or (not known[1] and known[0] != item.run_at):
+                self._add(item.job_id, item.run_at)
+
+    def _add(self, job_id: str, run_at: datetime, *, own: bool = False) -> None:
+        """Give the scheduler a close or reminder job (replacing one of the same id)."""
+        assert self.scheduler is not None
+        kind, game_name, number = job_id.split(":")
+        with self._lock:
             self.scheduler.add_job(
-                target,
+                self.on_deadline if kind == "close" else self.on_reminder,
                 "date",
-                run_date=item.run_at,
-                id=item.job_id,
+                run_date=run_at,
+                id=job_id,
                 args=(game_name, int(number)),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
+            self._planned[job_id] = (run_at, own)
+
+    def _running(self, job_id: str) -> None:
+        """A close or reminder job has begun (or its method was called by itself, as at
+        catch-up): from now on a re-plan may give it again."""
+        with self._lock:
+            if self._planned.pop(job_id, None) is not None and self.scheduler is not None:
+                with contextlib.suppress(JobLookupError):  # the usual case: it has fired
+                    self.scheduler.remove_job(job_id)
+
+    def _standing_jobs(self) -> None:
+        """The interval jobs: the rescan, the daily purge, the held rounds' check."""
+        assert self.scheduler is not None
         if self.scheduler.get_job("rescan") is None:
             self.scheduler.add_job(
                 self._rescan,
@@ -373,17 +463,29 @@ class RoundScheduler:
                 id="held-check",
                 replace_existing=True,
             )
-        return planned
 
     def _rescan(self) -> None:
-        """The periodic rebuild: a database that is down for a while is one log line each time.
-        Games that take sign-ups start here when their ``starts`` time has come."""
+        """Every RESCAN_SECONDS: games whose ``starts`` time has come start, and the games
+        the change feed names (the referee's commands, another server's closes, a reload)
+        are re-planned; every FULL_RESCAN_SECONDS the whole plan is rebuilt, in case. A
+        database that is down for a while is one log line each time."""
+        if not self._rescanning.acquire(blocking=False):
+            return  # one under way (several workers on PostgreSQL)
         try:
             for line in start_due_games(self.db, self.config, self.clock()):
                 log.info("%s", line)
-            self.rebuild()
+            now = time.monotonic()
+            if self._feed is None or now - self._full_at >= FULL_RESCAN_SECONDS:
+                self._full_at = now
+                self.rebuild()
+                return
+            changed = read_changes(self.db, self._feed)
+            if changed:
+                self.replan(ids=changed)
         except Exception as exc:
             log.warning("rescanning the rounds failed (%s: %s)", type(exc).__name__, exc)
+        finally:
+            self._rescanning.release()
 
     # -- jobs ---------------------------------------------------------------------------
 
@@ -413,6 +515,7 @@ class RoundScheduler:
         an hour."""
         try:
             self.purge_mail()
+            self._trim_mark = trim_changes(self.db, self._trim_mark)
         except Exception as exc:
             log.warning(
                 "trimming old inbound mail failed (%s: %s); trying again in %s",
@@ -452,9 +555,14 @@ class RoundScheduler:
                 self.on_deadline(game_name, number)
             return []
         outcomes = []
-        for game_name, number, _ in self._due():  # oldest deadline first, each game on its own:
+        # oldest deadline first, each game on its own, all with one backup (written after
+        # every deadline passed, before the first close)
+        for game_name, number, deadline in self._due():
             try:  # one game's failing close must not keep the others (or the server) down
-                outcome = self._close(game_name, number, actor="catch-up")
+                outcome = self._close(game_name, number, "catch-up", deadline)
+            except RoundBusy:
+                self._look_again(game_name, number)
+                continue
             except Exception as exc:
                 self._retry_later(game_name, number, exc)
                 continue
@@ -475,6 +583,8 @@ class RoundScheduler:
         done (one transaction) and the deadline is tried again shortly. What to do is
         ``snl_pbem.app.deadline.decide``'s (from one transaction); this acts on it.
         """
+        if not early:
+            self._running(f"close:{game_name}:{number}")
         try:
             decision = decide(
                 self.db,
@@ -487,9 +597,10 @@ class RoundScheduler:
                 redelivery_until=self.redelivery_until,
             )
             match decision:
-                case Close():
+                case Close(deadline=deadline):
                     self._process_stragglers(game_name, number)
-                    return self._close(game_name, number, actor="scheduler")
+                    backup_after = min(deadline, self.clock())  # an early close: now
+                    return self._close(game_name, number, "scheduler", backup_after)
                 case Hold(why=HoldWhy.INTAKE_UNHEALTHY, problem=problem):
                     self._hold(game_name, number, problem)
                 case Hold(why=HoldWhy.MAILBOX_BEHIND):
@@ -509,7 +620,10 @@ class RoundScheduler:
                         number,
                         at.isoformat(timespec="seconds"),
                     )
-                    self.rebuild()
+                    self.replan(names=[game_name])
+            return None
+        except RoundBusy:
+            self._look_again(game_name, number)
             return None
         except Exception as exc:
             self._retry_later(game_name, number, exc)
@@ -519,15 +633,8 @@ class RoundScheduler:
         """Try the close again in a moment (the mailbox is being read to its end)."""
         log.info("%s: round %d: reading the mailbox to its end before closing", game_name, number)
         if self.scheduler is not None:
-            self.scheduler.add_job(
-                self.on_deadline,
-                "date",
-                run_date=self.clock() + timedelta(seconds=CATCH_UP_SECONDS),
-                id=f"close:{game_name}:{number}",
-                args=(game_name, number),
-                replace_existing=True,
-                misfire_grace_time=None,
-            )
+            at = self.clock() + timedelta(seconds=CATCH_UP_SECONDS)
+            self._add(f"close:{game_name}:{number}", at, own=True)
 
     def _process_stragglers(self, game_name: str, number: int) -> None:
         """Have every stored message received before the deadline that is still unprocessed
@@ -560,6 +667,22 @@ class RoundScheduler:
             )
         self.unread_at_close = [*self.unread_at_close, *unread][-1000:]  # the latest
 
+    def _look_again(self, game_name: str, number: int) -> None:
+        """Another server is closing the round (several servers on one PostgreSQL): look
+        again in LOOK_AGAIN_SECONDS, in case it dies before it commits."""
+        log.info(
+            "%s: round %d is being closed by another server; looking again in %ds",
+            game_name,
+            number,
+            LOOK_AGAIN_SECONDS,
+        )
+        if self.scheduler is not None:
+            self._add(
+                f"close:{game_name}:{number}",
+                self.clock() + timedelta(seconds=LOOK_AGAIN_SECONDS),
+                own=True,
+            )
+
     def _retry_later(self, game_name: str, number: int, exc: Exception) -> None:
         log.error(
             "%s: closing round %d failed (%s: %s); retrying in %ds",
@@ -571,15 +694,8 @@ class RoundScheduler:
         )
         self.failures.append(f"{type(exc).__name__}: {exc}")
         if self.scheduler is not None:
-            self.scheduler.add_job(
-                self.on_deadline,
-                "date",
-                run_date=self.clock() + timedelta(seconds=RETRY_SECONDS),
-                id=f"close:{game_name}:{number}",
-                args=(game_name, number),
-                replace_existing=True,
-                misfire_grace_time=None,
-            )
+            at = self.clock() + timedelta(seconds=RETRY_SECONDS)
+            self._add(f"close:{game_name}:{number}", at, own=True)
 
     def check_held(self) -> list[CloseOutcome]:
         """Release held rounds once intake has been healthy for the limit again."""
@@ -592,7 +708,10 @@ class RoundScheduler:
             return []
         closed = []
         for game_name, number in held_rounds(self.db):
-            outcome = self._close(game_name, number, actor="scheduler (released)")
+            try:
+                outcome = self._close(game_name, number, "scheduler (released)")
+            except RoundBusy:
+                continue  # another server releases it (the next check looks again)
             if outcome is not None:
                 closed.append(outcome)
         return closed
@@ -601,9 +720,10 @@ class RoundScheduler:
         """Remind each player without valid orders (and only them); returns how many.
 
         A reminder whose deadline was moved later since it was planned only re-plans."""
+        self._running(f"remind:{game_name}:{number}")
         due = reminders_due_at(self.db, game_name, number)
         if due is not None and self.clock() < due:
-            self.rebuild()
+            self.replan(names=[game_name])
             return 0
         return self._remind(game_name, number)
 
@@ -665,19 +785,34 @@ class RoundScheduler:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _close(self, game_name: str, number: int, actor: str) -> CloseOutcome | None:
+    def _close(
+        self, game_name: str, number: int, actor: str, backup_after: datetime | None = None
+    ) -> CloseOutcome | None:
+        """Close the round and re-plan its game (only: the cost of a close does not grow
+        with the number of games).
+
+        SQLite: a backup is written first, unless ``backup_after`` (a scheduled close: the
+        round's deadline) is given and this server wrote one at or after it: that copy
+        already holds the game as it stood when its orders stopped counting. So the games
+        due at one deadline share one backup, written before the first of them closes."""
+        now = self.clock()
+        last = self._backup_at
+        backup = backup_after is None or last is None or last < backup_after
         outcome = close_with_backup(
             self.db,
             game_name,
-            self.clock(),
+            now,
             actor=actor,
             expect_round=number,
             config=self.config,
-            **self._backup(),
+            skip_locked=True,  # another server closing it: skipped (RoundBusy), not waited for
+            **self._backup(backup),
         )
+        if backup:
+            self._backup_at = now
         if outcome is not None:
             self._closed(outcome)
-            self.rebuild()
+            self.replan(names=[game_name])
         return outcome
 
     def _closed(self, outcome: CloseOutcome) -> None:
@@ -687,6 +822,6 @@ class RoundScheduler:
     def _due(self) -> list[tuple[str, int, datetime]]:
         return due_rounds(self.db, self.clock())
 
-    def _backup(self) -> dict[str, Any]:
+    def _backup(self, write: bool) -> dict[str, Any]:
         database = self.config.settings.database
-        return {"backups": database.backups, "backup_dir": database.backup_dir}
+        return {"backups": database.backups if write else 0, "backup_dir": database.backup_dir}

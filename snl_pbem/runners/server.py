@@ -27,7 +27,7 @@ from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import IngestResult, process_pending
 from snl_pbem.app.outbox import drain_parallel
 from snl_pbem.app.rounds import CloseOutcome
-from snl_pbem.config import load_config
+from snl_pbem.config import load_config, load_for_serve
 from snl_pbem.errors import ConfigError, StartupError
 from snl_pbem.mail.imap import ImapPoller
 from snl_pbem.mail.lmtp import ReceiverController
@@ -42,7 +42,7 @@ from snl_pbem.runners.mailboxes import (
     imap_poller,
     lmtp_receiver,
 )
-from snl_pbem.runners.scheduler import RoundScheduler, make_scheduler
+from snl_pbem.runners.scheduler import CLOSE_WORKERS, RoundScheduler, make_scheduler
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import check_schema
 from snl_pbem.store.states import InboundStatus
@@ -98,7 +98,7 @@ class Server:
     def start(self) -> None:
         """Load, check, sync, catch up, then start every part. Raises StartupError."""
         try:
-            self.config = load_config(self.config_path)
+            self.config = load_for_serve(self.config_path)  # a bad game file: that game left out
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
         self.db = Database(self.config.database_url)
@@ -114,7 +114,7 @@ class Server:
         default_sandbox().warm()
         for result in process_pending(self.db, self.config):
             log.info("inbound %s processed after a restart: %s", result.inbound_id, result.status)
-        self.scheduler = make_scheduler()
+        self.scheduler = make_scheduler(1 if self.db.is_sqlite else CLOSE_WORKERS)
         self.rounds = RoundScheduler(
             self.db,
             self.config,
@@ -274,7 +274,10 @@ class Server:
         if result.status != InboundStatus.PROCESSED:
             return
         if result.started:  # a sign-up or START started a game: plan its round 1 now
-            self.rounds.rebuild()
+            if result.game is not None:
+                self.rounds.replan(names=[result.game])
+            else:
+                self.rounds.rebuild()
         if result.all_in and result.game is not None:
             self.rounds.check_all_in(result.game)
 
@@ -294,7 +297,7 @@ class Server:
     def reload(self) -> None:
         """SIGHUP: read the config again; a bad one is logged and the old one kept."""
         try:
-            new = load_config(self.config_path)
+            new = load_for_serve(self.config_path, running=self.config)  # bad game file: kept
         except ConfigError as exc:
             log.error("reload refused, keeping the running config:\n%s", exc)
             return
@@ -334,7 +337,7 @@ class Server:
 
 def serve(config_path: Path, log_level: str | None = None) -> int:
     try:
-        config = load_config(config_path)
+        config = load_config(config_path, leave_out_bad_games=True)  # Server.start logs them
     except ConfigError as exc:
         print(f"snl-pbem serve: cannot start:\n{exc}", file=sys.stderr)
         return 2

@@ -311,6 +311,22 @@ class MailboxState(Base):
     lease_until: Mapped[datetime | None]
 
 
+class PlanChange(Base):
+    """A change that may move a game's jobs (a round opened, closed, held, reminded or
+    moved; the game paused, resumed or ended), written by database triggers (migration
+    0007), whichever process or command made it. The scheduler reads the changes since it
+    last looked and re-plans those games only (``snl_pbem.app.schedule.plan_changes``).
+    ``tx`` is the writing transaction's id on PostgreSQL (None on SQLite, whose one writer
+    at a time makes ``id`` the commit order)."""
+
+    __tablename__ = "plan_changes"
+    __table_args__ = (Index("ix_plan_changes_tx", "tx"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    game_id: Mapped[int] = mapped_column(Integer)
+    tx: Mapped[int | None] = mapped_column(BigInteger)
+
+
 class OutboxMessage(Base):
     """A message to send; marked sent only after the server's 250."""
 
@@ -412,6 +428,7 @@ class AuditEntry(Base):
     """Every referee/GM action and every automatic state change of a game."""
 
     __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_game_id_action", "game_id", "action"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[datetime]

@@ -60,6 +60,11 @@ def deadline_of(db: Database, number: int = 1):
         return s.scalar(select(Round.deadline).where(Round.number == number))
 
 
+def closes(db: Database) -> Close:
+    """The decision to close round 1 (which carries its deadline, for the backup)."""
+    return Close(deadline_of(db))
+
+
 def send_orders(db: Database, config: Config, *who: str) -> None:
     for name, dice in zip(who, ("1", "2", "3"), strict=False):
         raw = (
@@ -87,14 +92,14 @@ def polled(db: Database, config: Config, started, *, failed_at=None) -> None:
 def test_a_round_at_its_deadline_closes(game) -> None:
     db, config = game
     deadline = deadline_of(db)
-    assert decide(db, config, "g1", 1, deadline) == Close()
-    assert decide(db, config, "g1", 1, deadline + timedelta(days=9)) == Close()  # catch-up
+    assert decide(db, config, "g1", 1, deadline) == closes(db)
+    assert decide(db, config, "g1", 1, deadline + timedelta(days=9)) == closes(db)  # catch-up
 
 
 def test_an_all_in_round_closes_early(game) -> None:
     db, config = game
     send_orders(db, config, "ann", "bob", "cy")
-    assert decide(db, config, "g1", 1, T0, early=True) == Close()  # days before the deadline
+    assert decide(db, config, "g1", 1, T0, early=True) == closes(db)  # days before the deadline
 
 
 # -- Replan ---------------------------------------------------------------------------------
@@ -114,7 +119,7 @@ def test_a_deadline_moved_later_replans_for_the_new_time(game) -> None:
     extend(db, "g1", T0, by=timedelta(hours=5), config=config)
     later = deadline + timedelta(hours=5)
     assert decide(db, config, "g1", 1, deadline) == Replan(ReplanWhy.NOT_DUE, later)
-    assert decide(db, config, "g1", 1, later) == Close()
+    assert decide(db, config, "g1", 1, later) == closes(db)
 
 
 def test_no_round_closes_during_the_start_up_redelivery_grace(game) -> None:
@@ -124,9 +129,9 @@ def test_no_round_closes_during_the_start_up_redelivery_grace(game) -> None:
     assert decide(db, config, "g1", 1, deadline, redelivery_until=until) == Replan(
         ReplanWhy.NOT_DUE, until
     )
-    assert decide(db, config, "g1", 1, until, redelivery_until=until) == Close()
+    assert decide(db, config, "g1", 1, until, redelivery_until=until) == closes(db)
     earlier = deadline - timedelta(minutes=1)  # a grace over before the deadline: no later
-    assert decide(db, config, "g1", 1, deadline, redelivery_until=earlier) == Close()
+    assert decide(db, config, "g1", 1, deadline, redelivery_until=earlier) == closes(db)
 
 
 def test_a_paused_or_unknown_game_does_nothing(game) -> None:
@@ -162,7 +167,7 @@ def test_an_early_close_of_a_round_no_longer_all_in_waits_for_the_deadline(game)
     send_orders(db, config, "ann", "bob")  # cy's orders are missing
     assert decide(db, config, "g1", 1, T0, early=True, all_in=True) == Replan(ReplanWhy.NOT_ALL_IN)
     # the job an all-in close was re-planned to (past the start-up grace) closes as planned
-    assert decide(db, config, "g1", 1, T0, early=True) == Close()
+    assert decide(db, config, "g1", 1, T0, early=True) == closes(db)
 
 
 # -- Wait -----------------------------------------------------------------------------------
@@ -174,7 +179,7 @@ def test_an_early_close_waits_for_the_start_up_redelivery_grace(game) -> None:
     send_orders(db, config, "ann", "bob", "cy")
     until = T0 + timedelta(minutes=11)
     assert decide(db, config, "g1", 1, T0, early=True, redelivery_until=until) == Wait(until)
-    assert decide(db, config, "g1", 1, until, early=True, redelivery_until=until) == Close()
+    assert decide(db, config, "g1", 1, until, early=True, redelivery_until=until) == closes(db)
 
 
 # -- Hold (IMAP) ----------------------------------------------------------------------------
@@ -219,14 +224,14 @@ def test_a_mailbox_not_yet_read_up_to_the_deadline_holds_the_close_a_moment(imap
     decision = decide(db, config, "g1", 1, at)
     assert isinstance(decision, Hold) and decision.why == HoldWhy.MAILBOX_BEHIND
     polled(db, config, deadline)  # a poll begun at the deadline read it to its end
-    assert decide(db, config, "g1", 1, at) == Close()
+    assert decide(db, config, "g1", 1, at) == closes(db)
 
 
 def test_an_early_close_with_a_healthy_mailbox_does_not_wait_for_a_poll(imap_game) -> None:
     db, config = imap_game
     send_orders(db, config, "ann", "bob", "cy")
     polled(db, config, T0 - timedelta(minutes=5))
-    assert decide(db, config, "g1", 1, T0, early=True) == Close()
+    assert decide(db, config, "g1", 1, T0, early=True) == closes(db)
 
 
 def test_with_imap_the_close_is_due_a_second_after_the_deadline(imap_game) -> None:
@@ -257,8 +262,8 @@ def test_every_fact_is_read_in_one_transaction(imap_game) -> None:
 
     db.transaction = counted  # type: ignore[method-assign]
     try:
-        assert decide(db, config, "g1", 1, deadline + timedelta(seconds=1)) == Close()
-        assert decide(db, config, "g1", 1, T0, early=True) == Close()
+        assert decide(db, config, "g1", 1, deadline + timedelta(seconds=1)) == Close(deadline)
+        assert decide(db, config, "g1", 1, T0, early=True) == Close(deadline)
     finally:
         del db.transaction
     assert len(opened) == 2

@@ -28,6 +28,10 @@ class Watched(RoundScheduler):
         self.asked.append(("rebuild", None))
         return []
 
+    def replan(self, names=(), ids=()) -> list:  # type: ignore[override]
+        self.asked.append(("replan", ",".join(names)))
+        return []
+
     def check_all_in(self, game_name: str) -> datetime | None:
         self.asked.append(("check_all_in", game_name))
         return T0
@@ -45,7 +49,7 @@ def test_serve_plans_what_the_result_says_and_no_more(tmp_path: Path) -> None:
     ]
     for result in said:
         server._after_ingest(result)
-    assert server.rounds.asked == [("rebuild", None), ("check_all_in", "g3")]
+    assert server.rounds.asked == [("replan", "g2"), ("check_all_in", "g3")]  # that game only
 
 
 SECOND_GAME = """

@@ -1,0 +1,263 @@
+"""The schedule at scale (issue 23): what a close costs does not grow with the number of
+games; a job already due is never given again; the referee's changes and other servers'
+closes are found in the change feed (``plan_changes``), which re-plans those games only;
+games due at one deadline share one backup. Counted in SQL statements, jobs given to
+APScheduler and log lines, never in seconds."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from pathlib import Path
+
+from mailhelpers import T0
+from sqlalchemy import event, text
+from sqlalchemy.orm import Session
+
+from snl_pbem.app.close_claim import claim_closing
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.referee import extend
+from snl_pbem.app.rounds import close_with_backup
+from snl_pbem.app.schedule import feed_start, read_changes
+from snl_pbem.config import load_config
+from snl_pbem.runners.scheduler import LOOK_AGAIN_SECONDS, RoundScheduler, make_scheduler
+from snl_pbem.store import Database, Game
+from snl_pbem.store.migrate import upgrade
+
+DEADLINE = T0.replace(year=2030, month=1, day=4, hour=18)
+
+
+class Clock:
+    def __init__(self, now=T0) -> None:
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def games_config(path: Path, url: str, n: int, backups: int = 0) -> None:
+    games = "".join(
+        f"""
+[[games]]
+id = "g{i}"
+board = {{ snakes = {{ "47" = 26 }}, ladders = {{ "4" = 14 }} }}
+first_deadline = "2030-01-04T18:00"
+round_length = "3d"
+players = [
+  {{ name = "ann", email = "ann{i}@example.org", key = "ann-key-123" }},
+  {{ name = "bob", email = "bob{i}@example.org", key = "bob-key-123" }},
+]
+"""
+        for i in range(1, n + 1)
+    )
+    path.write_text(f"""
+timezone = "Europe/London"
+[database]
+url = "{url}"
+backups = {backups}
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+{games}""")
+
+
+def started(tmp_path: Path, url: str, n: int, backups: int = 0):
+    db = Database(url)
+    upgrade(db)
+    path = tmp_path / f"c{n}.toml"
+    games_config(path, url, n, backups)
+    config = load_config(path)
+    sync_games(db, config, T0)
+    for i in range(1, n + 1):
+        start_game(db, config, f"g{i}", T0)
+    return db, config
+
+
+class Counter:
+    """SQL statements run and jobs given to APScheduler."""
+
+    def __init__(self, db: Database, scheduler) -> None:
+        self.statements = 0
+        self.jobs: list[str] = []
+        event.listen(db.engine, "before_cursor_execute", self._statement)
+        add_job = scheduler.add_job
+
+        def counted_add_job(*args, **kwargs):
+            self.jobs.append(kwargs.get("id", "?"))
+            return add_job(*args, **kwargs)
+
+        scheduler.add_job = counted_add_job
+
+    def _statement(self, *_args) -> None:
+        self.statements += 1
+
+    def take(self) -> tuple[int, list[str]]:
+        taken = self.statements, self.jobs
+        self.statements, self.jobs = 0, []
+        return taken
+
+
+def storm(tmp_path: Path, url: str, n: int, caplog) -> tuple[int, int, int]:
+    """n games due at one deadline, each closed by its job: the most SQL statements and
+    jobs given in one close, and the log records per game."""
+    db, config = started(tmp_path, url, n)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    clock = Clock()
+    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
+    rs.rebuild()
+    counter = Counter(db, scheduler)
+    clock.now = DEADLINE
+    caplog.clear()
+    most_statements = most_jobs = 0
+    for i in range(1, n + 1):
+        counter.take()
+        outcome = rs.on_deadline(f"g{i}", 1)
+        assert outcome is not None and outcome.next_round == 2
+        statements, jobs = counter.take()
+        assert jobs == [f"close:g{i}:2"]  # its next round's close: nothing of other games
+        most_statements = max(most_statements, statements)
+        most_jobs = max(most_jobs, len(jobs))
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warnings == []
+    lines = len(caplog.records)
+    assert {job.id for job in scheduler.get_jobs() if job.id.startswith("close:")} == {
+        f"close:g{i}:2" for i in range(1, n + 1)
+    }
+    scheduler.shutdown(wait=False)
+    db.dispose()
+    return most_statements, most_jobs, lines
+
+
+def test_a_close_costs_the_same_with_3_games_or_30(db_url, tmp_path, caplog) -> None:
+    """The probe's storm was quadratic: every close re-planned every game. Now a close
+    re-plans its own game only: the SQL it runs, the jobs it gives and the lines it logs
+    are the same per game whatever the number of games."""
+    caplog.set_level(logging.INFO)
+    (tmp_path / "small").mkdir()
+    small = storm(tmp_path / "small", db_url, 3, caplog)
+    if db_url.startswith("postgresql"):  # a fresh database for the second size
+        with Database(db_url).engine.begin() as connection:
+            connection.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    else:
+        db_url = db_url.replace(".db", "-big.db")
+    big = storm(tmp_path, db_url, 30, caplog)
+    assert big[0] <= small[0] and big[1] == small[1] == 1
+    assert big[2] / 30 <= small[2] / 3  # log lines in proportion to the games
+
+
+def test_a_job_already_due_is_never_given_again(tmp_path) -> None:
+    """APScheduler drops a date job once it has fired; re-planning used to give it again,
+    so it fired again (half a million skipped runs and warnings at 1,000 games)."""
+    db, config = started(tmp_path, f"sqlite:///{tmp_path / 's.db'}", 3)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    clock = Clock(DEADLINE)
+    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
+    rs.rebuild()
+    counter = Counter(db, scheduler)
+    scheduler.remove_job("close:g1:1")  # as APScheduler does when it hands the job to a worker
+    rs.rebuild()
+    rs.replan(names=["g1", "g2", "g3"])
+    assert counter.take()[1] == []
+    assert scheduler.get_job("close:g1:1") is None
+    rs.on_deadline("g1", 1)  # the run begins, closes round 1: round 2 is planned
+    assert counter.take()[1] == ["close:g1:2"]
+    scheduler.shutdown(wait=False)
+
+
+def test_the_change_feed_replans_the_changed_game_only(db_url, tmp_path) -> None:
+    """`extend` from the command line while the server runs (another process): the rescan
+    finds it in the change feed and moves that game's job, and gives no other job."""
+    db, config = started(tmp_path, db_url, 3)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    rs = RoundScheduler(db, config, clock=Clock(), scheduler=scheduler)
+    rs.rebuild()
+    counter = Counter(db, scheduler)
+    rs._rescan()
+    assert counter.take()[1] == []  # nothing changed: nothing given
+    extend(db, "g2", T0, by=timedelta(hours=5), config=config)
+    rs._rescan()
+    assert counter.take()[1] == ["close:g2:1"]
+    assert scheduler.get_job("close:g2:1").trigger.run_date == DEADLINE + timedelta(hours=5)
+    assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE
+    rs._rescan()
+    assert counter.take()[1] == []  # read once
+    scheduler.shutdown(wait=False)
+
+
+def test_the_feed_sees_a_change_committed_after_a_later_one(postgres, tmp_path) -> None:
+    """PostgreSQL: a transaction that began first may commit last, its rows' ids below rows
+    already read. The feed still reads it, once."""
+    url = postgres.url(postgres.create_database())
+    db, _ = started(tmp_path, url, 2)
+    with db.transaction() as s:
+        ids = dict(s.execute(text("SELECT key, id FROM games")).all())
+    feed = feed_start(db)
+    slow = db.engine.connect()
+    slow_tx = slow.begin()
+    slow.execute(text("UPDATE rounds SET deadline = deadline WHERE game_id = :g"), {"g": ids["g1"]})
+    with db.transaction() as s:  # begins later, commits first
+        s.execute(
+            text("UPDATE rounds SET deadline = deadline WHERE game_id = :g"), {"g": ids["g2"]}
+        )
+    assert read_changes(db, feed) == {ids["g2"]}
+    slow_tx.commit()
+    slow.close()
+    assert read_changes(db, feed) == {ids["g1"]}
+    assert read_changes(db, feed) == set()
+
+
+def test_games_due_at_one_deadline_share_one_backup(tmp_path) -> None:
+    """SQLite: one backup before the first close of a storm (it holds every game as it stood
+    at the deadline), not one per game; a close the referee makes gets its own."""
+    db, config = started(tmp_path, f"sqlite:///{tmp_path / 's.db'}", 4, backups=10)
+    clock = Clock(DEADLINE)
+    rs = RoundScheduler(db, config, clock=clock)
+    for i in range(1, 4):
+        assert rs.on_deadline(f"g{i}", 1) is not None
+    backups = sorted((tmp_path / "backups").glob("*.sqlite"))
+    assert [b.name.split("-", 2)[2] for b in backups] == ["g1-before-close.sqlite"]
+    clock.now += timedelta(minutes=1)
+    close_with_backup(db, "g4", clock.now, backups=10, actor="referee")
+    assert len(list((tmp_path / "backups").glob("*.sqlite"))) == 2
+    clock.now = DEADLINE + timedelta(days=3)  # the next deadline: a new backup
+    assert rs.on_deadline("g1", 2) is not None
+    assert len(list((tmp_path / "backups").glob("*.sqlite"))) == 3
+    with db.transaction() as s:
+        assert s.query(Game).count() == 4
+
+
+def test_a_round_another_server_is_closing_is_looked_at_again(postgres, tmp_path, caplog) -> None:
+    """Several servers on one PostgreSQL: a close finding the game locked by another server
+    skips it (no waiting, no error) and looks again in LOOK_AGAIN_SECONDS, so that a server
+    killed mid-close still gets its round closed by another."""
+    url = postgres.url(postgres.create_database())
+    db, config = started(tmp_path, url, 1)
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    clock = Clock(DEADLINE)
+    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
+    rs.rebuild()
+    other = Session(db.engine)  # the other server, mid-close: it holds the game's claim
+    other.begin()
+    assert claim_closing(other, "g1", wait=True)
+    caplog.set_level(logging.INFO)
+    again = DEADLINE + timedelta(seconds=LOOK_AGAIN_SECONDS)
+    assert rs.on_deadline("g1", 1) is None
+    assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE + timedelta(
+        seconds=LOOK_AGAIN_SECONDS
+    )
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert "being closed by another server" in caplog.text
+    other.rollback()  # it died before it committed
+    other.close()
+    rs.rebuild()  # a re-plan leaves the look-again job as it is
+    assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE + timedelta(
+        seconds=LOOK_AGAIN_SECONDS
+    )
+    clock.now = again
+    outcome = rs.on_deadline("g1", 1)
+    assert outcome is not None and outcome.next_round == 2
+    scheduler.shutdown(wait=False)
