@@ -85,6 +85,9 @@ class MailboxHooks(Protocol):
         ``size`` is given when ``raw`` is only the header of a message over the limit.
         """
 
+    # optional: deliver_many(items) -> (stored flags in order, the failure that stopped it),
+    # items as deliver's arguments; one transaction for a fetch (see ImapPoller._deliver)
+
     def acquire(self, source: str) -> bool:
         """Take or renew this mailbox's lease; False if another process holds it."""
 
@@ -179,19 +182,12 @@ class ImapPoller:
         ]  # "n:*" also returns the last UID when none is newer
         stored_total = 0
         for batch in self._batches(client, sorted(uids)):
-            stored: list[int] = []
-            failure: Exception | None = None
-            for uid, raw, arrived, size in self._fetch(client, batch):
-                try:
-                    delivered = self.hooks.deliver(
-                        raw, self.config.source, self.uidvalidity, uid, arrived, size
-                    )
-                except Exception as exc:  # could not even be set aside: the database is away
-                    failure = exc
-                    break  # the rest waits in the mailbox, in order, for the next poll
-                if delivered:
-                    stored.append(uid)
-                    crash_point("imap.stored-not-moved")
+            fetched = list(self._fetch(client, batch))
+            stored, failure = self._deliver(fetched)
+            for _ in stored:
+                crash_point("imap.stored-not-moved")
+            last = max(stored, default=0)
+            uid = next((u for u, *_ in fetched if u > last), 0)  # where it stopped
             self._move(client, stored)
             if failure is not None:
                 if stored:
@@ -204,6 +200,34 @@ class ImapPoller:
                 self.last_uid = max(self.last_uid, *stored)
         self.hooks.healthy(self.config.source, self.uidvalidity)
         return stored_total
+
+    def _deliver(
+        self, fetched: list[tuple[int, bytes, datetime | None, int | None]]
+    ) -> tuple[list[int], Exception | None]:
+        """Store a fetch's messages: the UIDs stored (committed: they may be moved), in
+        order, and the failure that stopped it (the rest waits in the mailbox, in order, for
+        the next poll). Through ``deliver_many`` when the hooks have it (one transaction
+        for the fetch), else one ``deliver`` each."""
+        assert self.uidvalidity is not None
+        many = getattr(self.hooks, "deliver_many", None)
+        if many is not None and fetched:
+            items = [
+                (raw, self.config.source, self.uidvalidity, uid, arrived, size)
+                for uid, raw, arrived, size in fetched
+            ]
+            delivered, failure = many(items)
+            return [u for (u, *_), ok in zip(fetched, delivered, strict=False) if ok], failure
+        stored: list[int] = []
+        for uid, raw, arrived, size in fetched:
+            try:
+                delivered_one = self.hooks.deliver(
+                    raw, self.config.source, self.uidvalidity, uid, arrived, size
+                )
+            except Exception as exc:  # could not even be set aside: the database is away
+                return stored, exc
+            if delivered_one:
+                stored.append(uid)
+        return stored, None
 
     def _batches(self, client: IMAPClient, uids: list[int]) -> Iterator[dict[int, int]]:
         """{uid: size} in fetches of at most BATCH messages and FETCH_BYTES (sizes asked

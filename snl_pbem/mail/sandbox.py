@@ -44,6 +44,9 @@ so a message that runs to it holds a worker for ``PARSE_SECONDS`` whatever the m
 four such hold four workers, not the whole intake (a real message still takes milliseconds
 beside them). Each worker's memory is bounded by ``MEMORY_BYTES`` on its own."""
 START_SECONDS = 120.0
+BATCHED_BYTES = 1024 * 1024
+"""A larger message is sent to a worker alone, even within a batch (``parse_many``): a
+batch is received whole, and only a message alone may be too big to receive."""
 
 
 class ParseFailed(Exception):
@@ -78,19 +81,25 @@ def _serve(conn: Connection, memory: int) -> None:
             return
         except MemoryError:
             operation, raw, argument = "too big", b"", None
-        try:
-            if operation == "too big":
-                raise MemoryError
-            address, sent = argument  # the game address, what we sent to the sender
-            answer: tuple[str, Any] = ("ok", parse_message(raw, address, sent))
-        except MemoryError:
-            answer = ("error", "reading it needed more memory than the limit")
-        except BaseException as exc:  # parse_message should never raise; report, live on
-            answer = ("error", f"{type(exc).__name__}: {exc}"[:500])
-        try:
-            conn.send(answer)
-        except (EOFError, OSError):
-            return
+        if operation == "parse many":  # a batch: one answer per message, as each is read
+            address, sents = argument
+            items = list(zip(raw, sents, strict=True))
+        else:
+            address, sent = argument if operation == "parse" else ("", ())
+            items = [(raw, sent)]
+        for one, sent in items:
+            try:
+                if operation == "too big":
+                    raise MemoryError
+                answer: tuple[str, Any] = ("ok", parse_message(one, address, sent))
+            except MemoryError:
+                answer = ("error", "reading it needed more memory than the limit")
+            except BaseException as exc:  # parse_message should never raise; report, live on
+                answer = ("error", f"{type(exc).__name__}: {exc}"[:500])
+            try:
+                conn.send(answer)
+            except (EOFError, OSError):
+                return
 
 
 def _max_fd() -> int:
@@ -159,6 +168,55 @@ class Sandbox:
         assert isinstance(value, ParsedMail)
         return value
 
+    def parse_many(
+        self, raws: list[bytes], game_address: str, sents: list[tuple[str, ...]]
+    ) -> list[ParsedMail | Exception]:
+        """Read several messages in one round trip: each its ParsedMail, or the
+        ParseTimeout or ParseFailed it met. Each is bounded as ``parse`` bounds one (the
+        worker answers each as it is read): one that runs to the time limit costs its
+        worker, and the messages after it are read by the next worker, never lost."""
+        results: list[ParsedMail | Exception] = []
+        while len(results) < len(raws):
+            start = len(results)
+            if len(raws[start]) > BATCHED_BYTES:  # alone: receiving it may need the limit
+                try:
+                    results.append(self.parse(raws[start], game_address, sents[start]))
+                except (ParseTimeout, ParseFailed) as exc:
+                    results.append(exc)
+                continue
+            end = start + 1
+            while end < len(raws) and len(raws[end]) <= BATCHED_BYTES:
+                end += 1
+            with self._slots:
+                worker = self._take()
+                try:
+                    batch = ("parse many", raws[start:end], (game_address, sents[start:end]))
+                    worker.conn.send(batch)
+                    for _ in range(start, end):
+                        if not worker.conn.poll(self.seconds):
+                            self._discard(worker)
+                            results.append(
+                                ParseTimeout(
+                                    f"reading it took longer than {self.seconds:g} s (stopped)"
+                                )
+                            )
+                            break
+                        status, value = worker.conn.recv()
+                        if status == "ok":
+                            results.append(value)
+                        else:
+                            results.append(ParseFailed(str(value)))
+                    else:
+                        self._idle.put(worker)
+                except (EOFError, OSError) as exc:
+                    self._discard(worker)
+                    failed = ParseFailed(f"the reading process died ({type(exc).__name__})")
+                    results.append(failed)
+                except BaseException:
+                    self._discard(worker)
+                    raise
+        return results
+
     def _run(self, operation: str, raw: bytes, argument: object) -> object:
         with self._slots:
             worker = self._take()
@@ -166,9 +224,7 @@ class Sandbox:
                 worker.conn.send((operation, raw, argument))
                 if not worker.conn.poll(self.seconds):
                     self._discard(worker)
-                    raise ParseTimeout(
-                        f"reading it took longer than {self.seconds:g} s (stopped)"
-                    )
+                    raise ParseTimeout(f"reading it took longer than {self.seconds:g} s (stopped)")
                 status, value = worker.conn.recv()
             except (EOFError, OSError, BrokenPipeError) as exc:
                 self._discard(worker)
@@ -235,3 +291,10 @@ def default_sandbox() -> Sandbox:
 def parse(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> ParsedMail:
     """Read one message in the shared sandbox (see the module's docstring)."""
     return default_sandbox().parse(raw, game_address, sent)
+
+
+def parse_many(
+    raws: list[bytes], game_address: str, sents: list[tuple[str, ...]]
+) -> list[ParsedMail | Exception]:
+    """Read several messages in the shared sandbox, one round trip (``Sandbox.parse_many``)."""
+    return default_sandbox().parse_many(raws, game_address, sents)

@@ -6,7 +6,12 @@ the database; this module gives them what they call.
 Both intakes go through one :class:`Intake`: it stores a message first, hands
 it to :class:`Readers`, a few threads that have stored messages read (in the
 sandbox) and processed in parallel, and tells each typed result to one
-``on_result`` (the server's). A message that runs to the sandbox's time limit
+``on_result`` (the server's). Both work in batches where that costs no wait: an IMAP
+fetch is stored in one transaction before it is moved; LMTP deliveries that arrive
+while one is being written are written together next (:class:`GroupStore`), each
+answered 250 once committed; and the small messages queued behind the one a reader
+takes are read in one sandbox round trip and processed in one transaction, a savepoint
+each (``snl_pbem.app.intake.batch``). A message that runs to the sandbox's time limit
 holds one reader for that long, never the mailbox or the messages after it. A round's close asks
 the same readers for the messages received before its deadline and still
 unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
@@ -22,10 +27,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
-from snl_pbem.app.intake import IngestResult, ingest, process_now
+from snl_pbem.app.intake import IngestResult, process_batch, process_now
+from snl_pbem.app.intake.store import Incoming, store_many
 from snl_pbem.app.mailbox_state import (
     ensure_state,
     record_failed_poll,
@@ -64,6 +72,13 @@ long the machine takes to read it: an order is a few hundred bytes, and reading 
 linearly with size (snl_pbem.mail.htmltext), so only a larger message can be slow of
 itself. Whether to give up on a message never depends on how fast the machine is."""
 KEPT_RESULTS = 1000
+BATCH_MAX = 25
+"""Messages processed in one transaction at most (``process_batch``): what has queued while
+the previous batch was written, so a batch adds no wait; bounded so that a close waiting for
+the game's lock, or another writer, waits for a short batch only."""
+BATCH_BYTES = 64 * 1024
+"""Messages larger than this are read and processed alone (a large message may be slow to
+read: it must not hold small ones); an order is a few hundred bytes."""
 
 
 @dataclass(eq=False)
@@ -103,12 +118,24 @@ class Readers:
     and answered. (ABSENT and ABSENT OFF in two messages that both wait for one close,
     the later the smaller, are the exception: the one read last holds, until the next.)
     A message asked for twice is read once (same future).
+
+    A reader takes, with the message these rules choose, the small messages queued behind
+    it in the same order (up to ``batch``; ``_batch``), and processes them in one
+    transaction: what queued while the previous batch was written, so no message waits
+    for a batch to fill.
     """
 
-    def __init__(self, threads: int = MAX_WORKERS, in_order: float = IN_ORDER_SECONDS) -> None:
+    def __init__(
+        self,
+        threads: int = MAX_WORKERS,
+        in_order: float = IN_ORDER_SECONDS,
+        batch: int = BATCH_MAX,
+    ) -> None:
         self.threads = threads
         self.in_order = in_order
-        self._cond = threading.Condition(threading.RLock())
+        self.batch = batch
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._queued: dict[tuple[int, int], _Job] = {}
         self._running: dict[tuple[int, int], _Job] = {}
         self._workers: list[threading.Thread] = []
@@ -136,6 +163,11 @@ class Readers:
                 self._cond.notify()
             job.urgent = job.urgent or urgent
             return job.future
+
+    def held(self) -> AbstractContextManager[Any]:
+        """Hold the readers while several messages are submitted (``with readers.held():``):
+        none is taken before all are queued, so they are read as one batch."""
+        return self._lock
 
     def submit_urgent(
         self, db: Database, config: Config, messages: dict[int, tuple[int, str | None]]
@@ -225,9 +257,43 @@ class Readers:
             self._workers.append(thread)
             thread.start()
 
-    def _next(self) -> tuple[_Job | None, float | None]:
-        """The message to read now, or None and how long to wait before looking again
-        (None: until something changes)."""
+    def _next(self) -> tuple[list[_Job] | None, float | None]:
+        """The messages to read now, as one batch, or None and how long to wait before
+        looking again (None: until something changes). The first is the one the rules
+        below choose; small messages queued behind it join it, in the order they were
+        stored (``_batch``)."""
+        job, pause = self._first()
+        if job is None:
+            return None, pause
+        return self._batch(job), None
+
+    def _batch(self, first: _Job) -> list[_Job]:
+        """``first`` and, when it is small, the small messages of the same database queued
+        after it, in stored order, up to BATCH_MAX: one transaction for all of them
+        (``process_batch``). A large message is read alone (it may be slow: see the class)."""
+        if self.batch <= 1 or not 0 < first.size <= BATCH_BYTES:  # 0: size not known
+            return [first]
+        busy = {job.sender for job in self._running.values()}  # her next waits for it
+        queued = [
+            job
+            for job in self._queued.values()
+            if job is not first
+            and job.db is first.db
+            and job.urgent == first.urgent
+            and job.sender not in busy
+        ]
+        # the order the rules above take them in: stored order, or at a close the smallest
+        # first (see the class)
+        order = (lambda j: (j.size, j.inbound_id)) if first.urgent else (lambda j: j.inbound_id)
+        batch = [first]
+        for job in sorted(queued, key=order):
+            if len(batch) >= self.batch or not 0 < job.size <= BATCH_BYTES:
+                break
+            if order(job) > order(first):
+                batch.append(job)
+        return batch
+
+    def _first(self) -> tuple[_Job | None, float | None]:
         if not self._queued or self._paused:
             return None, None
         now = time.monotonic()
@@ -248,34 +314,48 @@ class Readers:
     def _work(self) -> None:
         while True:
             with self._cond:
-                job, pause = self._next()
-                while job is None:
+                jobs, pause = self._next()
+                while jobs is None:
                     self._cond.wait(pause)
-                    job, pause = self._next()
-                key = (id(job.db), job.inbound_id)
-                del self._queued[key]
-                job.started = time.monotonic()
-                self._running[key] = job
-            try:
-                result = process_now(job.db, job.config, job.inbound_id)
-            except BaseException as exc:  # the database away: the message stays new
-                log.error(
-                    "inbound %d could not be processed (%s: %s); it stays stored, unprocessed",
-                    job.inbound_id,
-                    type(exc).__name__,
-                    exc,
-                )
-                outcome: IngestResult | BaseException = exc
-            else:
-                outcome = result
+                    jobs, pause = self._next()
+                now = time.monotonic()
+                for job in jobs:
+                    key = (id(job.db), job.inbound_id)
+                    del self._queued[key]
+                    job.started = now
+                    self._running[key] = job
+            outcomes = self._process(jobs)
             with self._cond:
-                job.finished = time.monotonic()
-                del self._running[key]
+                now = time.monotonic()
+                for job in jobs:
+                    job.finished = now
+                    del self._running[(id(job.db), job.inbound_id)]
                 self._cond.notify_all()
-            if isinstance(outcome, BaseException):
-                job.future.set_exception(outcome)
-            else:
-                job.future.set_result(outcome)
+            for job in jobs:
+                outcome = outcomes[job.inbound_id]
+                if isinstance(outcome, BaseException):
+                    log.error(
+                        "inbound %d could not be processed (%s: %s); it stays stored, unprocessed",
+                        job.inbound_id,
+                        type(outcome).__name__,
+                        outcome,
+                    )
+                    job.future.set_exception(outcome)
+                else:
+                    job.future.set_result(outcome)
+
+    @staticmethod
+    def _process(jobs: list[_Job]) -> dict[int, IngestResult | BaseException]:
+        """Each job's outcome: one message alone (``process_now``), several in one
+        transaction (``process_batch``); an exception: the database away, it stays new."""
+        first = jobs[0]
+        try:
+            if len(jobs) == 1:
+                return {first.inbound_id: process_now(first.db, first.config, first.inbound_id)}
+            ids = [job.inbound_id for job in jobs]
+            return dict(process_batch(first.db, first.config, ids))
+        except BaseException as exc:
+            return {job.inbound_id: exc for job in jobs}
 
 
 _readers: Readers | None = None
@@ -325,6 +405,60 @@ def settle(
     return True
 
 
+@dataclass(eq=False)
+class _Waiting:
+    message: Incoming
+    wake: threading.Event = field(default_factory=threading.Event)
+    done: bool = False
+    outcome: tuple[IngestResult, tuple[bytes, str | None] | None] | BaseException | None = None
+
+
+class GroupStore:
+    """Group commit for messages that come one by one from several threads (LMTP's
+    sessions): the first is written at once, alone; those that arrive while a batch is
+    being written are written together next, in one transaction (``store_many``). No
+    message waits for another to arrive, and each caller returns only once its message is
+    committed (then its 250 may be sent)."""
+
+    def __init__(self, db: Database, config: Config) -> None:
+        self.db = db
+        self.config = config
+        self._lock = threading.Lock()
+        self._queue: list[_Waiting] = []
+        self._writing = False
+
+    def store(self, message: Incoming) -> tuple[IngestResult, tuple[bytes, str | None] | None]:
+        me = _Waiting(message)
+        with self._lock:
+            self._queue.append(me)
+            lead = not self._writing
+            self._writing = True
+        if not lead:
+            me.wake.wait()  # written by the thread before, or this thread's turn to write
+        if not me.done:
+            with self._lock:
+                batch, self._queue = self._queue, []
+            try:
+                outcomes: list[Any] = list(
+                    store_many(self.db, self.config, [w.message for w in batch])
+                )
+            except BaseException as exc:  # the database away: none is stored
+                outcomes = [exc] * len(batch)
+            for waiting, outcome in zip(batch, outcomes, strict=True):
+                waiting.outcome, waiting.done = outcome, True
+                if waiting is not me:
+                    waiting.wake.set()
+            with self._lock:
+                if self._queue:
+                    self._queue[0].wake.set()  # its thread writes what came meanwhile
+                else:
+                    self._writing = False
+        if isinstance(me.outcome, BaseException):
+            raise me.outcome
+        assert me.outcome is not None
+        return me.outcome
+
+
 class Intake:
     """How a message that arrived, by IMAP or LMTP alike, enters: ``store`` stores it
     (``ingest(process=False)``: committed before the source is acknowledged) and hands it
@@ -343,6 +477,7 @@ class Intake:
         self.config = config
         self.readers = readers or default_readers()
         self.on_result = on_result
+        self._group = GroupStore(db, config)
 
     def store(
         self,
@@ -356,18 +491,20 @@ class Intake:
     ) -> tuple[IngestResult, Future[IngestResult]]:
         """Store one message and have it read: (the storing's result, the future result
         of its reading; a message already known is done at once)."""
-        result = ingest(
-            self.db,
-            self.config,
-            raw,
-            received_at,
-            source,
-            uidvalidity=uidvalidity,
-            uid=uid,
-            size=size,
-            process=False,
-        )
+        result, _ = self._group.store((raw, received_at, source, uidvalidity, uid, size))
         return result, read_stored(self.readers, self.db, self.config, result, raw)
+
+    def store_many(
+        self, messages: list[Incoming]
+    ) -> list[tuple[IngestResult, Future[IngestResult]]]:
+        """``store`` for several messages, in one transaction (``store_many``): all are
+        stored, and may be acknowledged, or (the database away: it raises) none."""
+        stored = store_many(self.db, self.config, messages)
+        with self.readers.held():  # all queued at once: read as one batch, not one by one
+            return [
+                (result, read_stored(self.readers, self.db, self.config, result, raw))
+                for (result, _), (raw, *_) in zip(stored, messages, strict=True)
+            ]
 
     def told(self, future: Future[IngestResult]) -> IngestResult | None:
         """A message read: its outcome to ``on_result`` (None when its reading failed:
@@ -434,6 +571,32 @@ class DatabaseHooks:
         )
         self._reading.append(reading)
         return result.stored
+
+    def deliver_many(
+        self, items: list[tuple[bytes, str, int, int, datetime | None, int | None]]
+    ) -> tuple[list[bool], Exception | None]:
+        """Store a fetch's messages in one transaction (each as ``deliver`` does): whether
+        each is stored, and the failure that stopped them (the database away: none is).
+        A subclass with its own ``deliver`` is called once a message, as before."""
+        if type(self).deliver is not DatabaseHooks.deliver:
+            flags: list[bool] = []
+            for raw, source, uidvalidity, uid, arrived, size in items:
+                try:
+                    flags.append(self.deliver(raw, source, uidvalidity, uid, arrived, size))
+                except Exception as exc:
+                    return flags, exc
+            return flags, None
+        now = self.clock()
+        messages: list[Incoming] = [
+            (raw, min(arrived, now) if arrived is not None else now, source, validity, uid, size)
+            for raw, source, validity, uid, arrived, size in items
+        ]
+        try:
+            stored = self.intake.store_many(messages)
+        except Exception as exc:  # the database away: the fetch stays in the mailbox
+            return [], exc
+        self._reading.extend(reading for _, reading in stored)
+        return [result.stored for result, _ in stored], None
 
     def _collect(self, seconds: float) -> None:
         """Wait for this poll's messages to be read (``seconds`` at most, or until

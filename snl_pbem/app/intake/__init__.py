@@ -14,6 +14,7 @@ from snl_pbem.app.intake.authenticate import (
     WRONG_KEYS_PER_GAME_PER_HOUR,
     WRONG_KEYS_PER_SENDER_PER_HOUR,
 )
+from snl_pbem.app.intake.batch import process_batch, waiting_sizes
 from snl_pbem.app.intake.context import IngestResult
 from snl_pbem.app.intake.pipeline import (
     MAX_ATTEMPTS,
@@ -22,7 +23,6 @@ from snl_pbem.app.intake.pipeline import (
     process_pending,
     process_stored,
     retry_set_aside,
-    waiting_sizes,
 )
 from snl_pbem.app.intake.reading import SENT_COMPARED
 from snl_pbem.app.intake.reply import TRIMMED_BYTES
@@ -38,6 +38,7 @@ __all__ = [
     "WRONG_KEYS_PER_SENDER_PER_HOUR",
     "IngestResult",
     "ingest",
+    "process_batch",
     "process_now",
     "process_pending",
     "process_stored",

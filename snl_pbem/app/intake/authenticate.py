@@ -67,7 +67,10 @@ def game(msg: Message) -> Outcome | None:
     # written (a foreign key's share lock first would let two intakes deadlock): an order is
     # either stored before a close reads the orders (and counts), or looked at after it (and
     # refused with the reason), never stored for a round a concurrent close has adjudicated.
-    session.refresh(found, with_for_update=True)
+    locked: set[int] = session.info.setdefault("games locked", set())
+    if found.id not in locked:  # once a transaction: a batch's later messages hold it already
+        session.refresh(found, with_for_update=True)
+        locked.add(found.id)
     ctx.row.game_id = found.id
     msg.game = found
     if commands.conflict is not None:
@@ -235,12 +238,24 @@ def _key_guessing(ctx: Context, game: Game) -> bool:
     return over_sender
 
 
+def _game_named(session: Session, name: str) -> Game | None:
+    """The game of that name, looked up once a transaction (a batch's messages name the
+    same few games; the session keeps the row, and a game is never renamed)."""
+    names: dict[str, int] = session.info.setdefault("game ids", {})
+    if name in names:
+        return session.get(Game, names[name])
+    found = session.scalar(select(Game).where(Game.name == name))
+    if found is not None:
+        names[name] = found.id
+    return found
+
+
 def _find_game(session: Session, commands: Commands, sender: str | None) -> Game | None:
     """The game a GAME line names; else the first [id] of the subject that is a game here
     (a gateway's "[EXTERNAL]" may come first); else the one running game the sender
     plays in."""
     if commands.game is not None and not commands.game_from_subject:
-        return session.scalar(select(Game).where(Game.name == commands.game))
+        return _game_named(session, commands.game)
     for candidate in commands.subject_games:
         game = session.scalar(select(Game).where(Game.name == candidate))
         if game is not None:

@@ -13,7 +13,8 @@ pipelines):
     commands      a player's words, the order set, STATUS, HELP, through the registry
     reply         the final answer, and the redacted copy kept (reply.py)
 
-(``STEPS`` below is that list.)
+(``STEPS`` below is that list; batch.py runs it for several messages in one transaction,
+a savepoint each.)
 
 A step may end the message with an ``Outcome``. Each message is read (parsed) first, in
 the sandbox and outside any transaction (reading.py), then processed in one transaction
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 import snl_pbem.app.intake.authenticate as authenticate
@@ -162,23 +163,6 @@ def process_stored(db: Database, config: Config, inbound_id: int) -> IngestResul
     return _process_row(db, config, inbound_id)
 
 
-def waiting_sizes(db: Database, ids: list[int]) -> dict[int, tuple[int, str | None]]:
-    """(stored size in bytes, sender) of each of these messages still unprocessed: the
-    readers read small ones first, whoever sent them."""
-    found: dict[int, tuple[int, str | None]] = {}
-    size = func.coalesce(func.length(InboundMessage.raw), 0)
-    with db.transaction() as session:
-        for start in range(0, len(ids), 500):  # bounded IN lists, whatever the flood
-            rows = session.execute(
-                select(InboundMessage.id, size, InboundMessage.sender).where(
-                    InboundMessage.id.in_(ids[start : start + 500]),
-                    InboundMessage.status == InboundStatus.NEW,
-                )
-            ).all()
-            found.update((inbound_id, (int(n), sender)) for inbound_id, n, sender in rows)
-    return found
-
-
 def process_now(db: Database, config: Config, inbound_id: int) -> IngestResult:
     """Process a stored message now, if nobody has (a round is about to close and the
     message reached us before its deadline). Safe beside another thread or process
@@ -234,41 +218,64 @@ def _process_row(
     mail = _read(raw, config, _sent_to(db, config, sender))
     try:
         with db.transaction() as session:
-            row = session.get(InboundMessage, inbound_id, with_for_update=True)
-            assert row is not None
-            if row.status != InboundStatus.NEW:
-                handled = f"already handled: {row.status}"
-                return IngestResult(inbound_id, InboundStatus.DUPLICATE, handled)
-            if isinstance(mail, str):
-                row.status, row.error = InboundStatus.SET_ASIDE, mail
-                status, detail = InboundStatus.SET_ASIDE, mail
-                log.error("inbound %d %s", inbound_id, mail)
-                found = IngestResult(inbound_id, status, detail)
-            else:
-                msg, outcome, secrets = _process(
-                    session, config, row, mail, note if too_large else None
-                )
-                status, detail = outcome.status, outcome.detail
-                row.status, row.error = status, clean_text(detail) or None
-                try:  # never costs the message its processing: a savepoint of its own
-                    with session.begin_nested():
-                        kept_after_reading(session, config, row, raw, mail, secrets)
-                except Exception as exc:
-                    log.error("inbound %d: keeping a redacted copy failed: %s", inbound_id, exc)
-                found = what_it_did(session, msg, status, detail)
+            found = _process_in(session, config, inbound_id, raw, note, mail)
     except Exception as exc:  # kept with its traceback for the referee; the server carries on
-        trace = traceback.format_exc(limit=20)
-        with db.transaction() as session:
-            row = session.get(InboundMessage, inbound_id)
-            assert row is not None
-            row.status, row.error = InboundStatus.SET_ASIDE, clean_text(trace[-8000:])
-        log.error(
-            "inbound %d set aside for the referee: %s: %s", inbound_id, type(exc).__name__, exc
-        )
-        return IngestResult(inbound_id, InboundStatus.SET_ASIDE, f"{type(exc).__name__}: {exc}")
-    if status != InboundStatus.SET_ASIDE:
-        log.info("inbound %d %s%s", inbound_id, status, f": {detail}" if detail else "")
+        return _set_aside(db, inbound_id, exc)
+    _log_result(found)
     return found
+
+
+def _process_in(
+    session: Session,
+    config: Config,
+    inbound_id: int,
+    raw: bytes,
+    note: str | None,
+    mail: ParsedMail | str,
+    locked: bool = False,
+) -> IngestResult:
+    """Process one read message in ``session``: its row locked and its status checked
+    (processed once however many processes reach it), the steps run, the copy kept."""
+    too_large = bool(note and note.startswith(TOO_LARGE))
+    row = session.get(InboundMessage, inbound_id, with_for_update=None if locked else True)
+    assert row is not None
+    if row.status != InboundStatus.NEW:
+        handled = f"already handled: {row.status}"
+        return IngestResult(inbound_id, InboundStatus.DUPLICATE, handled)
+    if isinstance(mail, str):
+        row.status, row.error = InboundStatus.SET_ASIDE, mail
+        log.error("inbound %d %s", inbound_id, mail)
+        return IngestResult(inbound_id, InboundStatus.SET_ASIDE, mail)
+    msg, outcome, secrets = _process(session, config, row, mail, note if too_large else None)
+    status, detail = outcome.status, outcome.detail
+    row.status, row.error = status, clean_text(detail) or None
+    try:  # never costs the message its processing: a savepoint of its own
+        with session.begin_nested():
+            kept_after_reading(session, config, row, raw, mail, secrets)
+    except Exception as exc:
+        log.error("inbound %d: keeping a redacted copy failed: %s", inbound_id, exc)
+    return what_it_did(session, msg, status, detail)
+
+
+def _set_aside(db: Database, inbound_id: int, exc: Exception) -> IngestResult:
+    """A message whose processing failed: kept with its traceback for the referee."""
+    trace = clean_text(traceback.format_exc(limit=20)[-8000:])
+    with db.transaction() as session:
+        row = session.get(InboundMessage, inbound_id)
+        assert row is not None
+        row.status, row.error = InboundStatus.SET_ASIDE, trace
+    log.error("inbound %d set aside for the referee: %s: %s", inbound_id, type(exc).__name__, exc)
+    return IngestResult(inbound_id, InboundStatus.SET_ASIDE, f"{type(exc).__name__}: {exc}")
+
+
+def _log_result(found: IngestResult) -> None:
+    if found.status != InboundStatus.SET_ASIDE and not found.detail.startswith("already"):
+        log.info(
+            "inbound %d %s%s",
+            found.inbound_id,
+            found.status,
+            f": {found.detail}" * bool(found.detail),
+        )
 
 
 def _process(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 
 from sqlalchemy import func, select, union_all
+from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
 from snl_pbem.mail import sandbox
@@ -47,41 +48,105 @@ def _sent_to(db: Database, config: Config, sender: str | None) -> tuple[str, ...
     messages not fingerprinted yet (usually one: the last reply)."""
     if sender is None:
         return ()
-    columns = (OutboxMessage.id, OutboxMessage.message_id, OutboxMessage.secret)
     with db.transaction() as session:
-        addresses = {sender, config.settings.mail.referee}  # as the players' rows spell it
-        addresses.update(
-            session.scalars(select(Player.email).where(func.lower(Player.email) == sender))
-        )
-        to_sender = (  # an IN list, not an OR: the (recipient, status, id) index serves it
-            OutboxMessage.recipient.in_(sorted(a for a in addresses if a.lower() == sender)),
-            OutboxMessage.status.in_((OutboxStatus.SENT, OutboxStatus.PENDING)),
-        )
-        latest = select(OutboxMessage.status, *columns).order_by(OutboxMessage.id.desc())
-        both = union_all(
-            latest.where(*to_sender).limit(SENT_COMPARED).subquery().select(),
-            latest.where(*to_sender, OutboxMessage.secret)
-            .limit(SECRET_COMPARED)
+        return _sent_in(session, config, sender)
+
+
+def _sent_to_many(
+    db: Database, config: Config, senders: list[str | None]
+) -> dict[str | None, tuple[str, ...]]:
+    """``_sent_to`` for each of these senders (a batch's messages), in three queries
+    whatever their number: the latest of each sender's mail picked by window functions."""
+    found: dict[str | None, tuple[str, ...]] = {None: ()}
+    wanted = sorted({s for s in senders if s is not None})
+    if not wanted:
+        return found
+    with db.transaction() as session:
+        spellings: dict[str, set[str]] = {s: {s} for s in wanted}
+        referee = config.settings.mail.referee
+        if referee.lower() in spellings:
+            spellings[referee.lower()].add(referee)
+        for email in session.scalars(
+            select(Player.email).where(func.lower(Player.email).in_(wanted))
+        ):
+            spellings[email.lower()].add(email)
+        recipients = sorted(set().union(*spellings.values()))
+        whose = func.lower(OutboxMessage.recipient)
+        newest = OutboxMessage.id.desc()
+        ranked = (
+            select(
+                OutboxMessage.id,
+                OutboxMessage.message_id,
+                OutboxMessage.secret,
+                OutboxMessage.status,
+                whose.label("whose"),
+                func.row_number().over(partition_by=whose, order_by=newest).label("n"),
+                func.row_number()
+                .over(partition_by=(whose, OutboxMessage.secret), order_by=newest)
+                .label("s"),
+            )
+            .where(
+                OutboxMessage.recipient.in_(recipients),
+                OutboxMessage.status.in_((OutboxStatus.SENT, OutboxStatus.PENDING)),
+            )
             .subquery()
-            .select(),
         )
-        rows = {(row.id, row.message_id, row.secret, row.status) for row in session.execute(both)}
+        picked = session.execute(
+            select(
+                ranked.c.id, ranked.c.message_id, ranked.c.secret, ranked.c.status, ranked.c.whose
+            ).where(
+                (ranked.c.n <= SENT_COMPARED) | (ranked.c.secret & (ranked.c.s <= SECRET_COMPARED))
+            )
+        ).all()
+        _fingerprint_missing(session, [(r.id, r.message_id, r.secret, r.status) for r in picked])
+    by_sender: dict[str, list[tuple[int, str]]] = {s: [] for s in wanted}
+    for row in picked:
+        by_sender[row.whose].append((row.id, row.message_id))
+    with _fingerprints_lock:
+        for sender, rows in by_sender.items():
+            values = [
+                _fingerprints.get(message_id, "") for _, message_id in sorted(rows, reverse=True)
+            ]
+            found[sender] = tuple(value for value in values if value)
+    return found
+
+
+def _fingerprint_missing(session: Session, rows: list[tuple[int, str, bool, str]]) -> None:
+    """Work out the fingerprints of these outbox rows not fingerprinted yet."""
+    with _fingerprints_lock:
+        missing = {row[0]: row for row in rows if row[1] not in _fingerprints}
+    if not missing:
+        return
+    for outbox_id, message in session.execute(
+        select(OutboxMessage.id, OutboxMessage.message).where(OutboxMessage.id.in_(sorted(missing)))
+    ):
+        _, message_id, is_secret, status = missing[outbox_id]
+        scrubbed = is_secret and status == OutboxStatus.SENT  # see drain_outbox
+        value = fingerprint_of_sent(message, scrubbed=scrubbed)
         with _fingerprints_lock:
-            missing = {row[0]: row for row in rows if row[1] not in _fingerprints}
-        if missing:
-            for outbox_id, message in session.execute(
-                select(OutboxMessage.id, OutboxMessage.message).where(
-                    OutboxMessage.id.in_(sorted(missing))
-                )
-            ):
-                _, message_id, is_secret, status = missing[outbox_id]
-                scrubbed = is_secret and status == OutboxStatus.SENT  # see drain_outbox
-                value = fingerprint_of_sent(message, scrubbed=scrubbed)
-                with _fingerprints_lock:
-                    if len(_fingerprints) >= _FINGERPRINTS_KEPT:
-                        for old in list(_fingerprints)[: _FINGERPRINTS_KEPT // 2]:
-                            del _fingerprints[old]
-                    _fingerprints[message_id] = value
+            if len(_fingerprints) >= _FINGERPRINTS_KEPT:
+                for old in list(_fingerprints)[: _FINGERPRINTS_KEPT // 2]:
+                    del _fingerprints[old]
+            _fingerprints[message_id] = value
+
+
+def _sent_in(session: Session, config: Config, sender: str) -> tuple[str, ...]:
+    columns = (OutboxMessage.id, OutboxMessage.message_id, OutboxMessage.secret)
+    addresses = {sender, config.settings.mail.referee}  # as the players' rows spell it
+    addresses.update(
+        session.scalars(select(Player.email).where(func.lower(Player.email) == sender))
+    )
+    to_sender = (  # an IN list, not an OR: the (recipient, status, id) index serves it
+        OutboxMessage.recipient.in_(sorted(a for a in addresses if a.lower() == sender)),
+        OutboxMessage.status.in_((OutboxStatus.SENT, OutboxStatus.PENDING)),
+    )
+    latest = select(OutboxMessage.status, *columns).order_by(OutboxMessage.id.desc())
+    both = union_all(
+        latest.where(*to_sender).limit(SENT_COMPARED).subquery().select(),
+        latest.where(*to_sender, OutboxMessage.secret).limit(SECRET_COMPARED).subquery().select(),
+    )
+    rows = {(row.id, row.message_id, row.secret, row.status) for row in session.execute(both)}
+    _fingerprint_missing(session, list(rows))
     with _fingerprints_lock:
         found = [_fingerprints.get(row[1], "") for row in sorted(rows, reverse=True)]
     return tuple(value for value in found if value)

@@ -87,6 +87,72 @@ def store(
     return IngestResult(inbound_id, InboundStatus.NEW, "stored"), (kept, note)
 
 
+Incoming = tuple[bytes, datetime, str, int | None, int | None, int | None]
+"""One message to store: (raw, received_at, source, uidvalidity, uid, size)."""
+
+
+def store_many(
+    db: Database, config: Config, messages: list[Incoming]
+) -> list[tuple[IngestResult, tuple[bytes, str | None] | None]]:
+    """Store several messages in one transaction (an IMAP fetch, what LMTP has queued):
+    one commit for all, and only then may their sources be acknowledged. Each is as
+    ``store`` stores it; if the batch cannot be written as it is (a message the database
+    refuses, another process storing one of them at the same moment), each is stored
+    alone, so one message never costs the others their storing. Raises only if the
+    database is away (then none of them is acknowledged)."""
+    if len(messages) <= 1:
+        return [
+            store(db, config, raw, at, source, uidvalidity=validity, uid=uid, size=size)
+            for raw, at, source, validity, uid, size in messages
+        ]
+    found: list[tuple[IngestResult, tuple[bytes, str | None] | None]] = []
+    try:
+        with db.transaction() as session:
+            rows: list[tuple[InboundMessage, tuple[bytes, str | None]] | IngestResult] = []
+            for raw, received_at, source, uidvalidity, uid, size in messages:
+                digest = hashlib.sha256(raw).hexdigest()
+                message_id, sender = envelope_of(raw)
+                source = clean_text(source, 200)
+                known = _known(session, digest, source, uidvalidity, uid)
+                if known is not None:
+                    rows.append(IngestResult(known.id, InboundStatus.DUPLICATE, "already stored"))
+                    continue
+                kept, note = _kept_bytes(config, raw, size)
+                row = InboundMessage(
+                    message_id=message_id,
+                    sha256=digest,
+                    source=source,
+                    uidvalidity=uidvalidity,
+                    uid=uid,
+                    received_at=received_at,
+                    raw=kept,
+                    status=InboundStatus.NEW,
+                    error=note,
+                    attempts=0,
+                    sender=sender,
+                )
+                session.add(row)
+                session.flush()  # the next one's _known sees it (the same bytes twice)
+                rows.append((row, (kept, note)))
+    except Exception as exc:
+        if isinstance(exc, OperationalError):
+            raise  # the database is unreachable or locked: the sources keep the messages
+        log.warning("a batch of %d could not be stored (%s): each alone", len(messages), exc)
+        return [
+            store(db, config, raw, at, source, uidvalidity=validity, uid=uid, size=size)
+            for raw, at, source, validity, uid, size in messages
+        ]
+    for item in rows:
+        if isinstance(item, IngestResult):
+            found.append((item, None))
+        else:
+            row, kept_note = item
+            found.append((IngestResult(row.id, InboundStatus.NEW, "stored"), kept_note))
+    if any(kept is not None for _, kept in found):
+        crash_point("ingest.stored-not-processed")
+    return found
+
+
 def _refused_as_data(exc: Exception) -> bool:
     """True when the database refused the row for its content, not for being away."""
     if isinstance(exc, OperationalError):

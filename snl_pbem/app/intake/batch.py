@@ -1,0 +1,144 @@
+"""Batches: several stored messages processed in one transaction, a savepoint each (the
+readers' batches, ``snl_pbem.runners.mailboxes``). One commit for the batch instead of one
+per message, and what the messages share (the game, its round, its players) read once.
+Each message's guarantees are those of ``pipeline``: processed once (its row locked and its
+status checked), and a crash at any point loses nothing and applies nothing twice (nothing
+is committed before the whole batch is)."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import func, select
+
+from snl_pbem.app.intake.context import IngestResult
+from snl_pbem.app.intake.pipeline import _log_result, _process_in, _process_row
+from snl_pbem.app.intake.reading import _sent_to_many
+from snl_pbem.app.intake.store import TOO_LARGE
+from snl_pbem.config import Config
+from snl_pbem.mail import sandbox
+from snl_pbem.mail.parse import ParsedMail, ParseTimeout, envelope_of
+from snl_pbem.store import Database, InboundMessage
+from snl_pbem.store.states import InboundStatus
+
+log = logging.getLogger("snl_pbem.intake")
+
+
+def process_batch(
+    db: Database, config: Config, inbound_ids: list[int]
+) -> dict[int, IngestResult | Exception]:
+    """Process several stored messages in one transaction, a savepoint each, in the order
+    given: one commit for the batch instead of one per message, and the game, its round and
+    its players read once (the session keeps them). A message whose processing fails rolls
+    back its own savepoint only, and is processed again alone once the batch is committed
+    (``_process_row``: set aside with its traceback if it fails again), so it costs the
+    others nothing. If the batch cannot be committed, each is processed alone. Nothing is
+    committed before the batch is, so a crash part-way leaves all of them stored,
+    unprocessed (read again at the next start), none applied twice. Per message, its result,
+    or the exception that stopped it (the database away: it stays stored, unprocessed)."""
+    if len(inbound_ids) <= 1:
+        return {i: _process_alone(db, config, i) for i in inbound_ids}
+    results: dict[int, IngestResult | Exception] = {}
+    with db.transaction() as session:
+        stored = {
+            inbound_id: (status, raw, note)
+            for inbound_id, status, raw, note in session.execute(
+                select(
+                    InboundMessage.id,
+                    InboundMessage.status,
+                    InboundMessage.raw,
+                    InboundMessage.error,
+                ).where(InboundMessage.id.in_(inbound_ids))
+            )
+        }
+    todo: list[tuple[int, bytes, str | None]] = []
+    for inbound_id in inbound_ids:
+        status, raw, note = stored[inbound_id]
+        if status != InboundStatus.NEW:
+            handled = f"already handled: {status}"
+            results[inbound_id] = IngestResult(inbound_id, InboundStatus.DUPLICATE, handled)
+        else:
+            todo.append((inbound_id, raw, note))
+    senders = [
+        None if note and note.startswith(TOO_LARGE) else envelope_of(raw)[1]
+        for _, raw, note in todo
+    ]
+    sent = _sent_to_many(db, config, senders)
+    read = sandbox.parse_many(
+        [raw for _, raw, _ in todo], config.settings.mail.address, [sent[s] for s in senders]
+    )
+    done: list[IngestResult] = []
+    alone: list[int] = []
+    try:
+        with db.transaction() as session:
+            # every row locked at once, before the first savepoint (held to the commit), in
+            # id order: two batches sharing messages wait for each other, never deadlock
+            ids = [inbound_id for inbound_id, _, _ in todo]
+            rows = session.scalars(  # kept referenced: the session's map holds them weakly
+                select(InboundMessage)
+                .where(InboundMessage.id.in_(ids))
+                .order_by(InboundMessage.id)
+                .with_for_update()
+            ).all()
+            for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
+                try:  # a savepoint per message: a failure undoes this message only
+                    with session.begin_nested():
+                        found = _process_in(
+                            session, config, inbound_id, raw, note, _as_read(mail), locked=True
+                        )
+                except Exception as exc:
+                    # a savepoint rolled back releases the row locks taken in it (PostgreSQL)
+                    session.info.pop("games locked", None)
+                    log.warning(
+                        "inbound %d failed in a batch (%s: %s): processed again alone",
+                        inbound_id,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    alone.append(inbound_id)
+                else:
+                    done.append(found)
+            del rows
+    except Exception as exc:  # the batch was not committed: nothing of it holds
+        log.warning("a batch of %d could not be committed (%s): each alone", len(todo), exc)
+        done, alone = [], [inbound_id for inbound_id, _, _ in todo]
+    for found in done:
+        assert found.inbound_id is not None
+        results[found.inbound_id] = found
+        _log_result(found)
+    for inbound_id in alone:
+        results[inbound_id] = _process_alone(db, config, inbound_id)
+    return {inbound_id: results[inbound_id] for inbound_id in inbound_ids}
+
+
+def _process_alone(db: Database, config: Config, inbound_id: int) -> IngestResult | Exception:
+    try:
+        return _process_row(db, config, inbound_id)
+    except Exception as exc:  # the database away: it stays stored, unprocessed
+        return exc
+
+
+def _as_read(read: ParsedMail | Exception) -> ParsedMail | str:
+    """A batch's reading as ``_read`` gives one: the mail, or why it could not be read."""
+    if isinstance(read, ParseTimeout):
+        return f"set aside: {read}"
+    if isinstance(read, Exception):
+        return f"set aside: it could not be read: {read}"
+    return read
+
+
+def waiting_sizes(db: Database, ids: list[int]) -> dict[int, tuple[int, str | None]]:
+    """(stored size in bytes, sender) of each of these messages still unprocessed: the
+    readers read small ones first, whoever sent them."""
+    found: dict[int, tuple[int, str | None]] = {}
+    size = func.coalesce(func.length(InboundMessage.raw), 0)
+    with db.transaction() as session:
+        for start in range(0, len(ids), 500):  # bounded IN lists, whatever the flood
+            rows = session.execute(
+                select(InboundMessage.id, size, InboundMessage.sender).where(
+                    InboundMessage.id.in_(ids[start : start + 500]),
+                    InboundMessage.status == InboundStatus.NEW,
+                )
+            ).all()
+            found.update((inbound_id, (int(n), sender)) for inbound_id, n, sender in rows)
+    return found

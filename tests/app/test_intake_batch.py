@@ -1,0 +1,178 @@
+"""Batched intake (issue 23): stored messages processed in one transaction, a savepoint
+each. Per message nothing changes (R1: every order counts once; R19: nothing secret leaks):
+one bad message sets only itself aside and the others are applied; a crash mid-batch leaves
+every message stored, unprocessed, and the next start applies each exactly once; an IMAP
+fetch (or what LMTP has queued) is stored in one commit before any of it is acknowledged."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from mailhelpers import T0, orders_of, replies_since
+from sqlalchemy import event, select
+
+import snl_pbem.app.intake.pipeline as pipeline
+from snl_pbem.app.intake import ingest, process_batch, process_pending
+from snl_pbem.app.intake.context import Message
+from snl_pbem.app.intake.reading import _sent_to, _sent_to_many
+from snl_pbem.app.intake.store import store_many
+from snl_pbem.mail.sandbox import ParseFailed, Sandbox
+from snl_pbem.runners.mailboxes import Intake, Readers
+from snl_pbem.store import InboundMessage
+
+HANG = 120.0
+"""A hang detector, never a speed requirement."""
+
+
+def mail(body: str, sender: str, tag: str) -> bytes:
+    return (
+        f"From: {sender}\r\nTo: snl@example.org\r\nSubject: [g1] orders\r\n"
+        f"Message-ID: <{tag}@example.org>\r\n\r\n{body}\r\n"
+    ).encode()
+
+
+def three(db, config) -> list[int]:
+    """ann's, bob's and cy's orders, stored in one transaction, unprocessed."""
+    messages = [
+        (mail(f"KEY {name}-key-123\nDICE {n}", f"{name}@example.org", f"b-{name}"), T0, "t")
+        for n, name in enumerate(("ann", "bob", "cy"), start=2)
+    ]
+    stored = store_many(db, config, [(raw, at, src, None, None, None) for raw, at, src in messages])
+    assert [result.status for result, _ in stored] == ["new"] * 3
+    return [result.inbound_id for result, _ in stored]
+
+
+def status_of(db, ids: list[int]) -> list[str]:
+    with db.transaction() as s:
+        rows = dict(s.execute(select(InboundMessage.id, InboundMessage.status)).all())
+    return [rows[i] for i in ids]
+
+
+def test_one_bad_message_in_a_batch_sets_only_itself_aside(intake, monkeypatch, caplog) -> None:
+    """bob's message fails after its order and its answer were written: its savepoint is
+    rolled back (no order of his, no answer), it is processed again alone and set aside with
+    the reason; ann's and cy's orders are applied and answered in the batch's transaction."""
+    db, config = intake
+    ids = three(db, config)
+
+    def failing(msg: Message):
+        outcome = original(msg)  # his order is written (and answered) first
+        if msg.ctx.mail.sender == "bob@example.org":
+            raise RuntimeError("bob's message breaks after its order")
+        return outcome
+
+    original = dict(pipeline.STEPS)["commands: keyed"]
+    steps = tuple((n, failing if n == "commands: keyed" else s) for n, s in pipeline.STEPS)
+    monkeypatch.setattr(pipeline, "STEPS", steps)
+    with caplog.at_level(logging.WARNING, logger="snl_pbem.intake"):
+        results = process_batch(db, config, ids)
+    assert [results[i].status for i in ids] == ["processed", "set-aside", "processed"]
+    assert status_of(db, ids) == ["processed", "set-aside", "processed"]
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "2"), ("cy", "4")]
+    assert [r.recipient for r in replies_since(db, T0)] == ["ann@example.org", "cy@example.org"]
+    with db.transaction() as s:
+        assert "bob's message breaks after its order" in s.get(InboundMessage, ids[1]).error
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("failed in a batch" in line for line in said) == 1  # bob's, alone after
+    assert not any("could not be committed" in line for line in said)  # the others held
+
+
+def test_a_crash_mid_batch_loses_nothing_and_applies_nothing_twice(intake, tmp_path) -> None:
+    """The process is SIGKILLed while the batch's second message is processed (the first's
+    order already written in the open transaction): nothing of the batch is committed, all
+    three stay stored, unprocessed; the next start applies each once (one order, one reply)."""
+    db, config = intake
+    ids = three(db, config)
+    script = tmp_path / "crash.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import os, signal
+            from pathlib import Path
+            import snl_pbem.app.intake.pipeline as pipeline
+            from snl_pbem.app.intake import process_batch
+            from snl_pbem.config import load_config
+            from snl_pbem.store import Database
+
+            config = load_config(Path({str(config.path)!r}))
+            db = Database(config.database_url)
+            original = dict(pipeline.STEPS)["dedupe"]
+
+            def dying(msg):
+                if msg.ctx.mail.sender == "bob@example.org":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return original(msg)
+
+            pipeline.STEPS = (("dedupe", dying),) + pipeline.STEPS[1:]
+            process_batch(db, config, {ids!r})
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run([sys.executable, str(script)], env=env, timeout=HANG, check=False)
+    assert done.returncode == -signal.SIGKILL
+    assert status_of(db, ids) == ["new"] * 3
+    assert orders_of(db) == [] and replies_since(db, T0) == []
+    results = process_pending(db, config)
+    assert [r.status for r in results] == ["processed"] * 3
+    applied = sorted((o.player, o.dice) for o in orders_of(db))  # read in parallel
+    assert applied == [("ann", "2"), ("bob", "3"), ("cy", "4")]
+    assert len(replies_since(db, T0)) == 3
+
+
+def test_what_the_readers_have_queued_is_processed_in_few_transactions(intake) -> None:
+    """Thirty small messages queued at once (as a fetch or LMTP queues them) are stored in
+    one commit and processed in batches: far fewer commits than messages, each applied."""
+    db, config = intake
+    commits: list[int] = []
+    event.listen(db.engine, "commit", lambda conn: commits.append(1))
+    entry = Intake(db, config, readers=Readers(threads=1))
+    names = ("ann", "bob", "cy")
+    messages = [
+        (mail(f"KEY {names[i % 3]}-key-123\nDICE {1 + i % 6}", f"{names[i % 3]}@x.org", f"q{i}"),)
+        for i in range(30)
+    ]
+    stored = entry.store_many([(raw, T0, "t", None, None, None) for (raw,) in messages])
+    assert len(commits) == 1  # the whole fetch, before any of it is acknowledged
+    for _, future in stored:
+        future.result(timeout=HANG)
+    assert all(future.result().status in ("processed", "rejected") for _, future in stored)
+    assert len(commits) < 1 + 30  # one commit a message before batches (and more reads)
+
+
+def test_the_sandbox_reads_a_batch_and_one_failure_costs_only_that_message() -> None:
+    """A batch in one round trip: a message past the memory limit (sent alone: it is
+    large) fails alone, and those before and after it are read."""
+    sandbox = Sandbox(memory=64 * 1024 * 1024)
+    big = (
+        b"From: a@example.org\r\nContent-Type: text/plain\r\n"
+        b"Content-Transfer-Encoding: base64\r\n\r\n" + b"QUFB\r\n" * 8_000_000
+    )
+    small = [f"From: p{i}@example.org\r\n\r\nDICE {i}\r\n".encode() for i in range(1, 4)]
+    try:
+        read = sandbox.parse_many([small[0], big, *small[1:]], "snl@example.org", [()] * 4)
+    finally:
+        sandbox.close()
+    assert isinstance(read[1], ParseFailed) and "more memory" in str(read[1])
+    assert [m.text.strip() for i, m in enumerate(read) if i != 1] == ["DICE 1", "DICE 2", "DICE 3"]
+
+
+def test_a_batch_compares_each_message_with_what_we_sent_its_sender(intake) -> None:
+    """The fingerprints of our mail to each sender (lines of it pasted back are never
+    orders), looked up for a whole batch in three queries, are those looked up one sender
+    at a time: the same messages, newest first, welcomes (with keys) included."""
+    db, config = intake
+    for n in range(3):
+        for name in ("ann", "bob"):
+            raw = mail(f"KEY {name}-key-123\nDICE {n + 2}", f"{name}@example.org", f"f{name}{n}")
+            ingest(db, config, raw, T0, "t")
+    senders = ["ann@example.org", "bob@example.org", "cy@example.org", "nobody@x.org", None]
+    batch = _sent_to_many(db, config, senders)
+    assert batch == {sender: _sent_to(db, config, sender) for sender in senders}
+    assert len(batch["ann@example.org"]) >= 4  # her welcome and three answers
