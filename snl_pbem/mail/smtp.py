@@ -15,6 +15,7 @@ is the one the server builds. Another mail library is another class with those t
 from __future__ import annotations
 
 import logging
+import re
 import smtplib
 import ssl
 from dataclasses import dataclass
@@ -63,6 +64,7 @@ class SmtpSender:
         self.config = config
         self.envelope_from = envelope_from
         self._client: smtplib.SMTP | None = None
+        self._from = _quote(envelope_from)
 
     def _connect(self) -> smtplib.SMTP:
         cfg = self.config
@@ -98,7 +100,7 @@ class SmtpSender:
                         unreachable=True,
                     ) from None
             try:
-                refused = self._client.sendmail(self.envelope_from, [recipient], message)
+                refused = self._sendmail(self._client, recipient, message)
             except smtplib.SMTPRecipientsRefused as exc:
                 code, text = next(iter(exc.recipients.values()))
                 raise self._answer(code, text) from None
@@ -117,6 +119,30 @@ class SmtpSender:
                 raise self._answer(code, text)
             return
 
+    def _sendmail(
+        self, client: smtplib.SMTP, recipient: str, message: bytes
+    ) -> dict[str, tuple[int, bytes]]:
+        """``client.sendmail(envelope_from, [recipient], message)``, step for step and with
+        the same errors, but without parsing the same sender address again for every
+        message (smtplib's address parsing was a tenth of the sender's time)."""
+        client.ehlo_or_helo_if_needed()
+        size = f" size={len(message)}" if client.does_esmtp and client.has_extn("size") else ""
+        client.putcmd("mail", f"from:{self._from}{size}")
+        code, resp = client.getreply()
+        if code != 250:
+            _reset_or_close(client, code)
+            raise smtplib.SMTPSenderRefused(code, resp, self.envelope_from)
+        client.putcmd("rcpt", f"to:{_quote(recipient)}")
+        code, resp = client.getreply()
+        if code not in (250, 251):
+            _reset_or_close(client, code)
+            raise smtplib.SMTPRecipientsRefused({recipient: (code, resp)})
+        code, resp = client.data(message)
+        if code != 250:
+            _reset_or_close(client, code)
+            raise smtplib.SMTPDataError(code, resp)
+        return {}
+
     def _answer(self, code: int, text: bytes | str) -> SendError:
         if code == 421:  # the server is going away (at any step): not this message's fault
             self.close()
@@ -127,6 +153,29 @@ class SmtpSender:
         if self._client is not None:
             _quietly_close(self._client)
             self._client = None
+
+
+_PLAIN = re.compile(
+    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
+    r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
+)
+
+
+def _quote(address: str) -> str:
+    """``smtplib.quoteaddr``: a plain address (all ours and players' are) is only put in
+    angle brackets; anything else is parsed as smtplib does."""
+    return f"<{address}>" if _PLAIN.fullmatch(address) else smtplib.quoteaddr(address)
+
+
+def _reset_or_close(client: smtplib.SMTP, code: int) -> None:
+    """After a refusal, as smtplib's sendmail: 421 ends the session, anything else RSET."""
+    if code == 421:
+        client.close()
+        return
+    try:
+        client.rset()
+    except smtplib.SMTPServerDisconnected:
+        return
 
 
 def _text(text: bytes | str) -> str:

@@ -72,8 +72,8 @@ class Dice:
         count, sides = (int(match[1]), int(match[2])) if match else (0, 0)
         if not 1 <= count <= MAX_DICE or sides not in SIDES:
             raise GameSetupError(
-                f"{where}: {value!r} is not \"NdS\" with 1 to {MAX_DICE} dice of "
-                f"{SIDES.start} to {SIDES.stop - 1} sides (for example \"1d6\" or \"2d6\")"
+                f'{where}: {value!r} is not "NdS" with 1 to {MAX_DICE} dice of '
+                f'{SIDES.start} to {SIDES.stop - 1} sides (for example "1d6" or "2d6")'
             )
         return cls(count, sides)
 
@@ -99,8 +99,8 @@ class ClassicOptions:
             or self.forfeit_to is not ForfeitTo.START
         ):
             raise GameSetupError(
-                "reenter_needs_max: true needs max_roll = \"forfeit_after_three\" and "
-                f"forfeit_to = \"start\" (they are {self.max_roll.value!r} and "
+                'reenter_needs_max: true needs max_roll = "forfeit_after_three" and '
+                f'forfeit_to = "start" (they are {self.max_roll.value!r} and '
                 f"{self.forfeit_to.value!r}): the Draconian re-entry follows a forfeit "
                 "to the start"
             )

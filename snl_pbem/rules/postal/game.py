@@ -10,12 +10,19 @@ last space (R5). It is pure: the same inputs give the same result.
 
 from __future__ import annotations
 
+import gc
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from itertools import compress, repeat
+from operator import add, itemgetter
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from snl_pbem.rules.board import Board
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+from snl_pbem.rules.board import Board, Outcome
 from snl_pbem.rules.errors import GameSetupError
 from snl_pbem.rules.geometry import Position, Space
 from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
@@ -35,6 +42,8 @@ from snl_pbem.rules.postal.trapdoors import (
     tally_trapdoors,
 )
 from snl_pbem.rules.words import counted
+
+_V = TypeVar("_V")
 
 DEFAULT_DOUBLE_FROM_ROUND = 7
 """R7: rounds 1-6 are single-turn (the first set of six), two-turn from round 7."""
@@ -175,22 +184,50 @@ def adjudicate_round(
     *,
     keep_history: bool = True,
 ) -> tuple[RoundResult, PostalState]:
-    """Play the next round with these orders; a missing or None order is an NMR (R17)."""
+    """Play the next round with these orders; a missing or None order is an NMR (R17).
+
+    A round may have 100,000 players, so nothing here runs Python code once per player
+    (but for a nomination R16 defaults): the players are ``map``-ped and ``zip``-ped over,
+    each distinct order is checked once (:class:`_Verdicts`) and each (start, die) moved
+    once (:class:`Steps`). The garbage collector waits meanwhile: a round makes several
+    objects per player and keeps them, so its passes would find nothing to free (and
+    took a fifth of a large round's time).
+    """
+    if not gc.isenabled():
+        return _adjudicate(rules, state, orders, keep_history)
+    gc.disable()
+    try:
+        return _adjudicate(rules, state, orders, keep_history)
+    finally:
+        gc.enable()
+
+
+def _adjudicate(
+    rules: GameRules,
+    state: PostalState,
+    orders: Mapping[PlayerId, OrderSet | None],
+    keep_history: bool,
+) -> tuple[RoundResult, PostalState]:
+    names = state.players
     if state.result is not None:
         raise GameSetupError(f"the game is over (after round {state.rounds_played})")
-    unknown = [name for name in orders if name not in state.positions]
-    if unknown:
+    listed = len(orders) == len(names) and tuple(orders) == tuple(state.positions) == names
+    if not listed and not state.positions.keys() >= orders.keys():
+        unknown = [name for name in orders if name not in state.positions]
         raise GameSetupError("orders from players not in the game: " + ", ".join(sorted(unknown)))
     number = state.rounds_played + 1
     turns = rules.turns_in_round(number)
     last = rules.board.last
-    names = state.players
-    starts = [state.positions[name] for name in names]
-    histories = [state.played[name] for name in names]
+    starts = _in_order(state.positions, names)
+    histories = _in_order(state.played, names)
 
     set_start = state.turns_played - state.turns_played % SET_SIZE - state.played_from
+    in_set = (
+        histories if set_start == 0 else list(map(itemgetter(slice(set_start, None)), histories))
+    )
+    given = list(orders.values()) if listed else list(map(orders.get, names))
     dice_played, nmr, nominations, defaulted = _referee_orders(
-        names, starts, [h[set_start:] for h in histories], orders, turns, last
+        names, starts, in_set, given, turns, last
     )
     tally = tally_trapdoors(
         nominations,
@@ -200,14 +237,14 @@ def adjudicate_round(
     )
 
     # All players move simultaneously and independently (R11-R15), turn by turn.
-    table = MoveTable(rules.board, tally.active)
+    steps = Steps(rules.board, tally.active)
     positions = starts
     turn_results: list[TurnResult] = []
     result: GameResult | None = None
     for index in range(turns):
-        rows = {start: table.row(start) for start in set(positions)}
-        moves = [rows[p][dice[index]] for p, dice in zip(positions, dice_played, strict=True)]
-        positions = [move.final for move in moves]
+        dice = map(itemgetter(index), dice_played)
+        moves = list(map(steps.__getitem__, zip(positions, dice, strict=True)))
+        positions = list(map(_FINAL, moves))
         turn = state.turns_played + index + 1
         turn_results.append(TurnResult(turn, dict(zip(names, moves, strict=True))))
         if max(positions) >= last:  # R5: the game ends after this turn
@@ -215,10 +252,7 @@ def adjudicate_round(
             break
     if len(turn_results) < turns:  # the game ended before the round's last turn
         dice_played = [dice[: len(turn_results)] for dice in dice_played]
-    played = {
-        name: history + dice
-        for name, history, dice in zip(names, histories, dice_played, strict=True)
-    }
+    played = dict(zip(names, map(add, histories, dice_played), strict=True))
     final_positions = dict(zip(names, positions, strict=True))
 
     round_result = RoundResult(
@@ -246,49 +280,82 @@ def adjudicate_round(
     return round_result, next_state
 
 
+def _in_order(table: Mapping[PlayerId, _V], names: tuple[PlayerId, ...]) -> list[_V]:
+    """``table``'s value for each of ``names``, in that order: its values as they stand
+    when it holds exactly those names in that order (as every state made here does),
+    which saves a look-up by name per player."""
+    if len(table) == len(names) and tuple(table) == names:
+        return list(table.values())
+    return list(map(table.__getitem__, names))
+
+
+_FINAL = itemgetter(3)
+"""``Move.final`` by index (``map`` over a whole turn)."""
+
+
 def _referee_orders(
-    names: Sequence[PlayerId],
+    names: tuple[PlayerId, ...],
     starts: Sequence[Position],
     used_in_set: Sequence[tuple[Die, ...]],
-    orders: Mapping[PlayerId, OrderSet | None],
+    orders: Sequence[OrderSet | None],
     turns: int,
     last: Space,
 ) -> tuple[list[tuple[Die, ...]], dict[PlayerId, Nmr], list[Space | None], list[PlayerId]]:
     """Each player's dice actually played and nomination, after R16-R18 (in ``names`` order).
 
-    ``used_in_set`` holds each player's dice already used in the current set.
+    ``used_in_set`` holds each player's dice already used in the current set, ``orders``
+    each player's orders or None. Many players share a history and an order's dice, so
+    each distinct pair is decided once (:class:`_Verdicts`); only the players without a
+    valid nomination are visited one by one.
     """
-    dice_played: list[tuple[Die, ...]] = []
-    nominations: list[Space | None] = []
-    nmr: dict[PlayerId, Nmr] = {}
+    # getattr's default stands for a missing order's (None's) dice and nomination: R17
+    decided = list(
+        map(
+            _Verdicts(turns).__getitem__,
+            zip(used_in_set, map(getattr, orders, repeat("dice"), repeat(None)), strict=True),
+        )
+    )
+    dice_played: list[tuple[Die, ...]] = list(map(itemgetter(0), decided))
+    why: list[Nmr | None] = list(map(itemgetter(1), decided))
+    nmr = dict(zip(compress(names, why), cast("Iterator[Nmr]", compress(why, why)), strict=True))
+    nominations: list[Space | None] = list(map(getattr, orders, repeat("nomination"), repeat(None)))
+    wrong: Iterable[bool]
+    if set(map(type, nominations)) <= {int, type(None)}:  # (not bool: R16 wants a space)
+        spaces: dict[Space | None, bool] = dict.fromkeys(range(1, last + 1), False)
+        wrong = map(spaces.get, nominations, repeat(True))
+    else:
+        wrong = (type(n) is not int or not 1 <= n <= last for n in nominations)
     defaulted: list[PlayerId] = []
-    no_orders = Nmr(NmrCause.NO_ORDERS)
-    # Many players share a history and an order: decide each distinct pair once.
-    verdicts: dict[tuple[tuple[Die, ...], tuple[int, ...]], tuple[tuple[Die, ...], Nmr | None]]
-    verdicts = {}
-    order_for = orders.get
-    for name, start, used in zip(names, starts, used_in_set, strict=True):
-        order = order_for(name)
-        nomination: int | None = None
-        if order is None:
-            nmr[name] = no_orders  # R17
-            dice = lowest_legal_dice(used, turns)
-        else:
-            nomination = order.nomination
-            key = (used, order.dice)
-            verdict = verdicts.get(key)
-            if verdict is None:
-                verdict = verdicts[key] = _dice_verdict(used, order.dice, turns)
-            dice, invalid = verdict
-            if invalid is not None:
-                nmr[name] = invalid
-        dice_played.append(dice)
-        if type(nomination) is not int or not 1 <= nomination <= last:
-            # R16/R17: the target of the (first) move actually played
-            nomination = default_nomination(start + dice[0], last)
-            defaulted.append(name)
-        nominations.append(nomination)
+    for index in compress(range(len(names)), wrong):
+        # R16/R17: the target of the (first) move actually played
+        nominations[index] = default_nomination(starts[index] + dice_played[index][0], last)
+        defaulted.append(names[index])
     return dice_played, nmr, nominations, defaulted
+
+
+class _Verdicts(
+    dict[tuple[tuple[Die, ...], tuple[int, ...] | None], tuple[tuple[Die, ...], Nmr | None]]
+):
+    """(dice used in the set, an order's dice or None for no orders) -> (the dice played,
+    why the player counts as sending no orders, or None), each decided on first use."""
+
+    NO_ORDERS = Nmr(NmrCause.NO_ORDERS)
+
+    def __init__(self, turns: int) -> None:
+        super().__init__()
+        self._turns = turns
+
+    def __missing__(
+        self, key: tuple[tuple[Die, ...], tuple[int, ...] | None]
+    ) -> tuple[tuple[Die, ...], Nmr | None]:
+        used, dice = key
+        if dice is None:  # R17
+            verdict: tuple[tuple[Die, ...], Nmr | None]
+            verdict = lowest_legal_dice(used, self._turns), self.NO_ORDERS
+        else:
+            verdict = _dice_verdict(used, dice, self._turns)
+        self[key] = verdict
+        return verdict
 
 
 def _dice_verdict(
@@ -302,33 +369,28 @@ def _dice_verdict(
     return lowest_legal_dice(used, turns), Nmr(NmrCause.INVALID_DICE, check.problems)
 
 
-class MoveTable:
-    """One round's moves, resolved once per (start, die).
+class Steps(dict[tuple[Position, Die], Move]):
+    """One round's moves by (start, die), each resolved on first use.
 
     Given the round's trapdoors a move depends only on its start and die, so
-    every player starting on the same space with the same die shares one Move.
+    every player starting on the same space with the same die shares one Move,
+    and a turn's moves are one ``map`` over the players.
     """
 
     def __init__(self, board: Board, trapdoors: tuple[Space, ...]) -> None:
+        super().__init__()
         self._board = board
         self._active = frozenset(trapdoors)
-        self._outcomes = board.outcomes(self._active)
-        self._rows: dict[Position, list[Move]] = {}
+        self._outcomes: dict[Position, Outcome] = {}
 
-    def row(self, start: Position) -> list[Move]:
-        """The moves from ``start``, indexed by die (index 0 unused)."""
-        row = self._rows.get(start)
-        if row is None:
-            row = self._rows[start] = [self._resolve(start, die) for die in range(7)]
-        return row
-
-    def _resolve(self, start: Position, die: Die) -> Move:
+    def __missing__(self, key: tuple[Position, Die]) -> Move:
+        start, die = key
         target = start + die
-        if target < len(self._outcomes):
-            final, events = self._outcomes[target]
-        else:
-            final, events = self._board.resolve(target, self._active)
-        return Move(die, start, target, final, events)
+        outcome = self._outcomes.get(target)
+        if outcome is None:
+            outcome = self._outcomes[target] = self._board.resolve(target, self._active)
+        move = self[key] = Move(die, start, target, outcome.final, outcome.events)
+        return move
 
 
 def game_result(

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import cast
 
 from snl_pbem.rules.geometry import Position, Space
 
@@ -65,7 +66,9 @@ def tally_trapdoors(
     ``lot`` breaks a most-voted tie; the caller seeds it so that the same game
     gives the same result every time.
     """
-    votes = Counter(n for n in nominations if n is not None)
+    counted = Counter(nominations)  # (in C: a round may have 100,000 players)
+    del counted[None]  # (no nomination: R16's target past the last space)
+    votes = cast("Counter[Space]", counted)
     threshold = vote_threshold(player_count)
     reaching = sorted(s for s, n in votes.items() if n >= threshold)
     if rule is TrapdoorRule.ALL or len(reaching) <= 1:
