@@ -146,11 +146,12 @@ def _horizon(session: Session) -> int:
 
 
 def trim_changes(db: Database, up_to: int) -> int:
-    """Delete the feed's rows up to id ``up_to`` (the newest id at the previous daily trim:
+    """Delete the feed's rows below id ``up_to`` (the newest id at the previous daily trim:
     every running scheduler has read them long since; one that was down rebuilds its whole
     plan when it starts). Returns the newest id now, for the next trim."""
     with db.transaction() as session:
-        session.execute(delete(PlanChange).where(PlanChange.id <= up_to))
+        # "<", not "<=": the newest row stays, so SQLite never hands out an id again
+        session.execute(delete(PlanChange).where(PlanChange.id < up_to))
         return session.scalar(select(func.max(PlanChange.id))) or 0
 
 

@@ -1084,7 +1084,10 @@ def envelope_of(raw: bytes) -> tuple[str | None, str | None]:
         return None, None
     value = header(head, "Message-ID")
     sender, _doubt = sender_address(head)
-    return value[:998] or None, sender
+    # 998 bytes, not characters: 998 CJK characters are 2,994 bytes, past PostgreSQL's
+    # index row limit (2,704), and the database refusing the row refused its whole batch
+    kept = value.encode("utf-8", "surrogatepass")[:998].decode("utf-8", "ignore")
+    return kept or None, sender
 
 
 def headers_only(raw: bytes, limit: int = 65536) -> bytes:

@@ -264,10 +264,12 @@ class RoundScheduler:
         self._feed: ChangeFeed | None = None
         self._full_at = time.monotonic()
         self._rescanning = threading.Lock()
+        self._game_locks: dict[str, threading.RLock] = {}
+        """One per game: two runs of a game's close job never overlap in this process."""
         self._trim_mark = 0
+        """The newest change-feed row at the last daily trim (the next one deletes up to it)."""
         self._backup_at: datetime | None = None
         """When this server last wrote a backup before a close (``_close``)."""
-        """The newest change-feed row at the last daily trim (the next one deletes up to it)."""
 
     # -- planning ---------------------------------------------------------------------
 
@@ -328,8 +330,7 @@ class RoundScheduler:
     def redelivered(self) -> None:
         """The LMTP receiver's word that the MTA has delivered its queue: the start-up
         grace ends now, and the rounds that wait on it are planned for now. Called from
-        the receiver's thread: the re-planning runs as a job on the worker, one at a time
-        with the closes (two rebuilds at once could drop a close)."""
+        the receiver's thread: the re-planning runs as a job on the workers."""
         until = self.redelivery_until
         now = self.clock()
         if until is None or now >= until:
@@ -483,6 +484,7 @@ class RoundScheduler:
             if changed:
                 self.replan(ids=changed)
         except Exception as exc:
+            self._feed = None  # what it read may not be planned: the next rescan rebuilds
             log.warning("rescanning the rounds failed (%s: %s)", type(exc).__name__, exc)
         finally:
             self._rescanning.release()
@@ -583,6 +585,16 @@ class RoundScheduler:
         done (one transaction) and the deadline is tried again shortly. What to do is
         ``snl_pbem.app.deadline.decide``'s (from one transaction); this acts on it.
         """
+        with self._game_lock(game_name):  # a second run of it (several workers) waits its turn
+            return self._on_deadline(game_name, number, early, all_in)
+
+    def _game_lock(self, game_name: str) -> threading.RLock:
+        with self._lock:
+            return self._game_locks.setdefault(game_name, threading.RLock())
+
+    def _on_deadline(
+        self, game_name: str, number: int, early: bool, all_in: bool
+    ) -> CloseOutcome | None:
         if not early:
             self._running(f"close:{game_name}:{number}")
         try:
@@ -707,9 +719,10 @@ class RoundScheduler:
         if since is None or self.clock() - since < limit:
             return []
         closed = []
+        released = self.clock()  # one backup for the rounds released together
         for game_name, number in held_rounds(self.db):
             try:
-                outcome = self._close(game_name, number, "scheduler (released)")
+                outcome = self._close(game_name, number, "scheduler (released)", released)
             except RoundBusy:
                 continue  # another server releases it (the next check looks again)
             if outcome is not None:
@@ -719,13 +732,28 @@ class RoundScheduler:
     def on_reminder(self, game_name: str, number: int) -> int:
         """Remind each player without valid orders (and only them); returns how many.
 
-        A reminder whose deadline was moved later since it was planned only re-plans."""
-        self._running(f"remind:{game_name}:{number}")
-        due = reminders_due_at(self.db, game_name, number)
-        if due is not None and self.clock() < due:
-            self.replan(names=[game_name])
+        A reminder whose deadline was moved later since it was planned only re-plans. If
+        the database fails, the reminder is tried again in RETRY_SECONDS."""
+        job_id = f"remind:{game_name}:{number}"
+        self._running(job_id)
+        try:
+            due = reminders_due_at(self.db, game_name, number)
+            if due is not None and self.clock() < due:
+                self.replan(names=[game_name])
+                return 0
+            return self._remind(game_name, number)
+        except Exception as exc:
+            log.error(
+                "%s: round %d: sending reminders failed (%s: %s); retrying in %ds",
+                game_name,
+                number,
+                type(exc).__name__,
+                exc,
+                RETRY_SECONDS,
+            )
+            if self.scheduler is not None:
+                self._add(job_id, self.clock() + timedelta(seconds=RETRY_SECONDS), own=True)
             return 0
-        return self._remind(game_name, number)
 
     def _remind(self, game_name: str, number: int) -> int:
         sent = send_reminders(self.db, self.config, game_name, number, self.clock())

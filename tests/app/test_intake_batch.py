@@ -176,3 +176,24 @@ def test_a_batch_compares_each_message_with_what_we_sent_its_sender(intake) -> N
     batch = _sent_to_many(db, config, senders)
     assert batch == {sender: _sent_to(db, config, sender) for sender in senders}
     assert len(batch["ann@example.org"]) >= 4  # her welcome and three answers
+
+
+def test_a_message_id_too_long_for_the_index_costs_its_batch_nothing(intake) -> None:
+    """A hostile Message-ID of 998 CJK characters (2,994 bytes) passed PostgreSQL's index row
+    limit (2,704 bytes): the database refused the row, and with it the whole batch (every
+    other message of the fetch, or of the LMTP group, answered "try again later")."""
+    db, config = intake
+    cjk = "\u6f22" * 998
+    hostile = (
+        "From: mallory@example.org\r\nTo: snl@example.org\r\nSubject: [g1]\r\n"
+        f"Message-ID: <{cjk}@example.org>\r\n\r\nhello\r\n"
+    ).encode()
+    honest = mail("KEY ann-key-123\nDICE 4", "ann@example.org", "honest")
+    stored = store_many(
+        db, config, [(hostile, T0, "t", None, None, None), (honest, T0, "t", None, None, None)]
+    )
+    assert [result.status for result, _ in stored] == ["new", "new"]
+    with db.transaction() as s:
+        who = InboundMessage.sender.like("mall%")
+        kept = s.scalar(select(InboundMessage.message_id).where(who))
+    assert kept is not None and len(kept.encode()) <= 998

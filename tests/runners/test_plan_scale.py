@@ -18,7 +18,7 @@ from snl_pbem.app.close_claim import claim_closing
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.referee import extend
 from snl_pbem.app.rounds import close_with_backup
-from snl_pbem.app.schedule import feed_start, read_changes
+from snl_pbem.app.schedule import feed_start, read_changes, trim_changes
 from snl_pbem.config import load_config
 from snl_pbem.runners.scheduler import LOOK_AGAIN_SECONDS, RoundScheduler, make_scheduler
 from snl_pbem.store import Database, Game
@@ -261,3 +261,20 @@ def test_a_round_another_server_is_closing_is_looked_at_again(postgres, tmp_path
     outcome = rs.on_deadline("g1", 1)
     assert outcome is not None and outcome.next_round == 2
     scheduler.shutdown(wait=False)
+
+
+def test_the_daily_trim_never_makes_the_feed_miss_a_change(db_url, tmp_path) -> None:
+    """The trim deletes what every scheduler has read long since; on SQLite, emptying the
+    table made it hand out ids from 1 again, below where the feed had got to, and the
+    referee's next change went unseen until the full rebuild."""
+    db, config = started(tmp_path, db_url, 2)
+    with db.transaction() as s:
+        ids = dict(s.execute(text("SELECT key, id FROM games")).all())
+    feed = feed_start(db)
+    extend(db, "g1", T0, by=timedelta(hours=1), config=config)
+    assert read_changes(db, feed) == {ids["g1"]}
+    mark = trim_changes(db, 0)
+    mark = trim_changes(db, mark)  # a quiet day: the next trim has nothing newer
+    mark = trim_changes(db, mark)
+    extend(db, "g2", T0, by=timedelta(hours=1), config=config)
+    assert read_changes(db, feed) == {ids["g2"]}

@@ -135,7 +135,7 @@ def store_many(
                 session.flush()  # the next one's _known sees it (the same bytes twice)
                 rows.append((row, (kept, note)))
     except Exception as exc:
-        if isinstance(exc, OperationalError):
+        if isinstance(exc, OperationalError) and not _refused_as_data(exc):
             raise  # the database is unreachable or locked: the sources keep the messages
         log.warning("a batch of %d could not be stored (%s): each alone", len(messages), exc)
         return [
@@ -148,15 +148,17 @@ def store_many(
         else:
             row, kept_note = item
             found.append((IngestResult(row.id, InboundStatus.NEW, "stored"), kept_note))
-    if any(kept is not None for _, kept in found):
-        crash_point("ingest.stored-not-processed")
+    for _ in range(sum(kept is not None for _, kept in found)):
+        crash_point("ingest.stored-not-processed")  # passed once per message, as one by one
     return found
 
 
 def _refused_as_data(exc: Exception) -> bool:
-    """True when the database refused the row for its content, not for being away."""
+    """True when the database refused the row for its content, not for being away.
+    PostgreSQL's "program limit exceeded" (SQLSTATE class 54: a value too large for an
+    index row, say) comes as an OperationalError, but the row is at fault."""
     if isinstance(exc, OperationalError):
-        return False
+        return str(getattr(exc.orig, "sqlstate", "") or "").startswith("54")
     return isinstance(exc, (DataError, StatementError, ValueError, UnicodeError))
 
 
