@@ -48,29 +48,16 @@ def store(
     no message stops the mailbox. ``size``: ``raw`` is only the header of a message that
     large (the IMAP poller never fetches one over the limit whole)."""
     digest = hashlib.sha256(raw).hexdigest()
-    message_id, sender = envelope_of(raw)  # headers only, bounded; before any lock
+    envelope = envelope_of(raw)  # headers only, bounded; before any lock
     source = clean_text(source, 200)
     try:
         with db.transaction() as session:
-            known = _known(session, digest, source, uidvalidity, uid)
-            if known is not None:
-                return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored"), None
-            kept, note = _kept_bytes(config, raw, size)
-            row = InboundMessage(
-                message_id=message_id,
-                sha256=digest,
-                source=source,
-                uidvalidity=uidvalidity,
-                uid=uid,
-                received_at=received_at,
-                raw=kept,
-                status=InboundStatus.NEW,
-                error=note,
-                attempts=0,  # counts the restarts that found it unprocessed
-                sender=sender,
+            added = _add_row(
+                session, config, raw, envelope, received_at, source, uidvalidity, uid, size
             )
-            session.add(row)
-            session.flush()
+            if isinstance(added, IngestResult):
+                return added, None
+            row, (kept, note) = added
             inbound_id = row.id
     except IntegrityError:  # another process stored it at the same moment
         with db.transaction() as session:
@@ -106,34 +93,18 @@ def store_many(
             for raw, at, source, validity, uid, size in messages
         ]
     found: list[tuple[IngestResult, tuple[bytes, str | None] | None]] = []
+    envelopes = [envelope_of(raw) for raw, *_ in messages]  # headers only; before any lock
     try:
         with db.transaction() as session:
             rows: list[tuple[InboundMessage, tuple[bytes, str | None]] | IngestResult] = []
-            for raw, received_at, source, uidvalidity, uid, size in messages:
-                digest = hashlib.sha256(raw).hexdigest()
-                message_id, sender = envelope_of(raw)
-                source = clean_text(source, 200)
-                known = _known(session, digest, source, uidvalidity, uid)
-                if known is not None:
-                    rows.append(IngestResult(known.id, InboundStatus.DUPLICATE, "already stored"))
-                    continue
-                kept, note = _kept_bytes(config, raw, size)
-                row = InboundMessage(
-                    message_id=message_id,
-                    sha256=digest,
-                    source=source,
-                    uidvalidity=uidvalidity,
-                    uid=uid,
-                    received_at=received_at,
-                    raw=kept,
-                    status=InboundStatus.NEW,
-                    error=note,
-                    attempts=0,
-                    sender=sender,
+            for (raw, received_at, source, uidvalidity, uid, size), envelope in zip(
+                messages, envelopes, strict=True
+            ):  # each flushed: the next one's _known sees it (the same bytes twice)
+                rows.append(
+                    _add_row(
+                        session, config, raw, envelope, received_at, source, uidvalidity, uid, size
+                    )
                 )
-                session.add(row)
-                session.flush()  # the next one's _known sees it (the same bytes twice)
-                rows.append((row, (kept, note)))
     except Exception as exc:
         if isinstance(exc, OperationalError) and not _refused_as_data(exc):
             raise  # the database is unreachable or locked: the sources keep the messages
@@ -151,6 +122,44 @@ def store_many(
     for _ in range(sum(kept is not None for _, kept in found)):
         crash_point("ingest.stored-not-processed")  # passed once per message, as one by one
     return found
+
+
+def _add_row(
+    session: Session,
+    config: Config,
+    raw: bytes,
+    envelope: tuple[str | None, str | None],
+    received_at: datetime,
+    source: str,
+    uidvalidity: int | None,
+    uid: int | None,
+    size: int | None,
+) -> IngestResult | tuple[InboundMessage, tuple[bytes, str | None]]:
+    """Add one message's row in ``session`` (flushed), with the bytes kept and their note;
+    or the result for one already stored. ``envelope``: ``envelope_of(raw)``."""
+    digest = hashlib.sha256(raw).hexdigest()
+    message_id, sender = envelope
+    source = clean_text(source, 200)
+    known = _known(session, digest, source, uidvalidity, uid)
+    if known is not None:
+        return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored")
+    kept, note = _kept_bytes(config, raw, size)
+    row = InboundMessage(
+        message_id=message_id,
+        sha256=digest,
+        source=source,
+        uidvalidity=uidvalidity,
+        uid=uid,
+        received_at=received_at,
+        raw=kept,
+        status=InboundStatus.NEW,
+        error=note,
+        attempts=0,  # counts the restarts that found it unprocessed
+        sender=sender,
+    )
+    session.add(row)
+    session.flush()
+    return row, (kept, note)
 
 
 def _refused_as_data(exc: Exception) -> bool:
