@@ -220,7 +220,10 @@ class Board:
         trapdoors, so a round resolves every player's move by one lookup.
         """
         active = frozenset(trapdoors)
-        return tuple(self.resolve(t, active) for t in range(self.last + 7))
+        acting = active | self._features.keys()  # a move to any other space ends there
+        return tuple(
+            self.resolve(t, active) if t in acting else Outcome(t, ()) for t in range(self.last + 7)
+        )
 
     # -- validation ----------------------------------------------------------------------
 

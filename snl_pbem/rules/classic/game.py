@@ -229,6 +229,22 @@ class _Round:
         """Pieces on 0 whose qualifying throw let them move by their next throw (C5)."""
         self.log: list[Throw] = []
         self.over = False
+        self.at: dict[Position, set[int]] | None = None
+        """With C7 bumps: the players on each space, by their place in the player list,
+        so that a piece coming to rest looks only at the pieces on its space, not at every
+        player (a round would otherwise take time in the square of the players)."""
+        if options.bump:
+            self.at = {}
+            for index, player in enumerate(self.players):
+                self.at.setdefault(self.positions[player], set()).add(index)
+            self.index = {player: index for index, player in enumerate(self.players)}
+
+    def _place(self, player: PlayerId, to: Position) -> None:
+        if self.at is not None:
+            index = self.index[player]
+            self.at[self.positions[player]].discard(index)
+            self.at.setdefault(to, set()).add(index)
+        self.positions[player] = to
 
     def _count(self, player: PlayerId, **more: int) -> None:
         record = self.records[player]
@@ -277,7 +293,7 @@ class _Round:
                 and in_a_row == IN_A_ROW_TO_FORFEIT - 1
             ):  # C6: the third maximum in a row is not moved, even one that would finish
                 to = 0 if self.options.forfeit_to is ForfeitTo.START else 1
-                self.positions[player] = to
+                self._place(player, to)
                 self.entered.discard(player)
                 if to == 0 and self.options.reenter_needs_max:
                     self.reenter.add(player)  # C8
@@ -338,17 +354,18 @@ class _Round:
     ) -> None:
         """The piece comes to rest on ``end``: it finishes there (C4, C9) or bumps the
         pieces standing there (C7)."""
-        self.positions[player] = end
+        self._place(player, end)
         if end >= self.board.last:
-            self.positions[player] = self.board.last
+            self._place(player, self.board.last)
             self.finished[player] = self.number
             events.append(FINISHED)
             if self.options.finish is Finish.FIRST or len(self.finished) == len(self.positions):
                 self.over = True  # C9
-        elif self.options.bump and end != 0:
-            for other in self.players:  # in the player list's order (C1)
-                if other != player and other not in self.finished and self.positions[other] == end:
-                    self.positions[other] = 0
+        elif self.at is not None and end != 0:
+            for index in sorted(self.at[end]):  # in the player list's order (C1)
+                other = self.players[index]
+                if other != player and other not in self.finished:
+                    self._place(other, 0)
                     self.entered.discard(other)
                     self._count(player, bumps_given=1)
                     self._count(other, bumps_taken=1)

@@ -12,21 +12,24 @@ from __future__ import annotations
 
 import gc
 import random
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
+from functools import lru_cache
 from itertools import compress, repeat
-from operator import add, itemgetter
-from typing import TYPE_CHECKING, TypeVar, cast
+from operator import add, getitem, itemgetter
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable
 
 from snl_pbem.rules.board import Board, Outcome
 from snl_pbem.rules.errors import GameSetupError
 from snl_pbem.rules.geometry import Position, Space
 from snl_pbem.rules.outcome import GameResult, Move, PlayerId, TurnResult
 from snl_pbem.rules.postal.dice import (
+    DIE_VALUES,
     SET_SIZE,
     DiceProblem,
     Die,
@@ -38,8 +41,8 @@ from snl_pbem.rules.postal.dice import (
 from snl_pbem.rules.postal.trapdoors import (
     Tally,
     TrapdoorRule,
+    decide_trapdoors,
     default_nomination,
-    tally_trapdoors,
 )
 from snl_pbem.rules.words import counted
 
@@ -191,7 +194,9 @@ def adjudicate_round(
     each distinct order is checked once (:class:`_Verdicts`) and each (start, die) moved
     once (:class:`Steps`). The garbage collector waits meanwhile: a round makes several
     objects per player and keeps them, so its passes would find nothing to free (and
-    took a fifth of a large round's time).
+    took a fifth of a large round's time). What is left of a large round's time is
+    mostly the results themselves: six dicts of every player and their dice played
+    (about half of it at 100,000 players, much of that new memory's page faults).
     """
     if not gc.isenabled():
         return _adjudicate(rules, state, orders, keep_history)
@@ -211,49 +216,57 @@ def _adjudicate(
     names = state.players
     if state.result is not None:
         raise GameSetupError(f"the game is over (after round {state.rounds_played})")
-    listed = len(orders) == len(names) and tuple(orders) == tuple(state.positions) == names
+    # Every state made here holds its players in order: then a table's values are the
+    # players' in order, with no look-up by name.
+    ordered = len(state.positions) == len(names) and tuple(state.positions) == names
+    listed = ordered and len(orders) == len(names) and tuple(orders) == names
     if not listed and not state.positions.keys() >= orders.keys():
         unknown = [name for name in orders if name not in state.positions]
         raise GameSetupError("orders from players not in the game: " + ", ".join(sorted(unknown)))
     number = state.rounds_played + 1
     turns = rules.turns_in_round(number)
     last = rules.board.last
-    starts = _in_order(state.positions, names)
-    histories = _in_order(state.played, names)
-
+    # What is read once per player is read through an iterator, not copied to a list:
+    # much of a large round's time is new memory (a page fault every 4 KiB).
+    given = orders.values() if listed else list(map(orders.get, names))
     set_start = state.turns_played - state.turns_played % SET_SIZE - state.played_from
-    in_set = (
-        histories if set_start == 0 else list(map(itemgetter(slice(set_start, None)), histories))
-    )
-    given = list(orders.values()) if listed else list(map(orders.get, names))
-    dice_played, nmr, nominations, defaulted = _referee_orders(
-        names, starts, in_set, given, turns, last
-    )
-    tally = tally_trapdoors(
-        nominations,
-        len(names),
-        rules.trapdoor_rule,
-        random.Random(f"snl-pbem/{rules.seed}/{number}"),
+    in_set: Iterable[tuple[Die, ...]] | None
+    if set_start == state.turns_played - state.played_from:
+        in_set = None  # a set has just ended (every player has played as many dice)
+    elif set_start == 0:
+        in_set = _in_order(state.played, names)
+    else:
+        in_set = map(itemgetter(slice(set_start, None)), _in_order(state.played, names))
+    dice_played, nmr = _referee_dice(names, in_set, given, turns)
+    nominations, defaulted, votes = _nominations(names, state.positions, given, dice_played, last)
+    tally = decide_trapdoors(
+        votes, len(names), rules.trapdoor_rule, random.Random(f"snl-pbem/{rules.seed}/{number}")
     )
 
     # All players move simultaneously and independently (R11-R15), turn by turn.
     steps = Steps(rules.board, tally.active)
-    positions = starts
+    if len(names) >= last:  # (most starts will be used)
+        steps.fill()
+    positions: Iterable[Position] = (
+        state.positions.values() if ordered else map(state.positions.__getitem__, names)
+    )
     turn_results: list[TurnResult] = []
-    result: GameResult | None = None
+    ended = False
     for index in range(turns):
         dice = map(itemgetter(index), dice_played)
-        moves = list(map(steps.__getitem__, zip(positions, dice, strict=True)))
-        positions = list(map(_FINAL, moves))
-        turn = state.turns_played + index + 1
-        turn_results.append(TurnResult(turn, dict(zip(names, moves, strict=True))))
-        if max(positions) >= last:  # R5: the game ends after this turn
-            result = game_result(dict(zip(names, positions, strict=True)), last, turn)
+        made = map(getitem, map(steps.__getitem__, positions), dice)
+        moves = dict(zip(names, made, strict=True))
+        positions = map(_FINAL, moves.values())
+        turn_results.append(TurnResult(state.turns_played + index + 1, moves))
+        if steps.near and max(map(_FINAL, moves.values())) >= last:
+            ended = True  # R5: the game ends after this turn
             break
+    final_positions = dict(zip(names, positions, strict=True))
+    turn = turn_results[-1].turn
+    result = game_result(final_positions, last, turn) if ended else None
     if len(turn_results) < turns:  # the game ended before the round's last turn
         dice_played = [dice[: len(turn_results)] for dice in dice_played]
-    played = dict(zip(names, map(add, histories, dice_played), strict=True))
-    final_positions = dict(zip(names, positions, strict=True))
+    played = dict(zip(names, map(add, _in_order(state.played, names), dice_played), strict=True))
 
     round_result = RoundResult(
         round=number,
@@ -267,12 +280,12 @@ def _adjudicate(
         positions=final_positions,
         result=result,
     )
-    next_state = PostalState(
+    next_state = _made_state(
         players=names,
         positions=final_positions,
         played=played,
         rounds_played=number,
-        turns_played=turn_results[-1].turn,
+        turns_played=turn,
         result=result,
         history=(*state.history, round_result) if keep_history else (),
         played_from=state.played_from,
@@ -280,84 +293,142 @@ def _adjudicate(
     return round_result, next_state
 
 
-def _in_order(table: Mapping[PlayerId, _V], names: tuple[PlayerId, ...]) -> list[_V]:
+def _made_state(**values: Any) -> PostalState:
+    """A PostalState made without ``__post_init__``'s check that every player has played
+    as many dice: a round makes its next state so (every player plays every turn), and
+    the check is a pass over every player."""
+    state = object.__new__(PostalState)
+    for item in fields(PostalState):
+        object.__setattr__(state, item.name, values[item.name])
+    return state
+
+
+def _in_order(table: Mapping[PlayerId, _V], names: tuple[PlayerId, ...]) -> Iterable[_V]:
     """``table``'s value for each of ``names``, in that order: its values as they stand
     when it holds exactly those names in that order (as every state made here does),
     which saves a look-up by name per player."""
     if len(table) == len(names) and tuple(table) == names:
-        return list(table.values())
-    return list(map(table.__getitem__, names))
+        return table.values()
+    return map(table.__getitem__, names)
 
 
 _FINAL = itemgetter(3)
 """``Move.final`` by index (``map`` over a whole turn)."""
 
 
-def _referee_orders(
+def _referee_dice(
     names: tuple[PlayerId, ...],
-    starts: Sequence[Position],
-    used_in_set: Sequence[tuple[Die, ...]],
-    orders: Sequence[OrderSet | None],
+    used_in_set: Iterable[tuple[Die, ...]] | None,
+    orders: Iterable[OrderSet | None],
     turns: int,
-    last: Space,
-) -> tuple[list[tuple[Die, ...]], dict[PlayerId, Nmr], list[Space | None], list[PlayerId]]:
-    """Each player's dice actually played and nomination, after R16-R18 (in ``names`` order).
+) -> tuple[list[tuple[Die, ...]], dict[PlayerId, Nmr]]:
+    """Each player's dice actually played (in ``names`` order), after R6, R17 and R18,
+    and who counts as sending no orders.
 
-    ``used_in_set`` holds each player's dice already used in the current set, ``orders``
-    each player's orders or None. Many players share a history and an order's dice, so
-    each distinct pair is decided once (:class:`_Verdicts`); only the players without a
-    valid nomination are visited one by one.
+    ``used_in_set`` holds each player's dice already used in the current set (None when
+    none has used any), ``orders`` each player's orders or None. Many players share a
+    history and an order's dice, so each distinct pair is decided once (:class:`_Verdicts`).
     """
-    # getattr's default stands for a missing order's (None's) dice and nomination: R17
+    # getattr's default stands for a missing order's (None's) dice: R17
+    ordered = map(getattr, orders, repeat("dice"), repeat(None))
+    by_used = _VerdictsByUsed(turns)
     decided = list(
-        map(
-            _Verdicts(turns).__getitem__,
-            zip(used_in_set, map(getattr, orders, repeat("dice"), repeat(None)), strict=True),
-        )
+        map(by_used[()].__getitem__, ordered)
+        if used_in_set is None
+        else map(getitem, map(by_used.__getitem__, used_in_set), ordered)
     )
     dice_played: list[tuple[Die, ...]] = list(map(itemgetter(0), decided))
-    why: list[Nmr | None] = list(map(itemgetter(1), decided))
-    nmr = dict(zip(compress(names, why), cast("Iterator[Nmr]", compress(why, why)), strict=True))
+    nmr: dict[PlayerId, Nmr] = {}
+    if any(verdicts.nmr for verdicts in by_used.values()):
+        why = map(itemgetter(1), decided)
+        nmr = dict(compress(zip(names, why, strict=True), map(itemgetter(1), decided)))
+    return dice_played, nmr
+
+
+def _nominations(
+    names: tuple[PlayerId, ...],
+    starts: Mapping[PlayerId, Position],
+    orders: Iterable[OrderSet | None],
+    dice_played: Sequence[tuple[Die, ...]],
+    last: Space,
+) -> tuple[list[Space | None], list[PlayerId], Counter[Space]]:
+    """Each player's nomination after R16 (in ``names`` order), the players given one by
+    R16, and the votes per space (R8).
+
+    The votes are counted once, before R16 (when every nomination is an int or None:
+    otherwise after it), and only the players without a valid nomination are visited one
+    by one.
+    """
     nominations: list[Space | None] = list(map(getattr, orders, repeat("nomination"), repeat(None)))
-    wrong: Iterable[bool]
+    votes: Counter[Space] | None = None
     if set(map(type, nominations)) <= {int, type(None)}:  # (not bool: R16 wants a space)
+        counted = Counter(nominations)
+        wrong_values = [n for n in counted if n is None or not 1 <= n <= last]
+        for value in wrong_values:
+            del counted[value]  # every player who gave it is given a space below
+        votes = cast("Counter[Space]", counted)
+        if not wrong_values:
+            return nominations, [], votes
         spaces: dict[Space | None, bool] = dict.fromkeys(range(1, last + 1), False)
-        wrong = map(spaces.get, nominations, repeat(True))
+        wrong: Iterable[bool] = map(spaces.get, nominations, repeat(True))
     else:
         wrong = (type(n) is not int or not 1 <= n <= last for n in nominations)
     defaulted: list[PlayerId] = []
+    given: list[Space] = []
     for index in compress(range(len(names)), wrong):
         # R16/R17: the target of the (first) move actually played
-        nominations[index] = default_nomination(starts[index] + dice_played[index][0], last)
-        defaulted.append(names[index])
-    return dice_played, nmr, nominations, defaulted
+        name = names[index]
+        nomination = default_nomination(starts[name] + dice_played[index][0], last)
+        nominations[index] = nomination
+        defaulted.append(name)
+        if nomination is not None:  # (past the last space: no nomination)
+            given.append(nomination)
+    if votes is None:
+        counted = Counter(nominations)
+        del counted[None]
+        return nominations, defaulted, cast("Counter[Space]", counted)
+    votes.update(given)
+    return nominations, defaulted, votes
 
 
-class _Verdicts(
-    dict[tuple[tuple[Die, ...], tuple[int, ...] | None], tuple[tuple[Die, ...], Nmr | None]]
-):
-    """(dice used in the set, an order's dice or None for no orders) -> (the dice played,
-    why the player counts as sending no orders, or None), each decided on first use."""
+class _Verdicts(dict[tuple[int, ...] | None, tuple[tuple[Die, ...], Nmr | None]]):
+    """For players who have used these dice in the set: an order's dice (None for no
+    orders) -> (the dice played, why the player counts as sending no orders, or None),
+    each decided on first use."""
 
     NO_ORDERS = Nmr(NmrCause.NO_ORDERS)
+
+    def __init__(self, turns: int, used: tuple[Die, ...]) -> None:
+        super().__init__()
+        self._turns = turns
+        self._used = used
+        self.nmr = False
+        """Whether some verdict is an NMR."""
+
+    def __missing__(self, dice: tuple[int, ...] | None) -> tuple[tuple[Die, ...], Nmr | None]:
+        verdict: tuple[tuple[Die, ...], Nmr | None]
+        if dice is None:  # R17
+            verdict = lowest_legal_dice(self._used, self._turns), self.NO_ORDERS
+        else:
+            verdict = _dice_verdict(self._used, dice, self._turns)
+        self.nmr = self.nmr or verdict[1] is not None
+        self[dice] = verdict
+        return verdict
+
+
+class _VerdictsByUsed(dict[tuple[Die, ...], _Verdicts]):
+    """The dice used in the set -> the :class:`_Verdicts` for players who have used them."""
 
     def __init__(self, turns: int) -> None:
         super().__init__()
         self._turns = turns
 
-    def __missing__(
-        self, key: tuple[tuple[Die, ...], tuple[int, ...] | None]
-    ) -> tuple[tuple[Die, ...], Nmr | None]:
-        used, dice = key
-        if dice is None:  # R17
-            verdict: tuple[tuple[Die, ...], Nmr | None]
-            verdict = lowest_legal_dice(used, self._turns), self.NO_ORDERS
-        else:
-            verdict = _dice_verdict(used, dice, self._turns)
-        self[key] = verdict
-        return verdict
+    def __missing__(self, used: tuple[Die, ...]) -> _Verdicts:
+        verdicts = self[used] = _Verdicts(self._turns, used)
+        return verdicts
 
 
+@lru_cache(maxsize=4096)  # (the same few orders come in every round)
 def _dice_verdict(
     used: tuple[Die, ...], dice: tuple[int, ...], turns: int
 ) -> tuple[tuple[Die, ...], Nmr | None]:
@@ -369,12 +440,12 @@ def _dice_verdict(
     return lowest_legal_dice(used, turns), Nmr(NmrCause.INVALID_DICE, check.problems)
 
 
-class Steps(dict[tuple[Position, Die], Move]):
-    """One round's moves by (start, die), each resolved on first use.
+class Steps(dict[Position, dict[Die, Move]]):
+    """One round's moves by start, then die (``steps[start][die]``), made on first use.
 
-    Given the round's trapdoors a move depends only on its start and die, so
-    every player starting on the same space with the same die shares one Move,
-    and a turn's moves are one ``map`` over the players.
+    Given the round's trapdoors a move depends only on its start and die, so every
+    player starting on the same space with the same die shares one Move, and a turn's
+    moves are one ``map`` over the players.
     """
 
     def __init__(self, board: Board, trapdoors: tuple[Space, ...]) -> None:
@@ -382,15 +453,64 @@ class Steps(dict[tuple[Position, Die], Move]):
         self._board = board
         self._active = frozenset(trapdoors)
         self._outcomes: dict[Position, Outcome] = {}
+        self.near = False
+        """Whether a start was used from which a die reaches the last space: only then
+        need a turn's moves be looked at for R5."""
 
-    def __missing__(self, key: tuple[Position, Die]) -> Move:
-        start, die = key
-        target = start + die
-        outcome = self._outcomes.get(target)
-        if outcome is None:
-            outcome = self._outcomes[target] = self._board.resolve(target, self._active)
-        move = self[key] = Move(die, start, target, outcome.final, outcome.events)
-        return move
+    def __missing__(self, start: Position) -> dict[Die, Move]:
+        row = self[start] = self._row(start)
+        self.near = self.near or max(map(_FINAL, row.values())) >= self._board.last
+        return row
+
+    def _row(self, start: Position) -> dict[Die, Move]:
+        row: dict[Die, Move] = {}
+        for die in DIE_VALUES:
+            target = start + die
+            outcome = self._outcomes.get(target)
+            if outcome is None:
+                outcome = self._outcomes[target] = self._board.resolve(target, self._active)
+            row[die] = Move(die, start, target, outcome.final, outcome.events)
+        return row
+
+    def fill(self) -> None:
+        """Every start before the last space from which no die reaches it, at once:
+        cheaper than one at a time when the players are many more than the spaces.
+
+        Most moves pass no active trapdoor, and those are the board's own (:func:`_plain`);
+        only the moves whose way passes an active trapdoor are made again.
+        """
+        board, last = self._board, self._board.last
+        plain, through = _plain(board)
+        self.update(plain)  # (its rows are shared, so never changed: only replaced)
+        changed: dict[Position, dict[Die, Move]] = {}
+        for target in sorted({t for space in self._active for t in through.get(space, ())}):
+            outcome = board.resolve(target, self._active)
+            for die in DIE_VALUES:
+                start = target - die
+                if start not in plain:
+                    continue  # (made when used)
+                if start not in changed:
+                    changed[start] = dict(plain[start])
+                changed[start][die] = Move(die, start, target, outcome.final, outcome.events)
+        for start, row in changed.items():
+            if max(map(_FINAL, row.values())) < last:
+                self[start] = row
+            else:
+                del self[start]  # made again when used, to tell R5
+
+
+@lru_cache(maxsize=64)  # (as many boards as app.lookup keeps)
+def _plain(board: Board) -> tuple[dict[Position, dict[Die, Move]], dict[Space, list[Position]]]:
+    """A board's moves with no active trapdoor, as :meth:`Steps.fill` uses them, and each
+    space's targets: those whose move stands on it (a trapdoor there may change them)."""
+    steps = Steps(board, ())
+    through: dict[Space, list[Position]] = {}
+    for target, (_, events) in enumerate(board.outcomes(())):
+        for space in (target, *(event.end for event in events)):
+            through.setdefault(space, []).append(target)
+    rows = {start: steps._row(start) for start in range(board.last)}
+    plain = {s: row for s, row in rows.items() if max(map(_FINAL, row.values())) < board.last}
+    return plain, through
 
 
 def game_result(

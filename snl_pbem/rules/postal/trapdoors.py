@@ -68,7 +68,17 @@ def tally_trapdoors(
     """
     counted = Counter(nominations)  # (in C: a round may have 100,000 players)
     del counted[None]  # (no nomination: R16's target past the last space)
-    votes = cast("Counter[Space]", counted)
+    return decide_trapdoors(cast("Counter[Space]", counted), player_count, rule, lot)
+
+
+def decide_trapdoors(
+    votes: Mapping[Space, int],
+    player_count: int,
+    rule: TrapdoorRule = TrapdoorRule.ALL,
+    lot: random.Random | None = None,
+) -> Tally:
+    """Decide one round's trapdoors from its votes: nominations per space, each space
+    nominated at least once (what :func:`tally_trapdoors` counts)."""
     threshold = vote_threshold(player_count)
     reaching = sorted(s for s, n in votes.items() if n >= threshold)
     if rule is TrapdoorRule.ALL or len(reaching) <= 1:
