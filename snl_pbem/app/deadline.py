@@ -10,14 +10,14 @@ arguments.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from sqlalchemy import select
+from sqlalchemy import and_, bindparam, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.schedule import all_in_locked
+from snl_pbem.app.schedule import all_in_locked, waiting_by
 from snl_pbem.config import Config, ImapSettings
 from snl_pbem.mail.imap import mailbox_source
 from snl_pbem.store import Database, Game, MailboxState, Round
@@ -31,6 +31,9 @@ class Close:
 
     deadline: datetime
     """The round's deadline (a backup written since holds the game as it stood then)."""
+    waiting: tuple[int, ...] = field(default=(), compare=False)
+    """Stored messages received by the deadline and not yet processed (read in the same
+    transaction as the rest: one fewer per close)."""
 
 
 class HoldWhy(StrEnum):
@@ -116,36 +119,56 @@ def _decide_locked(
     all_in: bool,
     redelivery_until: datetime | None,
 ) -> Decision:
-    game = session.scalar(select(Game).where(Game.name == game_name))
-    if game is None or game.state != GamePhase.RUNNING:
+    facts = session.execute(_FACTS, {"name": game_name, "number": number}).first()
+    if facts is None or facts.game_state != GamePhase.RUNNING:
         return Replan(ReplanWhy.NOT_RUNNING)
-    round_ = session.scalar(select(Round).where(Round.game_id == game.id, Round.number == number))
+    round_id, state, held_at, deadline = facts.round_id, facts.state, facts.held_at, facts.deadline
     if early:
-        if round_ is None or round_.state != RoundPhase.OPEN:
+        if round_id is None or state != RoundPhase.OPEN:
             return Replan(ReplanWhy.NOT_ALL_IN)
-        if all_in and not all_in_locked(session, game, round_):
-            return Replan(ReplanWhy.NOT_ALL_IN)
+        if all_in:
+            game, round_ = session.get_one(Game, facts.game_id), session.get_one(Round, round_id)
+            if not all_in_locked(session, game, round_):
+                return Replan(ReplanWhy.NOT_ALL_IN)
         if redelivery_until is not None and now < redelivery_until:
             return Wait(redelivery_until)
     else:
-        if round_ is None or round_.state != RoundPhase.OPEN or round_.held_at is not None:
+        if round_id is None or state != RoundPhase.OPEN or held_at is not None:
             return Replan(ReplanWhy.NOT_OPEN)
-        due = not_before(round_.deadline + intake_grace(config), redelivery_until)
+        due = not_before(deadline + intake_grace(config), redelivery_until)
         if now < due:
             return Replan(ReplanWhy.NOT_DUE, due)
-    assert round_ is not None
     imap = config.settings.mail.imap
     if imap is None:
-        return Close(round_.deadline)
-    state = session.get(MailboxState, imap_source(imap))
-    last_ok, since = (state.last_ok_at, state.healthy_since) if state else (None, None)
+        return _close(session, deadline)
+    mailbox = session.get(MailboxState, imap_source(imap))
+    last_ok, since = (mailbox.last_ok_at, mailbox.healthy_since) if mailbox else (None, None)
     problem = intake_problem(imap, last_ok, since, now)
     if problem is not None:
         return Hold(HoldWhy.INTAKE_UNHEALTHY, problem)
     assert last_ok is not None
-    if not early and last_ok < round_.deadline:
+    if not early and last_ok < deadline:
         return Hold(HoldWhy.MAILBOX_BEHIND, "the mailbox is not yet read up to the deadline")
-    return Close(round_.deadline)
+    return _close(session, deadline)
+
+
+_FACTS = (  # one read, built once: the game's state and its round ``number``'s
+    select(
+        Game.id.label("game_id"),
+        Game.state.label("game_state"),
+        Round.id.label("round_id"),
+        Round.state,
+        Round.held_at,
+        Round.deadline,
+    )
+    .outerjoin(Round, and_(Round.game_id == Game.id, Round.number == bindparam("number")))
+    .where(Game.name == bindparam("name"))
+)
+
+
+def _close(session: Session, deadline: datetime) -> Close:
+    """Close, with the stored messages to read first (``waiting_before_deadline``)."""
+    return Close(deadline, waiting=waiting_by(session, deadline))
 
 
 def intake_grace(config: Config) -> timedelta:

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import and_, func, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.txcache import remember
 from snl_pbem.config import Schedule
 from snl_pbem.errors import no_such_game
 from snl_pbem.rules import Board
@@ -67,6 +68,13 @@ def open_round(session: Session, game: Game, *, lock: bool = False) -> Round | N
     """The game's open round, if it has one (locked for update when ``lock``)."""
     query = select(Round).where(Round.game_id == game.id, Round.state == RoundPhase.OPEN)
     return session.scalar(query.with_for_update() if lock else query)
+
+
+def open_round_for_orders(session: Session, game: Game) -> Round | None:
+    """``open_round`` as the intake reads it for an order set, once a batch (``txcache``:
+    the batch holds the game's lock, so no close can change it meanwhile, and a message
+    that does more than send orders makes the batch read it anew)."""
+    return remember(session, ("open round", game.id), lambda: open_round(session, game))
 
 
 def game_time(game: Game, when: datetime) -> str:

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.codes import VOUCHED
 from snl_pbem.app.lookup import ruleset_of
-from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.outbox import mail_row
 from snl_pbem.config import Config, address_problem
 from snl_pbem.mail import authresults
 from snl_pbem.mail.commands import Commands, LineProblem
@@ -310,6 +310,18 @@ def subject(game: Game | None, text: str) -> str:
     return f"[{game.name}] {text}" if game is not None else f"Snakes and Ladders: {text}"
 
 
+_RECENT = (
+    select(func.count())
+    .select_from(OutboxMessage)
+    .where(
+        OutboxMessage.recipient == bindparam("to"),
+        OutboxMessage.kind.in_(bindparam("kinds", expanding=True)),
+        OutboxMessage.created_at > bindparam("since"),
+    )
+)
+"""Mail of these kinds to this address since then (a reply's rate limit)."""
+
+
 def reply(
     ctx: Context,
     game: Game | None,
@@ -322,32 +334,18 @@ def reply(
     """A reply to an authenticated player's registered address, threaded, unless the
     rate limit holds; ``always`` (an order's acknowledgement) has its own, larger bound."""
     limit = ctx.config.settings.mail.replies_per_hour
-    recent = (
-        ctx.session.scalar(
-            select(func.count())
-            .select_from(OutboxMessage)
-            .where(
-                OutboxMessage.recipient == player.email,
-                OutboxMessage.kind.in_(REPLY_KINDS),
-                OutboxMessage.created_at > ctx.now - timedelta(hours=1),
-            )
+    kinds: tuple[str, ...] = REPLY_KINDS
+    if always:  # an acknowledgement: counted apart, so other replies never use it up
+        limit, kinds = ACKS_PER_HOUR, (kind,)
+    if any(isinstance(o, OutboxMessage) for o in ctx.session.new):
+        ctx.session.flush()  # mail of this message waits to be written: it counts
+    recent = (  # on the connection: the session has nothing else to write first
+        ctx.session.connection().scalar(
+            _RECENT,
+            {"to": player.email, "kinds": list(kinds), "since": ctx.now - timedelta(hours=1)},
         )
         or 0
     )
-    if always:  # an acknowledgement: counted apart, so other replies never use it up
-        limit = ACKS_PER_HOUR
-        recent = (
-            ctx.session.scalar(
-                select(func.count())
-                .select_from(OutboxMessage)
-                .where(
-                    OutboxMessage.recipient == player.email,
-                    OutboxMessage.kind == kind,
-                    OutboxMessage.created_at > ctx.now - timedelta(hours=1),
-                )
-            )
-            or 0
-        )
     if recent >= limit:
         log.warning(
             "reply to %s held: %d replies in the last hour (limit %d)", player.name, recent, limit
@@ -371,7 +369,12 @@ def reply(
 def send(
     ctx: Context, game: Game | None, to: str, kind: str, template: str, **context: Any
 ) -> None:
-    enqueue_mail(
+    """A reply to this message, stored for sending: a plain insert on the session's
+    connection (one of a batch's many), after any mail of this message still pending in the
+    session (the outbox's ids keep the order the mail was written in)."""
+    if any(isinstance(o, OutboxMessage) for o in ctx.session.new):
+        ctx.session.flush()
+    row = mail_row(
         ctx.session,
         ctx.config,
         game=game,
@@ -384,13 +387,19 @@ def send(
         references=ctx.mail.references,
         **context,
     )
+    ctx.session.connection().execute(insert(OutboxMessage), [row])
 
 
 def redact(line: str, keys: tuple[str, ...]) -> str:
     """Never echo a key: any occurrence of one in an echoed line becomes ****."""
     for key in keys:
-        if key and len(key) >= 3:
-            line = re.sub(re.escape(key), "****", line, flags=re.IGNORECASE)
+        if not key or len(key) < 3:
+            continue
+        # an ASCII line is looked in first (most lines hold no key, and a pattern costs
+        # more); another may hold a key in letters the pattern takes for its own (a dotless i for i)
+        if line.isascii() and key.isascii() and key.lower() not in line.lower():
+            continue
+        line = re.sub(re.escape(key), "****", line, flags=re.IGNORECASE)
     return line
 
 

@@ -14,14 +14,14 @@ A deadline notice holds the game, the round, the old and new deadline and why.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.lookup import careers, game_time, ruleset_of, settings_of
-from snl_pbem.app.outbox import enqueue_mail, greetings
+from snl_pbem.app.outbox import MailBatch, enqueue_mail, greetings
 from snl_pbem.app.state import RECEIPT_ORDER, observers
 from snl_pbem.app.views import seat_lines
 from snl_pbem.config import Config
@@ -223,9 +223,8 @@ def enqueue_round_mail(
     positions = dict(decided.positions)
     rows = standings(positions)
     width = max(len(name) for name in positions)
-    players = session.scalars(
-        select(Player).where(Player.game_id == game.id).order_by(Player.id)
-    ).all()
+    players = session.scalars(_PLAYERS, {"game": game.id}).all()
+    deadline = game_time(game, next_deadline) if next_deadline else ""  # the same for all
     over = decided.result is not None
     headline = ""
     if decided.result is not None:
@@ -254,11 +253,12 @@ def enqueue_round_mail(
     records = careers(session, game, [p for p in players if p.active]) if over else {}
     defaults = own_defaults(session, game, round_, decided, [p for p in players if p.active])
     hello = greetings(session, game, [p for p in players if p.active])
+    batch = MailBatch()  # the close's mail in one INSERT
     for player in players:
         if not player.active:
             continue
         if over:
-            enqueue_mail(
+            batch.add(
                 session,
                 config,
                 game=game,
@@ -281,7 +281,7 @@ def enqueue_round_mail(
                 **reveal,
             )
             continue
-        enqueue_mail(
+        batch.add(
             session,
             config,
             game=game,
@@ -299,12 +299,12 @@ def enqueue_round_mail(
             width=width,
             next_round=next_round,
             next_turns=next_turns,
-            deadline=game_time(game, next_deadline) if next_deadline else "",
+            deadline=deadline,
             rules=ruleset.player_view(settings, decided.after, player.name),  # R19: own only
             your_move=defaults.get(player.name),  # R19: the reader's own, nobody else's
         )
     for address in observers(session, game):  # the public report only (R19)
-        enqueue_mail(
+        batch.add(
             session,
             config,
             game=game,
@@ -321,7 +321,7 @@ def enqueue_round_mail(
             width=width,
             next_round=next_round,
             next_turns=next_turns,
-            deadline=game_time(game, next_deadline) if next_deadline else "",
+            deadline=deadline,
         )
     enqueue_referee_summary(
         session,
@@ -334,7 +334,51 @@ def enqueue_round_mail(
         next_round=next_round,
         next_deadline=next_deadline,
         headline=headline,
+        batch=batch,
     )
+    batch.insert(session)
+
+
+_LONG_AGO = datetime(1970, 1, 1, tzinfo=UTC)
+_PLAYERS = select(Player).where(Player.game_id == bindparam("game")).order_by(Player.id)
+# The summary's reads, built once (building a statement cost more than running it):
+_PREVIOUS_CLOSE_AND_FAILED = select(
+    select(func.max(Round.closed_at))
+    .where(Round.game_id == bindparam("game"), Round.number < bindparam("number"))
+    .scalar_subquery(),
+    select(func.count())
+    .select_from(OutboxMessage)
+    .where(OutboxMessage.game_id == bindparam("game"), OutboxMessage.status == OutboxStatus.FAILED)
+    .scalar_subquery(),
+)
+_REJECTED = (
+    select(InboundMessage.id, InboundMessage.sender, InboundMessage.status, InboundMessage.error)
+    .where(
+        InboundMessage.game_id == bindparam("game"),
+        InboundMessage.status.in_((InboundStatus.REJECTED, InboundStatus.SET_ASIDE)),
+        InboundMessage.received_at > bindparam("since"),  # since the round before closed
+    )
+    .order_by(InboundMessage.id)
+    .limit(50)
+)
+_UNREAD = (
+    select(InboundMessage.id, InboundMessage.sender)
+    .where(
+        InboundMessage.status == InboundStatus.NEW,
+        InboundMessage.received_at <= bindparam("until"),
+    )
+    .order_by(InboundMessage.id)
+    .limit(50)
+)
+_KEY_USES = (
+    select(AuditEntry.action, AuditEntry.detail)
+    .where(
+        AuditEntry.game_id == bindparam("game"),
+        AuditEntry.action.in_(("key-elsewhere", "wrong-key")),
+        AuditEntry.at > bindparam("since"),
+    )
+    .order_by(AuditEntry.id)
+)
 
 
 def enqueue_referee_summary(
@@ -349,65 +393,38 @@ def enqueue_referee_summary(
     next_round: int | None,
     next_deadline: datetime | None,
     headline: str,
+    batch: MailBatch | None = None,
 ) -> None:
     ruleset = ruleset_of(game)
-    previous_close = session.scalar(
-        select(func.max(Round.closed_at)).where(
-            Round.game_id == game.id, Round.number < round_.number
-        )
-    )
-    rejected_query = select(InboundMessage).where(
-        InboundMessage.game_id == game.id,
-        InboundMessage.status.in_((InboundStatus.REJECTED, InboundStatus.SET_ASIDE)),
-    )
-    if previous_close is not None:
-        rejected_query = rejected_query.where(InboundMessage.received_at > previous_close)
+    previous_close, failed_mail = session.execute(
+        _PREVIOUS_CLOSE_AND_FAILED, {"game": game.id, "number": round_.number}
+    ).one()
     rejected = [
-        f"#{m.id} from {m.sender or 'unknown'}: {m.status}: "
-        f"{(m.error or '').splitlines()[0][:120] if m.error else ''}"
-        for m in session.scalars(rejected_query.order_by(InboundMessage.id).limit(50))
+        f"#{inbound_id} from {sender or 'unknown'}: {status}: "
+        f"{(error or '').splitlines()[0][:120] if error else ''}"
+        for inbound_id, sender, status, error in session.execute(
+            _REJECTED, {"game": game.id, "since": previous_close or _LONG_AGO}
+        )
     ]
     # stored before the deadline but still being read when the close stopped waiting for
     # it (snl_pbem.runners.scheduler.CLOSE_WAIT_SECONDS): its game is not known yet
     rejected += [
         f"#{inbound_id} from {sender or 'unknown'}: received before the deadline, not yet "
         "read at the close: orders in it will be refused as late"
-        for inbound_id, sender in session.execute(
-            select(InboundMessage.id, InboundMessage.sender)
-            .where(
-                InboundMessage.status == InboundStatus.NEW,
-                InboundMessage.received_at <= min(round_.deadline, now),
-            )
-            .order_by(InboundMessage.id)
-            .limit(50)
-        )
+        for inbound_id, sender in session.execute(_UNREAD, {"until": min(round_.deadline, now)})
     ]
     since = previous_close or round_.opened_at
-    key_uses = session.scalars(
-        select(AuditEntry)
-        .where(
-            AuditEntry.game_id == game.id,
-            AuditEntry.action.in_(("key-elsewhere", "wrong-key")),
-            AuditEntry.at > since,
-        )
-        .order_by(AuditEntry.id)
-    ).all()
+    key_uses = session.execute(_KEY_USES, {"game": game.id, "since": since}).all()
     elsewhere = [
-        f"{e.detail.get('player')}'s key from {e.detail.get('address')} (inbound "
-        f"#{e.detail.get('inbound')})"
-        for e in key_uses
-        if e.action == "key-elsewhere"
+        f"{detail.get('player')}'s key from {detail.get('address')} (inbound "
+        f"#{detail.get('inbound')})"
+        for action, detail in key_uses
+        if action == "key-elsewhere"
     ][:50]
-    wrong_keys = sum(1 for e in key_uses if e.action == "wrong-key")
-    failed_mail = (
-        session.scalar(
-            select(func.count())
-            .select_from(OutboxMessage)
-            .where(OutboxMessage.game_id == game.id, OutboxMessage.status == OutboxStatus.FAILED)
-        )
-        or 0
-    )
-    enqueue_mail(
+    wrong_keys = sum(1 for action, _ in key_uses if action == "wrong-key")
+    own = batch is None
+    batch = MailBatch() if batch is None else batch
+    batch.add(
         session,
         config,
         game=game,
@@ -431,6 +448,8 @@ def enqueue_referee_summary(
         next_round=next_round,
         deadline=game_time(game, next_deadline) if next_deadline else "",
     )
+    if own:
+        batch.insert(session)
 
 
 def history_lines(session: Session, game: Game) -> tuple[str, ...]:

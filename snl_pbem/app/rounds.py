@@ -18,12 +18,12 @@ import gc
 import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import CursorResult, delete, or_, select, update
+from sqlalchemy import CursorResult, Table, delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.close_claim import claim_closing
@@ -31,6 +31,7 @@ from snl_pbem.app.lookup import (
     audit,
     game_by_name,
     open_round,
+    open_round_for_orders,
     ruleset_of,
     scheduled_deadline,
     settings_of,
@@ -38,6 +39,7 @@ from snl_pbem.app.lookup import (
 )
 from snl_pbem.app.reopened import rolled_back_before, tell_closed_again, tell_rolled_back
 from snl_pbem.app.reports import enqueue_deadline_notice, enqueue_round_mail
+from snl_pbem.app.schedule import OpenRound, game_open_rounds
 from snl_pbem.app.seats import fill_resigned_seats
 from snl_pbem.app.state import counting_orders, game_players, load_state, player_state
 from snl_pbem.config import Config
@@ -117,7 +119,7 @@ def submit_orders(
 ) -> OrderReceipt:
     """Store one order set for the open round (every one is kept; the latest counts),
     as the game's ruleset reads it. ``dice`` None: the message had no DICE line."""
-    round_ = open_round(session, game)
+    round_ = open_round_for_orders(session, game)
     if round_ is None or game.state not in (GamePhase.RUNNING, GamePhase.PAUSED):
         raise LifecycleError(f"{game.name}: no round is open for orders")
     orders = Orders(
@@ -127,23 +129,29 @@ def submit_orders(
         withdraw=withdraw,
         roll=roll,
     )
-    state = player_state(session, game, player)
+    with session.no_autoflush:  # what is pending (the message's row) is not read here
+        state = player_state(session, game, player)
     reading = ruleset_of(game).read_orders(
         settings_of(game), state, player.name, orders, round_.turns
     )
-    session.add(
-        OrderRecord(
-            round_id=round_.id,
-            player_id=player.id,
-            inbound_id=inbound_id,
-            received_at=received_at,
-            source=source,
-            dice=dice_text(reading.dice),
-            nomination=reading.nomination,
-            valid=reading.valid and not withdraw,
-            problems=list(reading.problems),
-            withdrawn=withdraw,
-        )
+    # a plain statement on the session's connection, not an object for the session to
+    # flush: one order of a batch of many (nothing the session holds is read or changed)
+    session.connection().execute(
+        insert(cast(Table, OrderRecord.__table__)),
+        [
+            {
+                "round_id": round_.id,
+                "player_id": player.id,
+                "inbound_id": inbound_id,
+                "received_at": received_at,
+                "source": source,
+                "dice": dice_text(reading.dice),
+                "trapdoor": reading.nomination,
+                "valid": reading.valid and not withdraw,
+                "problems": list(reading.problems),
+                "withdrawn": withdraw,
+            }
+        ],
     )
     return OrderReceipt(round_.number, reading.valid, reading.problems, reading)
 
@@ -155,6 +163,9 @@ class CloseOutcome:
     adjudication: Adjudication
     next_round: int | None
     next_deadline: datetime | None
+    open_rounds: list[OpenRound] | None = field(default=None, compare=False, repr=False)
+    """With ``close_round(plan=True)``: the game's open rounds as the close left them, read
+    in its transaction, for the scheduler's re-plan of this game (None: not read)."""
 
     @property
     def result(self) -> Any:
@@ -184,6 +195,7 @@ def close_round(
     config: Config | None = None,
     via: str | None = None,
     skip_locked: bool = False,
+    plan: bool = False,
 ) -> CloseOutcome | None:
     """Close the game's open round exactly once; None if there is none (already closed).
 
@@ -195,7 +207,8 @@ def close_round(
     (closed and reopened meanwhile), nothing happens.
 
     ``skip_locked`` (the scheduler's closes): a game another server is closing now raises
-    ``RoundBusy`` at once, not waited for. No effect on SQLite (one write lock in all)."""
+    ``RoundBusy`` at once, not waited for. No effect on SQLite (one write lock in all).
+    ``plan``: the outcome holds the game's open rounds after the close (``open_rounds``)."""
     with db.transaction() as session:
         if not db.is_sqlite and not claim_closing(session, game_name, wait=not skip_locked):
             raise RoundBusy(game_name, expect_round)
@@ -205,6 +218,8 @@ def close_round(
         )
         if outcome is None:
             return None
+        if plan:  # the re-plan's read, here rather than in a transaction of its own
+            outcome = replace(outcome, open_rounds=game_open_rounds(session, game.id))
         crash_point("close.before-commit", prepare=session.flush)
     crash_point("close.after-commit")
     log.info("%s: round %d closed by %s", game_name, outcome.round, actor)
@@ -396,6 +411,7 @@ def close_with_backup(
     config: Config | None = None,
     via: str | None = None,
     skip_locked: bool = False,
+    plan: bool = False,
 ) -> CloseOutcome | None:
     """SQLite: write an online backup first (the last ``backups`` are kept), then close."""
     db.backup(backup_dir, f"{game_name}-before-close", backups)
@@ -408,6 +424,7 @@ def close_with_backup(
         config=config,
         via=via,
         skip_locked=skip_locked,
+        plan=plan,
     )
 
 

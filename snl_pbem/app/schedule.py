@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, text
+from sqlalchemy import bindparam, delete, func, select, text
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -62,6 +62,11 @@ def game_rounds(
                 found += session.scalars(select(Game.name).where(column.in_(chunk))).all()
                 rounds += _open_rounds(session, column.in_(chunk))
     return found, rounds
+
+
+def game_open_rounds(session: Session, game_id: int) -> list[OpenRound]:
+    """The open round of one game, if it runs (in the caller's transaction)."""
+    return _open_rounds(session, Game.id == game_id)
 
 
 def _open_rounds(session: Session, which: ColumnElement[bool] | None) -> list[OpenRound]:
@@ -163,18 +168,22 @@ def waiting_before_deadline(db: Database, game_name: str, number: int) -> list[i
             .join(Game, Game.id == Round.game_id)
             .where(Game.name == game_name, Round.number == number)
         )
-        if deadline is None:
-            return []
-        return list(
-            session.scalars(
-                select(InboundMessage.id)
-                .where(
-                    InboundMessage.status == InboundStatus.NEW,
-                    InboundMessage.received_at <= deadline,
-                )
-                .order_by(InboundMessage.id)
-            ).all()
-        )
+        return [] if deadline is None else list(waiting_by(session, deadline))
+
+
+def waiting_by(session: Session, deadline: datetime) -> tuple[int, ...]:
+    """Stored messages received by ``deadline`` and not yet processed, oldest first."""
+    return tuple(session.scalars(_WAITING, {"deadline": deadline}).all())
+
+
+_WAITING = (  # built once: a deadline storm asks it of every game
+    select(InboundMessage.id)
+    .where(
+        InboundMessage.status == InboundStatus.NEW,
+        InboundMessage.received_at <= bindparam("deadline"),
+    )
+    .order_by(InboundMessage.id)
+)
 
 
 def held_rounds(db: Database) -> list[tuple[str, int]]:

@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.lookup import audit
+from snl_pbem.app.txcache import forget, remember
 from snl_pbem.config import Config
 from snl_pbem.keys import hash_key, new_salt, verify_key
 from snl_pbem.store import ServerKey
@@ -25,6 +26,7 @@ def sync_referee_key(session: Session, config: Config, now: datetime, actor: str
     """Store the config's referee key (hashed, a new salt when it changed), or delete it
     when the config has none; a line saying what changed, or None when nothing did."""
     key = config.settings.mail.referee_key
+    forget(session)  # the key read before may change here
     row = session.get(ServerKey, REFEREE)
     if key is None:
         if row is None:
@@ -50,5 +52,5 @@ def is_referee_key(session: Session, key: str | None) -> bool:
     """Whether ``key`` is the referee's key (False when none is set)."""
     if not key:
         return False
-    row = session.get(ServerKey, REFEREE)
+    row = remember(session, ("server key", REFEREE), lambda: session.get(ServerKey, REFEREE))
     return row is not None and verify_key(key, row.key_hash, row.salt)

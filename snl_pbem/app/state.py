@@ -6,17 +6,19 @@ the name each seat's holder goes by, and who observes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.ahead import seated_key, turns_key
 from snl_pbem.app.lookup import (
     ruleset_of,
     settings_of,
 )
+from snl_pbem.app.txcache import peek, remember
 from snl_pbem.rules.ruleset import GameState, Orders
 from snl_pbem.store import (
     AuditEntry,
@@ -63,12 +65,18 @@ def load_state(
     positions = dict.fromkeys(names, 0)
     played: dict[str, list[int]] = {name: [] for name in names}
     by_id = {p.id: p.name for p in players}
-    query = select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final).where(
-        TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns)
-    )
-    if len(players) == 1:  # one player's own state: their rows only
-        query = query.where(TurnRecord.player_id == players[0].id)
-    for player_id, turn, die, final in session.execute(query.order_by(TurnRecord.turn)):
+    rows: Iterable[tuple[int, int, int, int]]
+    ahead = peek(session, turns_key(game))  # a batch read it (app.ahead)
+    if len(players) == 1 and ahead is not None and players[0].id in ahead[0]:
+        rows = [(players[0].id, *row) for row in ahead[1][players[0].id]]
+    else:
+        query = select(
+            TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final
+        ).where(TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns))
+        if len(players) == 1:  # one player's own state: their rows only
+            query = query.where(TurnRecord.player_id == players[0].id)
+        rows = session.execute(query.order_by(TurnRecord.turn)).all()
+    for player_id, turn, die, final in rows:
         name = by_id.get(player_id)
         if name is None:
             continue
@@ -91,10 +99,14 @@ def last_record(session: Session, game: Game) -> dict[str, Any]:
     """What the game's ruleset kept of its last round (classic: its state); {} if none."""
     if not game.rounds_played:
         return {}
-    record = session.scalar(
-        select(RoundTally.record)
-        .join(Round, Round.id == RoundTally.round_id)
-        .where(Round.game_id == game.id, Round.number == game.rounds_played)
+    record = remember(  # once a batch of orders (txcache)
+        session,
+        ("last record", game.id, game.rounds_played),
+        lambda: session.scalar(
+            select(RoundTally.record)
+            .join(Round, Round.id == RoundTally.round_id)
+            .where(Round.game_id == game.id, Round.number == game.rounds_played)
+        ),
     )
     return record or {}
 
@@ -161,6 +173,22 @@ def counting_orders(
     return {name: order for name, order in latest.items() if not order.withdraw}
 
 
+FEW_PLAYERS = 100
+"""Up to this many players, their sign-ups are looked up by id, not the game's all read."""
+
+
+def _replaced(session: Session, game: Game) -> set[tuple[object, str]]:
+    """(player name, new address) of each seat the referee gave (REPLACE) in the game."""
+    given = set()
+    for detail in session.scalars(
+        select(AuditEntry.detail).where(
+            AuditEntry.game_id == game.id, AuditEntry.action == "replace"
+        )
+    ):
+        given.add((detail.get("player"), str(detail.get("new", "")).lower()))
+    return given
+
+
 def holder_name(session: Session, game: Game, player: Player) -> str | None:
     """The name the seat's holder goes by: the name they joined with (their own seat, or
     one they took from the standby list), the seat's own name for its first holder, or
@@ -169,25 +197,24 @@ def holder_name(session: Session, game: Game, player: Player) -> str | None:
 
 
 def holder_names(session: Session, game: Game, players: Sequence[Player]) -> dict[int, str | None]:
-    """:func:`holder_name` of each of ``players`` (by id), in two queries."""
-    joined: dict[tuple[int | None, str], str] = {}
-    for player_id, address, name in session.execute(
-        select(Signup.player_id, Signup.email, Signup.name)
-        .where(
+    """:func:`holder_name` of each of ``players`` (by id), in two queries (one, for a few
+    players, in a batch of orders that read the game's REPLACEs already: ``txcache``)."""
+    ahead = peek(session, seated_key(game))  # a batch read it (app.ahead)
+    joined: dict[tuple[int | None, str], str]
+    if ahead is not None and all(p.id in ahead[0] for p in players):
+        joined = ahead[1]
+    else:
+        query = select(Signup.player_id, Signup.email, Signup.name).where(
             Signup.game_id == game.id,
             Signup.state == SignupState.SEATED,
             Signup.player_id.is_not(None),
         )
-        .order_by(Signup.id)
-    ):
-        joined[(player_id, address.lower())] = name
-    given = set()
-    for detail in session.scalars(
-        select(AuditEntry.detail).where(
-            AuditEntry.game_id == game.id, AuditEntry.action == "replace"
-        )
-    ):
-        given.add((detail.get("player"), str(detail.get("new", "")).lower()))
+        if len(players) <= FEW_PLAYERS:  # a reply's greeting: not the whole game's sign-ups
+            query = query.where(Signup.player_id.in_([p.id for p in players]))
+        joined = {}
+        for player_id, address, name in session.execute(query.order_by(Signup.id)):
+            joined[(player_id, address.lower())] = name
+    given = remember(session, ("replaced", game.id), lambda: _replaced(session, game))
     names: dict[int, str | None] = {}
     for player in players:
         address = player.email.lower()

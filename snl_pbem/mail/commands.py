@@ -23,6 +23,7 @@ these readers and any it registers.
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -234,13 +235,20 @@ def read_commands(
 
 
 def _unknown(b: Builder, line: str, word: str, table: Mapping[str, Reader]) -> None:
-    close = difflib.get_close_matches(word, list(table), n=1, cutoff=0.75) if word else []
+    close = _close_match(word, tuple(table)) if word else ()
     looks_like_command = bool(close) or bool(re.match(r"^[A-Za-z]+\s*[:=]?\s*\d", line))
     if looks_like_command and len(line.split()) <= 6:
         hint = f" (did you mean {close[0]}?)" if close else ""
         b.problems.append(LineProblem(line, f"unknown command {word or line.split()[0]!r}{hint}"))
     else:
         b.ignored.append(line)
+
+
+@functools.lru_cache(maxsize=4096)
+def _close_match(word: str, words: tuple[str, ...]) -> tuple[str, ...]:
+    """The command ``word`` may be a misspelling of (difflib is slow, and a message's
+    greeting and signature are the same words every time: worked out once each)."""
+    return tuple(difflib.get_close_matches(word, words, n=1, cutoff=0.75))
 
 
 def _not_ascii_digits(token: str) -> bool:

@@ -430,13 +430,22 @@ def redact_in_bytes(raw: bytes, secrets: list[str] | tuple[str, ...]) -> bytes:
         return raw
     # the keys' bytes, one character each (latin-1), as one pattern
     written = {k.encode("utf-8", "surrogateescape").decode("latin-1") for k in keys}
-    return _bytes_pattern(tuple(sorted(written))).sub(REDACTED.encode(), raw)
+    ordered = tuple(sorted(written))
+    pattern = _few_keys_pattern(ordered) if len(ordered) <= 4 else _bytes_pattern(ordered)
+    return pattern.sub(REDACTED.encode(), raw)
 
 
 @functools.lru_cache(maxsize=64)
 def _bytes_pattern(keys: tuple[str, ...]) -> re.Pattern[bytes]:
     # ASCII case ignored, as the keys may be written
     return re.compile(_trie(keys).encode("latin-1"), re.IGNORECASE)
+
+
+@functools.lru_cache(maxsize=4096)
+def _few_keys_pattern(keys: tuple[str, ...]) -> re.Pattern[bytes]:
+    """``_bytes_pattern`` of a message's usual keys (its sender's, one or two quoted): each
+    player's, made once, however many players write (a pattern of a few keys is small)."""
+    return _bytes_pattern.__wrapped__(keys)
 
 
 _MAX_SECRETS = 2000

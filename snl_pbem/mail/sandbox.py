@@ -44,6 +44,8 @@ so a message that runs to it holds a worker for ``PARSE_SECONDS`` whatever the m
 four such hold four workers, not the whole intake (a real message still takes milliseconds
 beside them). Each worker's memory is bounded by ``MEMORY_BYTES`` on its own."""
 START_SECONDS = 120.0
+SPLIT_AT = 8
+"""A batch this long or longer is read by two workers at once (``parse_many``)."""
 BATCHED_BYTES = 1024 * 1024
 """A larger message is sent to a worker alone, even within a batch (``parse_many``): a
 batch is received whole, and only a message alone may be too big to receive."""
@@ -174,7 +176,34 @@ class Sandbox:
         """Read several messages in one round trip: each its ParsedMail, or the
         ParseTimeout or ParseFailed it met. Each is bounded as ``parse`` bounds one (the
         worker answers each as it is read): one that runs to the time limit costs its
-        worker, and the messages after it are read by the next worker, never lost."""
+        worker, and the messages after it are read by the next worker, never lost. A
+        batch of SPLIT_AT or more is read by two workers at once, half each (the caller
+        waits for them: on two cores they read it in half the time)."""
+        if len(raws) < SPLIT_AT:
+            return self._parse_run(raws, game_address, sents)
+        half = len(raws) // 2
+        second: list[list[ParsedMail | Exception] | BaseException] = []
+
+        def read_second() -> None:
+            try:
+                second.append(self._parse_run(raws[half:], game_address, sents[half:]))
+            except BaseException as exc:  # raised here, below
+                second.append(exc)
+
+        thread = threading.Thread(target=read_second, name="snl-pbem-parse-half", daemon=True)
+        thread.start()
+        try:
+            first = self._parse_run(raws[:half], game_address, sents[:half])
+        finally:
+            thread.join()
+        if isinstance(second[0], BaseException):
+            raise second[0]
+        return first + second[0]
+
+    def _parse_run(
+        self, raws: list[bytes], game_address: str, sents: list[tuple[str, ...]]
+    ) -> list[ParsedMail | Exception]:
+        """``parse_many`` by one worker at a time."""
         results: list[ParsedMail | Exception] = []
         while len(results) < len(raws):
             start = len(results)

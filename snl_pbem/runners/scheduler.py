@@ -23,7 +23,8 @@ The jobs run on one thread with SQLite and on ``CLOSE_WORKERS`` with PostgreSQL
 (``Workers``), and a job due again while an earlier run of it waits its turn is merged
 into that run: a due close is never skipped, and nothing routine is logged as a
 warning. Several servers on one PostgreSQL each plan every round; the guarded close
-makes one of them close it.
+makes one of them close it. On SQLite a close and the outbox's sender take turns at the
+one write lock (``snl_pbem.app.turns``), so reports go out during a storm, not after it.
 
 The circuit breaker: when an IMAP mailbox is configured and its last good
 poll is older than ``healthy_within`` at a deadline, the round is *held*
@@ -86,9 +87,9 @@ from snl_pbem.app.schedule import (
     reminders_due_at,
     send_reminders,
     trim_changes,
-    waiting_before_deadline,
 )
 from snl_pbem.app.signup import start_due_games
+from snl_pbem.app.turns import write_turns
 from snl_pbem.config import Config
 from snl_pbem.rules.words import agree, counted
 from snl_pbem.runners.mailboxes import Readers, default_readers
@@ -386,9 +387,13 @@ class RoundScheduler:
         if self.scheduler is None or not (names or ids):
             return []
         found, rounds = game_rounds(self.db, names=names, ids=ids)
+        return self._replan_with(found, rounds)
+
+    def _replan_with(self, games: Collection[str], rounds: list[OpenRound]) -> list[Planned]:
+        """Re-plan ``games`` from their open ``rounds``, as read by the caller."""
         planned = self._jobs_for(rounds)
         with self._lock:
-            self._apply(planned, set(found))
+            self._apply(planned, set(games))
         return planned
 
     def _apply(self, planned: list[Planned], games: set[str] | None) -> None:
@@ -609,8 +614,8 @@ class RoundScheduler:
                 redelivery_until=self.redelivery_until,
             )
             match decision:
-                case Close(deadline=deadline):
-                    self._process_stragglers(game_name, number)
+                case Close(deadline=deadline, waiting=waiting):
+                    self._process_stragglers(game_name, number, waiting)
                     backup_after = min(deadline, self.clock())  # an early close: now
                     return self._close(game_name, number, "scheduler", backup_after)
                 case Hold(why=HoldWhy.INTAKE_UNHEALTHY, problem=problem):
@@ -648,7 +653,7 @@ class RoundScheduler:
             at = self.clock() + timedelta(seconds=CATCH_UP_SECONDS)
             self._add(f"close:{game_name}:{number}", at, own=True)
 
-    def _process_stragglers(self, game_name: str, number: int) -> None:
+    def _process_stragglers(self, game_name: str, number: int, ids: Collection[int]) -> None:
         """Have every stored message received before the deadline that is still unprocessed
         (being read by an intake, queued behind others, or left by a failure) read first,
         in parallel and ahead of other mail, the smallest first whoever sent them (a slow
@@ -657,10 +662,11 @@ class RoundScheduler:
         seconds at most (see CLOSE_WAIT_SECONDS). A message still unread then is read
         afterwards and judged as late for this round (never applied to it: the round is
         closed, and the next one opened after the message came)."""
-        ids = waiting_before_deadline(self.db, game_name, number)
-        if not ids:
+        if not ids:  # (``ids``: the stored messages still unprocessed, read by ``decide``)
             return
-        futures = self.readers.submit_urgent(self.db, self.config, waiting_sizes(self.db, ids))
+        futures = self.readers.submit_urgent(
+            self.db, self.config, waiting_sizes(self.db, list(ids))
+        )
         log.info(
             "%s: round %d: reading %s received before the deadline first",
             game_name,
@@ -823,24 +829,28 @@ class RoundScheduler:
         round's deadline) is given and this server wrote one at or after it: that copy
         already holds the game as it stood when its orders stopped counting. So the games
         due at one deadline share one backup, written before the first of them closes."""
-        now = self.clock()
-        last = self._backup_at
-        backup = backup_after is None or last is None or last < backup_after
-        outcome = close_with_backup(
-            self.db,
-            game_name,
-            now,
-            actor=actor,
-            expect_round=number,
-            config=self.config,
-            skip_locked=True,  # another server closing it: skipped (RoundBusy), not waited for
-            **self._backup(backup),
-        )
+        turns = write_turns(self.db)  # SQLite: the sender gets the write lock between closes
+        with turns.closing() if turns is not None else contextlib.nullcontext():
+            now = self.clock()
+            last = self._backup_at
+            backup = backup_after is None or last is None or last < backup_after
+            outcome = close_with_backup(
+                self.db,
+                game_name,
+                now,
+                actor=actor,
+                expect_round=number,
+                config=self.config,
+                skip_locked=True,  # another server closing it: skipped (RoundBusy), not waited
+                plan=self.scheduler is not None,  # the re-plan's read in the close's transaction
+                **self._backup(backup),
+            )
         if backup:
             self._backup_at = now
         if outcome is not None:
             self._closed(outcome)
-            self.replan(names=[game_name])
+            if outcome.open_rounds is not None:
+                self._replan_with([game_name], outcome.open_rounds)
         return outcome
 
     def _closed(self, outcome: CloseOutcome) -> None:

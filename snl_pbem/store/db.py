@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -26,6 +27,8 @@ from snl_pbem.ownership import create_file, make_dirs
 log = logging.getLogger("snl_pbem.store")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+READING = "snl_pbem_reading"
+"""Execution option of the engine ``Database.reading`` uses (SQLite: BEGIN DEFERRED)."""
 
 
 class SchemaOutOfDate(RuntimeError):
@@ -57,9 +60,48 @@ def make_engine(url: str, *, sqlite_busy_ms: int = SQLITE_BUSY_TIMEOUT_MS, **kwa
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # a reading transaction (``Database.reading``) takes no write lock: in WAL mode it
+        # reads beside the writer
+        deferred = connection.get_execution_options().get(READING)
+        connection.exec_driver_sql("BEGIN DEFERRED" if deferred else "BEGIN IMMEDIATE")
 
     return engine
+
+
+class _Turns:
+    """A reentrant lock whose urgent waiters go first (``Database.transaction``). One not
+    urgent waits while any urgent one does, for ``timeout`` at most: then it goes on
+    without its turn (SQLite's own busy wait still orders it)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._owner: int | None = None
+        self._depth = 0
+        self._urgent = 0
+
+    def acquire(self, urgent: bool, timeout: float) -> bool:
+        me = threading.get_ident()
+        with self._cond:
+            if self._owner == me:
+                self._depth += 1
+                return True
+            self._urgent += urgent
+            try:
+                if not self._cond.wait_for(
+                    lambda: self._owner is None and (urgent or not self._urgent), timeout
+                ):
+                    return False
+            finally:
+                self._urgent -= urgent
+            self._owner, self._depth = me, 1
+            return True
+
+    def release(self) -> None:
+        with self._cond:
+            self._depth -= 1
+            if not self._depth:
+                self._owner = None
+                self._cond.notify_all()
 
 
 class Database:
@@ -69,15 +111,46 @@ class Database:
         self.url = url
         self.engine = make_engine(url, **engine_kwargs)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._readers = sessionmaker(
+            self.engine.execution_options(**{READING: True}), expire_on_commit=False
+        )
+        self._turns = _Turns() if self.is_sqlite else None
+        self._wait = engine_kwargs.get("sqlite_busy_ms", SQLITE_BUSY_TIMEOUT_MS) / 1000
 
     @property
     def is_sqlite(self) -> bool:
         return self.engine.dialect.name == "sqlite"
 
     @contextmanager
-    def transaction(self) -> Iterator[Session]:
-        """A session in one transaction: committed on success, rolled back on any error."""
-        with self._sessions() as session, session.begin():
+    def transaction(self, *, urgent: bool = False) -> Iterator[Session]:
+        """A session in one transaction: committed on success, rolled back on any error.
+
+        SQLite: this process's threads take turns for the database's one write lock here,
+        each handed it the moment the one before commits (left to SQLite, a thread finding
+        the lock taken sleeps and looks again, up to 100 ms a time: under a flood of mail
+        a store waited for a batch that had long committed). An ``urgent`` transaction (a
+        message's store, which its sender's MTA waits for) goes before the others waiting.
+        Other processes still wait as SQLite makes them: its busy timeout."""
+        turns = self._turns
+        held = turns is not None and turns.acquire(urgent, self._wait)
+        try:
+            with self._sessions() as session, session.begin():
+                yield session
+        finally:
+            if held:
+                assert turns is not None
+                turns.release()
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A session in one transaction that only reads. SQLite: it takes no write lock
+        (BEGIN DEFERRED), so it neither waits for a writer nor holds one up, and it
+        must not write. PostgreSQL: as ``transaction``."""
+        if not self.is_sqlite:
+            with self.transaction() as session:
+                yield session
+            return
+        with self._readers() as session, session.begin():
             yield session
 
     @staticmethod

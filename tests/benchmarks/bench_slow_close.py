@@ -27,6 +27,7 @@ import logging
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest, process_now
-from snl_pbem.app.schedule import waiting_before_deadline
 from snl_pbem.config import Config, load_config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.parse import ParseTimeout
@@ -104,8 +104,8 @@ def slow_mail(n: int) -> bytes:
 class Serial(RoundScheduler):
     """The close as it was before issue 20: every stored message read one after another."""
 
-    def _process_stragglers(self, game_name: str, number: int) -> None:
-        for inbound_id in waiting_before_deadline(self.db, game_name, number):
+    def _process_stragglers(self, game_name: str, number: int, ids: Collection[int]) -> None:
+        for inbound_id in sorted(ids):  # those the close's decision found unread, in order
             process_now(self.db, self.config, inbound_id)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from snl_pbem.app.commands.registry import Command, Who, register, register_order_words
-from snl_pbem.app.lookup import game_time, open_round, ruleset_of
+from snl_pbem.app.lookup import game_time, open_round_for_orders, ruleset_of
 from snl_pbem.app.replies import Context, redact, redacted, reply
 from snl_pbem.app.rounds import submit_orders
 from snl_pbem.mail.commands import READERS, LineProblem
@@ -22,7 +22,7 @@ def run(ctx: Context, game: Game, player: Player, other: str | None) -> tuple[st
     """The order set (or CLEAR): refused with the reason, or stored and acknowledged;
     (status, what was done)."""
     session, commands = ctx.session, ctx.commands
-    round_ = open_round(session, game)
+    round_ = open_round_for_orders(session, game)
     refusal = None
     if game.state == GamePhase.PAUSED:
         refusal = "The game is paused: orders cannot be accepted until the referee resumes it."

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app import ahead
 from snl_pbem.app.commands.referee import is_referee_mail
 from snl_pbem.app.commands.signup import confirm_address
 from snl_pbem.app.intake.commands import run_of
@@ -21,6 +22,7 @@ from snl_pbem.app.intake.reply import cut_note
 from snl_pbem.app.lookup import audit
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.replies import Context, guest_notice
+from snl_pbem.app.txcache import peek, remember
 from snl_pbem.keys import hash_key
 from snl_pbem.mail.commands import Commands
 from snl_pbem.mail.parse import ParsedMail
@@ -71,6 +73,7 @@ def game(msg: Message) -> Outcome | None:
     if found.id not in locked:  # once a transaction: a batch's later messages hold it already
         session.refresh(found, with_for_update=True)
         locked.add(found.id)
+        ahead.after_lock(session, found)  # a batch's senders' seats in it, at once
     ctx.row.game_id = found.id
     msg.game = found
     if commands.conflict is not None:
@@ -96,13 +99,18 @@ def key(msg: Message) -> Outcome | None:
     session, commands = ctx.session, ctx.commands
     player = None
     if commands.order_key is not None:
-        player = session.scalar(
-            select(Player).where(
-                Player.game_id == found.id,
-                Player.active,
-                Player.order_key_hash == hash_key(commands.order_key, found.order_key_salt),
+        key_hash = hash_key(commands.order_key, found.order_key_salt)
+        seats = peek(session, ahead.players_key(found))
+        player = seats.get(key_hash) if seats is not None else None
+    if player is None and commands.order_key is not None:
+        with session.no_autoflush:  # only the message's own row is pending: not read here
+            player = session.scalar(
+                select(Player).where(
+                    Player.game_id == found.id,
+                    Player.active,
+                    Player.order_key_hash == key_hash,
+                )
             )
-        )
     if player is None:
         return _not_authenticated(ctx, found)
     ctx.row.player_id = player.id
@@ -239,15 +247,11 @@ def _key_guessing(ctx: Context, game: Game) -> bool:
 
 
 def _game_named(session: Session, name: str) -> Game | None:
-    """The game of that name, looked up once a transaction (a batch's messages name the
-    same few games; the session keeps the row, and a game is never renamed)."""
-    names: dict[str, int] = session.info.setdefault("game ids", {})
-    if name in names:
-        return session.get(Game, names[name])
-    found = session.scalar(select(Game).where(Game.name == name))
-    if found is not None:
-        names[name] = found.id
-    return found
+    """The game of that name, looked up once a batch (a batch's messages name the same few
+    games, and a game is never renamed: ``txcache``)."""
+    return remember(
+        session, ("game", name), lambda: session.scalar(select(Game).where(Game.name == name))
+    )
 
 
 def _find_game(session: Session, commands: Commands, sender: str | None) -> Game | None:
@@ -257,7 +261,7 @@ def _find_game(session: Session, commands: Commands, sender: str | None) -> Game
     if commands.game is not None and not commands.game_from_subject:
         return _game_named(session, commands.game)
     for candidate in commands.subject_games:
-        game = session.scalar(select(Game).where(Game.name == candidate))
+        game = _game_named(session, candidate)
         if game is not None:
             return game
     if sender is None:

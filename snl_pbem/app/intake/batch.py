@@ -11,13 +11,15 @@ import logging
 
 from sqlalchemy import func, select
 
+import snl_pbem.app.intake.dedupe as dedupe
+from snl_pbem.app import ahead, txcache
 from snl_pbem.app.intake.context import IngestResult
 from snl_pbem.app.intake.pipeline import _log_result, _process_in, _process_row
 from snl_pbem.app.intake.reading import _sent_to_many
 from snl_pbem.app.intake.store import TOO_LARGE
 from snl_pbem.config import Config
 from snl_pbem.mail import sandbox
-from snl_pbem.mail.parse import ParsedMail, ParseTimeout, envelope_of
+from snl_pbem.mail.parse import ParsedMail, ParseTimeout
 from snl_pbem.store import Database, InboundMessage
 from snl_pbem.store.states import InboundStatus
 
@@ -39,30 +41,29 @@ def process_batch(
     if len(inbound_ids) <= 1:
         return {i: _process_alone(db, config, i) for i in inbound_ids}
     results: dict[int, IngestResult | Exception] = {}
-    with db.transaction() as session:
+    with db.reading() as session:
         stored = {
-            inbound_id: (status, raw, note)
-            for inbound_id, status, raw, note in session.execute(
+            inbound_id: (status, raw, note, sender)
+            for inbound_id, status, raw, note, sender in session.execute(
                 select(
                     InboundMessage.id,
                     InboundMessage.status,
                     InboundMessage.raw,
                     InboundMessage.error,
+                    InboundMessage.sender,  # envelope_of(raw)'s, as store wrote it
                 ).where(InboundMessage.id.in_(inbound_ids))
             )
         }
     todo: list[tuple[int, bytes, str | None]] = []
+    senders: list[str | None] = []
     for inbound_id in inbound_ids:
-        status, raw, note = stored[inbound_id]
+        status, raw, note, sender = stored[inbound_id]
         if status != InboundStatus.NEW:
             handled = f"already handled: {status}"
             results[inbound_id] = IngestResult(inbound_id, InboundStatus.DUPLICATE, handled)
         else:
             todo.append((inbound_id, raw, note))
-    senders = [
-        None if note and note.startswith(TOO_LARGE) else envelope_of(raw)[1]
-        for _, raw, note in todo
-    ]
+            senders.append(None if note and note.startswith(TOO_LARGE) else sender)
     sent = _sent_to_many(db, config, senders)
     read = sandbox.parse_many(
         [raw for _, raw, _ in todo], config.settings.mail.address, [sent[s] for s in senders]
@@ -80,6 +81,9 @@ def process_batch(
                 .order_by(InboundMessage.id)
                 .with_for_update()
             ).all()
+            parsed = [m for m in read if isinstance(m, ParsedMail)]
+            dedupe.look_up(session, [m.message_id for m in parsed])
+            ahead.senders(session, [m.sender for m in parsed])  # read ahead in each game
             for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
                 try:  # a savepoint per message: a failure undoes this message only
                     with session.begin_nested():
@@ -89,6 +93,7 @@ def process_batch(
                 except Exception as exc:
                     # a savepoint rolled back releases the row locks taken in it (PostgreSQL)
                     session.info.pop("games locked", None)
+                    txcache.forget(session)  # what it read may be undone with it
                     log.warning(
                         "inbound %d failed in a batch (%s: %s): processed again alone",
                         inbound_id,
@@ -98,6 +103,8 @@ def process_batch(
                     alone.append(inbound_id)
                 else:
                     done.append(found)
+                    if isinstance(mail, ParsedMail):
+                        dedupe.processed(session, mail.message_id, inbound_id, found.status)
             del rows
     except Exception as exc:  # the batch was not committed: nothing of it holds
         log.warning("a batch of %d could not be committed (%s): each alone", len(todo), exc)
@@ -132,7 +139,7 @@ def waiting_sizes(db: Database, ids: list[int]) -> dict[int, tuple[int, str | No
     readers read small ones first, whoever sent them."""
     found: dict[int, tuple[int, str | None]] = {}
     size = func.coalesce(func.length(InboundMessage.raw), 0)
-    with db.transaction() as session:
+    with db.reading() as session:
         for start in range(0, len(ids), 500):  # bounded IN lists, whatever the flood
             rows = session.execute(
                 select(InboundMessage.id, size, InboundMessage.sender).where(

@@ -18,6 +18,7 @@ from snl_pbem.app.commands.registry import Run
 from snl_pbem.app.commands.signup import handle_open
 from snl_pbem.app.intake.context import Message, Outcome
 from snl_pbem.app.lookup import ruleset_of
+from snl_pbem.app.txcache import anew
 from snl_pbem.mail.commands import Commands, LineProblem
 from snl_pbem.rules.ruleset import Ruleset
 from snl_pbem.store.states import InboundStatus
@@ -34,7 +35,8 @@ def referee_words(msg: Message) -> Outcome | None:
     """The referee's mail: every command in it, answered in one reply."""
     if not msg.referee:
         return None
-    return Outcome(*handle_referee_mail(msg.ctx))
+    with anew(msg.ctx.session):
+        return Outcome(*handle_referee_mail(msg.ctx))
 
 
 def open_words(msg: Message) -> Outcome | None:
@@ -43,7 +45,8 @@ def open_words(msg: Message) -> Outcome | None:
     commands = msg.ctx.commands
     if commands.order_key is not None:
         return None
-    handled = handle_open(msg.ctx)
+    with anew(msg.ctx.session):
+        handled = handle_open(msg.ctx)
     if handled is None:
         return None
     if not (commands.has_orders or commands.clear or commands.status):
@@ -59,7 +62,8 @@ def keyed(msg: Message) -> Outcome | None:
     ctx, game, player, other = msg.ctx, msg.game, msg.player, msg.other
     assert game is not None and player is not None
     if ctx.commands.actions:
-        msg.done += handle_keyed(ctx, game, player)
+        with anew(msg.ctx.session):
+            msg.done += handle_keyed(ctx, game, player)
     commands = ctx.commands = in_this_game(ctx.commands, ruleset_of(game))
     if commands.help:
         run_of("HELP")(ctx, game, player, other)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.lookup import open_round
+from snl_pbem.app.lookup import open_round_for_orders
 from snl_pbem.app.replies import Context
 from snl_pbem.app.schedule import all_in_locked
 from snl_pbem.store import Game, Player
@@ -91,7 +91,7 @@ def what_it_did(session: Session, msg: Message, status: str, detail: str) -> Ing
     ):
         try:  # a savepoint: a failure here never costs the message what it did
             with session.begin_nested():
-                round_ = open_round(session, game)
+                round_ = open_round_for_orders(session, game)
                 all_in = round_ is not None and all_in_locked(session, game, round_)
         except Exception as exc:  # the deadline's job still closes the round
             log.error("%s: could not tell whether all orders are in: %s", game.name, exc)

@@ -45,6 +45,7 @@ import snl_pbem.app.intake.commands as commands
 import snl_pbem.app.intake.dedupe as dedupe
 import snl_pbem.app.intake.reply as reply
 import snl_pbem.app.intake.store as store
+import snl_pbem.app.txcache as txcache
 from snl_pbem.app.commands import read as read_commands
 from snl_pbem.app.intake.context import IngestResult, Message, Outcome, what_it_did
 from snl_pbem.app.intake.reading import _read, _sent_to
@@ -205,7 +206,7 @@ def _process_row(
     message as it may be kept (``reply.kept_after_reading``). ``stored``: the row's raw bytes
     and note, when the caller has just stored them (no need to read them back)."""
     if stored is None:
-        with db.transaction() as session:
+        with db.reading() as session:
             row = session.get(InboundMessage, inbound_id)
             assert row is not None
             status, raw, note = row.status, row.raw, row.error
@@ -237,6 +238,7 @@ def _process_in(
     """Process one read message in ``session``: its row locked and its status checked
     (processed once however many processes reach it), the steps run, the copy kept."""
     too_large = bool(note and note.startswith(TOO_LARGE))
+    txcache.start(session)  # the game, its round, the keys: read once a batch
     row = session.get(InboundMessage, inbound_id, with_for_update=None if locked else True)
     assert row is not None
     if row.status != InboundStatus.NEW:
@@ -249,9 +251,8 @@ def _process_in(
     msg, outcome, secrets = _process(session, config, row, mail, note if too_large else None)
     status, detail = outcome.status, outcome.detail
     row.status, row.error = status, clean_text(detail) or None
-    try:  # never costs the message its processing: a savepoint of its own
-        with session.begin_nested():
-            kept_after_reading(session, config, row, raw, mail, secrets)
+    try:  # never costs the message its processing (its query has a savepoint of its own)
+        kept_after_reading(session, config, row, raw, mail, secrets)
     except Exception as exc:
         log.error("inbound %d: keeping a redacted copy failed: %s", inbound_id, exc)
     return what_it_did(session, msg, status, detail)

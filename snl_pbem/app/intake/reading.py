@@ -48,7 +48,7 @@ def _sent_to(db: Database, config: Config, sender: str | None) -> tuple[str, ...
     messages not fingerprinted yet (usually one: the last reply)."""
     if sender is None:
         return ()
-    with db.transaction() as session:
+    with db.reading() as session:
         return _sent_in(session, config, sender)
 
 
@@ -61,7 +61,7 @@ def _sent_to_many(
     wanted = sorted({s for s in senders if s is not None})
     if not wanted:
         return found
-    with db.transaction() as session:
+    with db.reading() as session:
         spellings: dict[str, set[str]] = {s: {s} for s in wanted}
         referee = config.settings.mail.referee
         if referee.lower() in spellings:

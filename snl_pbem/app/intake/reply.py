@@ -76,11 +76,18 @@ def kept_after_reading(
         kept = redact_in_bytes(raw, secrets)
     else:
         kept = raw
-    if len(kept) > TRIMMED_BYTES and _over_daily_cap(session, config, row):
-        mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
-        kept = mark.encode() + kept[:TRIMMED_BYTES]
-        log.warning("inbound %d: %s over its daily cap: kept trimmed", row.id, row.sender)
-    if kept != raw:
+    if len(kept) > TRIMMED_BYTES:
+        try:  # never costs the message its processing: a savepoint of its own
+            with session.begin_nested():
+                over = _over_daily_cap(session, config, row)
+        except Exception as exc:
+            log.error("inbound %d: its sender's daily cap was not read: %s", row.id, exc)
+            over = False
+        if over:
+            mark = f"X-SNL-PBEM-Trimmed: over the sender's daily cap; {len(raw)} bytes\r\n"
+            kept = mark.encode() + kept[:TRIMMED_BYTES]
+            log.warning("inbound %d: %s over its daily cap: kept trimmed", row.id, row.sender)
+    if kept != raw:  # written with the message's status, in one statement
         row.raw = kept
 
 

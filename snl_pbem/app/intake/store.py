@@ -51,7 +51,7 @@ def store(
     envelope = envelope_of(raw)  # headers only, bounded; before any lock
     source = clean_text(source, 200)
     try:
-        with db.transaction() as session:
+        with db.transaction(urgent=True) as session:
             added = _add_row(
                 session, config, raw, envelope, received_at, source, uidvalidity, uid, size
             )
@@ -60,7 +60,7 @@ def store(
             row, (kept, note) = added
             inbound_id = row.id
     except IntegrityError:  # another process stored it at the same moment
-        with db.transaction() as session:
+        with db.transaction(urgent=True) as session:
             known = _known(session, digest, source, uidvalidity, uid)
             if known is not None:
                 return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored"), None
@@ -95,7 +95,7 @@ def store_many(
     found: list[tuple[IngestResult, tuple[bytes, str | None] | None]] = []
     envelopes = [envelope_of(raw) for raw, *_ in messages]  # headers only; before any lock
     try:
-        with db.transaction() as session:
+        with db.transaction(urgent=True) as session:
             rows: list[tuple[InboundMessage, tuple[bytes, str | None]] | IngestResult] = []
             for (raw, received_at, source, uidvalidity, uid, size), envelope in zip(
                 messages, envelopes, strict=True
@@ -186,7 +186,7 @@ def _store_stub(
     reason = "it could not be stored as received"
     if exc is not None:
         reason += f" ({type(exc).__name__}: {clean_text(str(exc), 300)})"
-    with db.transaction() as session:
+    with db.transaction(urgent=True) as session:
         known = _known(session, digest, source, uidvalidity, uid)
         if known is not None:
             return IngestResult(known.id, InboundStatus.DUPLICATE, "already stored")

@@ -1,0 +1,219 @@
+"""What a batch reads once (issue 23): the game, its open round, the referee key, and, read
+ahead for all its senders, their seats, names and dice (``snl_pbem.app.txcache``,
+``snl_pbem.app.ahead``), and the Message-IDs already processed. Each message must still
+see what it would see alone: a round the referee closes in the middle of the batch, a key
+used from another address, a Message-ID twice in one batch (R1: every order counts once,
+for the round open when it came)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from mailhelpers import T0, orders_of
+from sqlalchemy import select
+
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.intake import process_batch
+from snl_pbem.app.intake.store import store_many
+from snl_pbem.app.replies import redact
+from snl_pbem.config import Config, load_config
+from snl_pbem.store import Database, InboundMessage, OrderRecord, OutboxMessage, Player, Round
+
+HANG = 120.0
+"""A hang detector, never a speed requirement."""
+REFEREE_KEY = "referee-key-0123456789"
+
+CONFIG = """
+timezone = "UTC"
+[database]
+url = "{url}"
+[mail]
+address = "snl@example.org"
+referee = "ref@example.org"
+referee_key = "{key}"
+replies_per_hour = 20
+[[games]]
+id = "g1"
+board = {{ snakes = {{ "47" = 26 }}, ladders = {{ "4" = 14 }} }}
+first_deadline = "2030-01-04T18:00"
+round_length = "3d"
+players = [
+  {{ name = "ann", email = "ann@example.org", key = "ann-key-123" }},
+  {{ name = "bob", email = "bob@example.org", key = "bob-key-123" }},
+  {{ name = "cy", email = "cy@example.org", key = "cy-key-123" }},
+]
+"""
+
+
+@pytest.fixture
+def game(db: Database, tmp_path: Path) -> Config:
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG.format(url=db.url, key=REFEREE_KEY))
+    config = load_config(path)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    return config
+
+
+def mail(sender: str, body: str, tag: str, extra: str = "") -> bytes:
+    return (
+        f"{extra}From: {sender}\r\nTo: snl@example.org\r\nSubject: [g1] orders\r\n"
+        f"Message-ID: <{tag}@example.org>\r\n\r\n{body}\r\n"
+    ).encode()
+
+
+def batch(db: Database, config: Config, *raws: bytes) -> list[str]:
+    """Store these in one transaction, then process them as one batch: their statuses."""
+    stored = store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
+    ids = [result.inbound_id for result, _ in stored]
+    assert all(i is not None for i in ids)
+    results = process_batch(db, config, ids)  # type: ignore[arg-type]
+    return [getattr(results[i], "status", repr(results[i])) for i in ids]  # type: ignore[index]
+
+
+def order_rounds(db: Database) -> list[tuple[str, int, str]]:
+    with db.transaction() as s:
+        rows = s.execute(
+            select(Player.name, Round.number, OrderRecord.dice)
+            .join(Player, Player.id == OrderRecord.player_id)
+            .join(Round, Round.id == OrderRecord.round_id)
+            .order_by(OrderRecord.id)
+        ).all()
+    return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def test_a_round_the_referee_closes_mid_batch_is_seen_by_the_messages_after_it(
+    db: Database, game: Config
+) -> None:
+    """ann's orders go to round 1; the referee closes it in the next message of the same
+    batch; bob's orders, after it, go to round 2 and his answer says so (R1). Read once for
+    the batch, the open round would have been round 1's, closed."""
+    statuses = batch(
+        db,
+        game,
+        mail("ann@example.org", "KEY ann-key-123\nDICE 3", "r-ann"),
+        mail("ref@example.org", f"KEY {REFEREE_KEY}\nCLOSE ROUND g1", "r-ref"),
+        mail("bob@example.org", "KEY bob-key-123\nDICE 4", "r-bob"),
+    )
+    assert statuses == ["processed", "processed", "processed"]
+    assert order_rounds(db) == [("ann", 1, "3"), ("bob", 2, "4")]
+    with db.transaction() as s:
+        subjects = [
+            m.split(b"\r\n\r\n", 1)[0]
+            for m in s.scalars(
+                select(OutboxMessage.message).where(OutboxMessage.kind == "ack")
+            ).all()
+        ]
+    assert [b"round 1" in h for h in subjects] == [True, False]
+    assert b"round 2" in subjects[1]
+
+
+def test_a_key_from_another_address_and_a_wrong_key_in_a_batch(db: Database, game: Config) -> None:
+    """The batch reads its senders' seats ahead; a key used from another address (ann's key
+    from cy's address) is not among them and is still found (and noted), a wrong key from a
+    player's own address is still refused, and the others' orders are applied."""
+    statuses = batch(
+        db,
+        game,
+        mail("bob@example.org", "KEY bob-key-123\nDICE 2", "k-bob"),
+        mail("cy@example.org", "KEY ann-key-123\nDICE 5", "k-ann-from-cy"),
+        mail("cy@example.org", "KEY not-cys-key\nDICE 6", "k-wrong"),
+        mail("cy@example.org", "KEY cy-key-123\nDICE 4", "k-cy"),
+    )
+    assert statuses == ["processed", "processed", "rejected", "processed"]
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("bob", "2"), ("ann", "5"), ("cy", "4")]
+
+
+def test_a_message_id_twice_in_one_batch_is_applied_once(db: Database, game: Config) -> None:
+    """The same message by two routes (other bytes, one Message-ID) in one batch: the first
+    is applied, the second is a copy; and a copy of one processed before the batch is a copy
+    too (R1: an order counts once)."""
+    assert batch(db, game, mail("cy@example.org", "KEY cy-key-123\nDICE 1", "early")) == [
+        "processed"
+    ]
+    statuses = batch(
+        db,
+        game,
+        mail("ann@example.org", "KEY ann-key-123\nDICE 3", "twice"),
+        mail("ann@example.org", "KEY ann-key-123\nDICE 3", "twice", "Received: by b\r\n"),
+        mail("cy@example.org", "KEY cy-key-123\nDICE 1", "early", "Received: by b\r\n"),
+    )
+    assert statuses == ["processed", "duplicate", "duplicate"]
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "1"), ("ann", "3")]
+
+
+def test_a_key_is_never_echoed_in_letters_the_pattern_folds() -> None:
+    """A line is searched for a key before the (dearer) pattern runs, but only an ASCII line:
+    in "ABC\u0131-KEY" (a dotless i) Python's case-blind pattern finds "abci-key", a plain
+    search does not."""
+    assert redact("KEY ABC\u0131-KEY", ("abci-key",)) == "KEY ****"
+    assert redact("KEY Abc-Key", ("abc-key",)) == "KEY ****"
+    assert redact("nothing here", ("abc-key",)) == "nothing here"
+
+
+def test_a_reading_transaction_neither_waits_for_a_writer_nor_holds_it_up(
+    db: Database, game: Config
+) -> None:
+    """SQLite: the intake's reads (what we sent a sender, the rows of a batch) take no write
+    lock, so they go on while a close or a store writes. A write transaction holds the lock
+    until this thread has read; read under the write lock, it would wait forever."""
+    if not db.is_sqlite:
+        pytest.skip("PostgreSQL reads never wait for writers")
+    writing, read = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        with db.transaction() as s:
+            s.add(
+                InboundMessage(
+                    sha256="0" * 64, source="t", received_at=T0, raw=b"x", status="new", attempts=0
+                )
+            )
+            s.flush()  # the write lock is held from here to the commit
+            writing.set()
+            read.wait(HANG)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert writing.wait(HANG)
+        with db.reading() as s:
+            count = len(s.scalars(select(InboundMessage.id)).all())
+        read.set()
+    finally:
+        read.set()
+        thread.join(HANG)
+    assert count == 0  # the writer's row is not committed yet
+
+
+def test_a_store_goes_before_a_batch_waiting_for_the_write_lock() -> None:
+    """SQLite: the MTA waits for a message's store (its 250), nobody waits for a batch: a
+    store (urgent) that comes while a batch waits for the lock gets it first. Without the
+    priority the batch, waiting longer, would usually go first."""
+    from snl_pbem.store.db import _Turns
+
+    turns = _Turns()
+    order: list[str] = []
+    assert turns.acquire(False, HANG)  # a close, say, holds it
+
+    def take(name: str, urgent: bool) -> None:
+        assert turns.acquire(urgent, HANG)
+        order.append(name)
+        turns.release()
+
+    batch_ = threading.Thread(target=take, args=("batch", False))
+    batch_.start()
+    batch_.join(0.2)  # the batch waits (a moment: on a slow machine it may come later, never
+    # sooner, and then it waits behind the store all the same)
+    store = threading.Thread(target=take, args=("store", True))
+    store.start()
+    while not turns._urgent:  # the store is waiting
+        store.join(0.01)
+    turns.release()
+    batch_.join(HANG)
+    store.join(HANG)
+    assert order == ["store", "batch"]
+    assert turns.acquire(False, HANG) and turns.acquire(True, HANG)  # reentrant
+    turns.release()
+    turns.release()
