@@ -63,30 +63,69 @@ def test_bench_html_prints_every_shape_beside_real_mail() -> None:
     assert "worst shape" in done.stdout
 
 
-@pytest.mark.slow  # real serve processes: about 30 s
-def test_bench_hosting_prints_storm_idle_and_baselines() -> None:
+def table(stdout: str, head: str) -> list[list[str]]:
+    """The rows of the table whose header starts with ``head`` (up to its first note)."""
+    lines = stdout.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith(head))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or line.startswith("  "):
+            break
+        rows.append(line.split())
+    return rows
+
+
+@pytest.mark.slow  # real serve processes: about 30 s (a minute under load)
+def test_bench_hosting_prints_storm_idle_and_baselines(tmp_path) -> None:
+    bench = [sys.executable, str(BENCH / "bench_hosting.py"), "--players", "3"]
+    bench += ["--db", "sqlite", "--idle-seconds", "1", "--seed-dir", str(tmp_path)]
     done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "bench_hosting.py"),
-            *("--games", "2,4", "--players", "3", "--servers", "sqlite", "--idle-seconds", "1"),
-        ],
+        [*bench, "--games", "2,4", "--no-idle"],
         capture_output=True,
         text=True,
         check=False,
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
-    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("sqlite ")]
-    storms = [row for row in rows if len(row) >= 12]  # not the CPU table's
+    storms = table(done.stdout, "database   servers  games messages")
     assert [row[2] for row in storms] == ["2", "4"], done.stdout
     assert [row[3] for row in storms] == ["8", "16"], done.stdout  # 3 reports + 1 summary
     assert all(row[7].endswith("x") for row in storms), done.stdout  # beside the bare send
-    rows = [line.split() for line in done.stdout.splitlines()]
-    idle = [row for row in rows if len(row) == 11 and row[0].isdigit()]
-    assert [row[0] for row in idle] == ["2", "4"], done.stdout
-    assert all(row[3].endswith("x") for row in idle), done.stdout  # start-up beside baseline
+    assert [row[2] for row in table(done.stdout, "database   servers  games window")] == [
+        "2",
+        "4",
+    ]
     assert "cost per game at 4 games" in done.stdout
+    assert "serve idle" not in done.stdout
+    # each row also as soon as it was measured, before the tables
+    streamed = [line.split()[1:4] for line in done.stdout.splitlines() if line[:2] == "> "]
+    rows = [row for row in streamed if row[1] == "sqlite"]
+    assert rows == [["storm", "sqlite", "1"], ["cpu", "sqlite", "1"]] * 2, done.stdout
+    assert done.stdout.index("> cpu") < done.stdout.index("deadline storm:")
+
+    # only the idle part, with the seeds the run above kept; stopped after its first row,
+    # it still prints the table of what it measured
+    errors = tmp_path / "stderr"
+    with (
+        errors.open("w") as err,
+        subprocess.Popen(
+            [*bench, "--games", "4,2", "--no-storm"], stdout=subprocess.PIPE, stderr=err, text=True
+        ) as proc,
+    ):
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if line.startswith("> idle  sqlite"):
+                proc.terminate()
+                break
+        out = "".join(seen) + proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, errors.read_text()
+    assert "> setup 4 games: seed reused" in out
+    assert "STOPPED part-way" in out and "deadline storm" not in out, out
+    idle = table(out, "database    games  start s")
+    assert [row[:2] for row in idle] == [["sqlite", "4"]], out
+    assert idle[0][4].endswith("x"), out  # start-up beside its baseline
 
 
 @pytest.mark.slow  # every benchmark, with PostgreSQL and Dovecot: about 3 min under load

@@ -13,16 +13,28 @@ mail goes to an SMTP sink (aiosmtpd) in its own process, which counts what it is
   are up and idle, so start-up is not in it. Goals: the whole storm within 3x the bare
   send, and the cost per game at the largest size within 1.5x its cost at the smallest.
 - The log lines the servers write per storm, per game: in proportion to the games.
-- serve idle between deadlines (SQLite, one server, no deadline near): its CPU per minute,
-  flat across sizes; its start-up time (until it tells systemd READY=1) and RSS, beside a
-  baseline of Python importing the server and reading the same config.
+- serve idle between deadlines (one server, no deadline near), on SQLite and on
+  PostgreSQL: its CPU per minute (and PostgreSQL's), flat across sizes; its start-up time
+  and RSS, beside a baseline of Python importing the server and reading the same config.
+  Start-up is timed from just before the serve process is launched until it tells
+  systemd READY=1 (its notify socket): all of its own work (imports, config, schema
+  check, sync, the first plan of every game) is inside it.
 
-Setting up is not timed (it runs in this process: sync, start, welcome mail marked sent).
-Each storm is capped (--timeout): one that runs longer is reported as not finished.
+Setting up is not timed (it runs in this process). The games are started once per size
+(start_game, welcome mail marked sent: about 60 ms a game) into a seed SQLite database;
+each configuration gets a copy of it (SQLite: the backup API; PostgreSQL: the rows copied
+into a migrated database, which is then the template of a database per run). The copies
+hold the same rows start_game writes, so the storm (from the deadline on) and start-up
+(from serve's launch on) are what they would be on a database set up game by game.
+--seed-dir keeps the seeds between runs (keyed by games, players and schema revision).
+
+Each row is printed (prefixed "> ") as soon as it is measured, so a run stopped part-way
+keeps what it measured; the tables come again at the end. Each storm is capped
+(--timeout): one that runs longer is reported as not finished.
 
 Run: .venv/bin/python tests/benchmarks/bench_hosting.py [--games 100,1000,5000]
-       [--players 20] [--servers sqlite,pg1,pg2,pg4] [--idle-seconds 60] [--timeout 1800]
-       [--no-idle] [--logs DIR] [--quick]
+       [--players 20] [--db sqlite,postgresql] [--servers 1,2,4] [--idle-seconds 60]
+       [--timeout 1800] [--no-idle | --no-storm] [--seed-dir DIR] [--logs DIR] [--quick]
 """
 
 from __future__ import annotations
@@ -48,12 +60,13 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 
 from pgserver import PostgresServer, PostgresUnavailable
 from smtpsink import free_port
-from sqlalchemy import func, select, update
+from sqlalchemy import Integer, func, select, text, update
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import Settings, load_config
 from snl_pbem.store import Database, OutboxMessage, Round
-from snl_pbem.store.migrate import upgrade
+from snl_pbem.store.migrate import head_revision, upgrade
+from snl_pbem.store.models import Base, PlanChange
 
 SNL = str(Path(sys.executable).with_name("snl-pbem"))
 TICK = os.sysconf("SC_CLK_TCK")
@@ -168,21 +181,83 @@ def write_config(
     path.write_text("\n".join(lines) + "\n")
 
 
-def set_up(path: Path, url: str, games: int, players: int, port: int) -> float:
-    """A database with every game started, round 1 due in a day, the welcomes sent.
-    Returns how long moving every deadline takes here (the storm's set-up repeats it)."""
-    write_config(path, url, games, players, datetime.now(UTC) + timedelta(days=1), port)
-    config = load_config(path)
-    db = Database(url)
-    upgrade(db)
-    now = datetime.now(UTC)
-    sync_games(db, config, now, actor="bench")
-    for game in config.games:
-        start_game(db, config, game.id, now, via="bench")
-    with db.transaction() as s:
-        s.execute(update(OutboxMessage).values(status="sent", sent_at=now))
-    db.dispose()
-    return move_deadline(path, url, games, players, port, datetime.now(UTC) + timedelta(hours=20))
+def build_seed(seed: Path, games: int, players: int, port: int) -> None:
+    """A SQLite database at ``seed`` with every game started, round 1 due in a day, the
+    welcomes marked sent. Built beside ``seed`` and renamed, so a stopped build leaves none."""
+    work = Path(tempfile.mkdtemp(prefix="seed-", dir=seed.parent))
+    try:
+        path, db_path = work / "seed.toml", work / "seed.db"
+        url = f"sqlite:///{db_path}"
+        write_config(path, url, games, players, datetime.now(UTC) + timedelta(days=1), port)
+        config = load_config(path)
+        db = Database(url)
+        upgrade(db)
+        now = datetime.now(UTC)
+        sync_games(db, config, now, actor="bench")
+        for n, game in enumerate(config.games, 1):
+            start_game(db, config, game.id, now, via="bench")
+            if n % 500 == 0:
+                say(f"{n} of {games} games started")
+        with db.transaction() as s:
+            s.execute(update(OutboxMessage).values(status="sent", sent_at=now))
+        db.dispose()
+        copy_sqlite(db_path, seed.with_suffix(".part"))
+        seed.with_suffix(".part").rename(seed)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def seed_for(folder: Path, games: int, players: int, port: int) -> tuple[Path, float | None]:
+    """The seed for this size in ``folder``, built unless it is there: its path, and the
+    seconds the build took (None: reused)."""
+    seed = folder / f"seed-{games}x{players}-{head_revision()}{'-gd' if GAMES_DIR else ''}.db"
+    if seed.exists():
+        return seed, None
+    began = time.monotonic()
+    build_seed(seed, games, players, port)
+    return seed, time.monotonic() - began
+
+
+def copy_sqlite(source: Path, target: Path) -> None:
+    """A consistent copy of a SQLite database (the backup API: the WAL included)."""
+    target.unlink(missing_ok=True)
+    with (
+        contextlib.closing(sqlite3.connect(source)) as src,
+        contextlib.closing(sqlite3.connect(target)) as dst,
+    ):
+        src.backup(dst)
+
+
+def copy_to_postgres(seed: Path, url: str) -> None:
+    """The seed's rows into the empty PostgreSQL database at ``url`` (migrated here), and
+    each id sequence moved past them. Not plan_changes' rows: the triggers write their own
+    as the rounds go in, as they do under start_game; a new scheduler starts past them."""
+    target = Database(url)
+    upgrade(target)
+    source = Database(f"sqlite:///{seed}")
+    try:
+        with source.engine.connect() as read, target.engine.begin() as write:
+            for table in Base.metadata.sorted_tables:
+                if table.name == PlanChange.__tablename__:
+                    continue
+                rows = read.execute(select(table)).mappings()
+                while batch := [dict(row) for row in rows.fetchmany(2000)]:
+                    write.execute(table.insert(), batch)
+                keys = list(table.primary_key.columns)
+                if len(keys) == 1 and isinstance(keys[0].type, Integer):
+                    # NULL (nothing done) where the key has no sequence
+                    write.execute(
+                        text(
+                            f"SELECT setval(pg_get_serial_sequence('{table.name}', "
+                            f"'{keys[0].name}'), coalesce(max({keys[0].name}), 0) + 1, false) "
+                            f"FROM {table.name}"
+                        )
+                    )
+        with target.engine.begin() as write:
+            write.execute(text("ANALYZE"))  # as autovacuum would have, game by game
+    finally:
+        source.dispose()
+        target.dispose()
 
 
 def move_deadline(path: Path, url: str, games: int, players: int, port: int, at: datetime) -> float:
@@ -301,6 +376,7 @@ class Serve:
 
 @dataclass
 class Idle:
+    database: str
     games: int
     startup_s: float | None
     baseline_s: float
@@ -310,6 +386,8 @@ class Idle:
     baseline_rss: float
     cpu_per_min: float | None
     lines_per_min: float
+    db_cpu_per_min: float | None = None
+    """PostgreSQL's processes (all of them: the server's backends and its own workers)."""
 
 
 @dataclass
@@ -353,23 +431,38 @@ def baseline_start(config: Path) -> tuple[float, float]:
     return min(runs)
 
 
-def measure_idle(config: Path, folder: Path, games: int, seconds: float, within: float) -> Idle:
+def measure_idle(
+    database: str,
+    config: Path,
+    folder: Path,
+    games: int,
+    seconds: float,
+    within: float,
+    db_pid: int | None,
+) -> Idle:
+    """One serve started on ``config`` and left idle; ``db_pid``: PostgreSQL's postmaster,
+    whose children's CPU is counted."""
     base_s, base_rss = baseline_start(config)
-    serve = Serve(config, folder, f"idle-{games}")
+    serve: Serve | None = None
     try:
+        serve = Serve(config, folder, f"idle-{database}-{games}")
         startup = serve.wait_ready(within)
         if startup is None:
-            return Idle(games, None, base_s, 0, 0, 0, base_rss, None, 0)
+            return Idle(database, games, None, base_s, 0, 0, 0, base_rss, None, 0)
         time.sleep(1.0)  # the first moves after READY (the sender's first look) settle
         cpu0, lines0 = cpu_seconds(serve.proc.pid), serve.log_lines()[0]
+        db0 = children_cpu(db_pid)
         time.sleep(seconds)
         cpu = cpu_seconds(serve.proc.pid) - cpu0
+        db_cpu = sum(c - db0.get(pid, 0.0) for pid, c in children_cpu(db_pid).items())
         lines = serve.log_lines()[0] - lines0
         rss, peak = rss_mib(serve.proc.pid), rss_mib(serve.proc.pid, "VmHWM")
         workers = children_rss_mib(serve.proc.pid)
     finally:
-        serve.stop()
+        if serve is not None:
+            serve.stop()
     return Idle(
+        database,
         games,
         startup,
         base_s,
@@ -379,6 +472,7 @@ def measure_idle(config: Path, folder: Path, games: int, seconds: float, within:
         base_rss,
         cpu * 60 / seconds,
         lines * 60 / seconds,
+        db_cpu * 60 / seconds if db_pid else None,
     )
 
 
@@ -440,9 +534,11 @@ def run_storm(
     deadline = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=round(margin))
     move_deadline(path, url, games, players, sink.port, deadline)
     count0, bytes0, _ = sink.stat()
-    procs = [Serve(path, folder, f"{database}-{servers}-{i}") for i in range(servers)]
+    procs: list[Serve] = []
     db = Database(url)
     try:
+        for i in range(servers):  # one by one: each is stopped below if the run is stopped
+            procs.append(Serve(path, folder, f"{database}-{servers}-{i}"))
         for serve in procs:
             if serve.wait_ready(margin + 600) is None:
                 raise RuntimeError(f"serve not ready: {serve.log_tail()}")
@@ -453,8 +549,13 @@ def run_storm(
         sink0, busy0, db0 = sink.cpu(), machine_busy(), children_cpu(db_pid)
         window0 = time.monotonic()
         finished, seen, last_change, told = False, (games, 0), 0.0, time.monotonic()
+        stopped, since = False, 0.0
         while (since := (datetime.now(UTC) - deadline).total_seconds()) < timeout:
-            time.sleep(0.5)
+            try:
+                time.sleep(0.5)
+            except (KeyboardInterrupt, Stopped):  # the row so far, then stop
+                stopped = True
+                break
             still_open, unsent = progress(db)
             if not still_open and not unsent:
                 finished = True
@@ -479,8 +580,8 @@ def run_storm(
         db.dispose()
     messages = count - count0
     mean = (size - bytes0) / messages if messages else 0.0
-    seconds = last - deadline.timestamp() if finished else timeout
-    return Storm(
+    seconds = last - deadline.timestamp() if finished else since
+    storm = Storm(
         database=database,
         servers=servers,
         games=games,
@@ -488,7 +589,7 @@ def run_storm(
         seconds=seconds,
         messages=messages,
         mean_bytes=mean,
-        bare_s=bare_send(sink.port, messages, int(mean)) if messages else 0.0,
+        bare_s=bare_send(sink.port, messages, int(mean)) if messages and not stopped else 0.0,
         log_lines=sum(b[0] - a[0] for a, b in zip(lines0, lines1, strict=True)),
         warnings=sum(b[1] - a[1] for a, b in zip(lines0, lines1, strict=True)),
         ready_before=ready_before,
@@ -501,9 +602,92 @@ def run_storm(
         closed=games - still_open,
         last_change=last_change,
     )
+    if stopped:
+        raise Stopped(storm)
+    return storm
 
 
 # -- the report -----------------------------------------------------------------------
+
+STORM_HEAD = (
+    f"{'database':<10} {'servers':>7} {'games':>6} {'messages':>8} {'storm s':>8} "
+    f"{'ms/game':>8} {'bare s':>7} {'ratio':>6} {'log/game':>8} {'warn':>6} "
+    f"{'ready s':>7}  closes by server"
+)
+CPU_HEAD = (
+    f"{'database':<10} {'servers':>7} {'games':>6} {'window s':>8} {'serve':>7} "
+    f"{'postgres':>8} {'sink':>6} {'machine':>8} {'of':>7} {'other':>7}"
+)
+IDLE_HEAD = (
+    f"{'database':<10} {'games':>6} {'start s':>8} {'base s':>7} {'ratio':>6} {'RSS MiB':>8} "
+    f"{'peak MiB':>8} {'workers':>8} {'base MiB':>8} {'CPU s/min':>9} {'vs first':>8} "
+    f"{'pg s/min':>8} {'log/min':>8}"
+)
+
+HEADS = {"storm": STORM_HEAD, "cpu": CPU_HEAD, "idle": IDLE_HEAD}
+
+
+def storm_row(s: Storm, timeout: float) -> str:
+    head = f"{s.database:<10} {s.servers:>7} {s.games:>6} {s.messages:>8} "
+    if not s.finished:
+        return (
+            f"{head}did not finish within {s.seconds:.0f} s"
+            + (" (stopped)" if s.seconds < timeout else "")
+            + f" ({s.closed} of {s.games} "
+            f"rounds closed, the last change seen at +{s.last_change:.0f} s; "
+            f"{s.log_lines} log lines, {s.warnings} warnings)"
+        )
+    return (
+        f"{head}{s.seconds:8.2f} {s.seconds / s.games * 1000:8.1f} {s.bare_s:7.2f} "
+        f"{s.seconds / s.bare_s:5.1f}x {s.log_lines / s.games:8.1f} {s.warnings:>6} "
+        f"{s.ready_before:7.1f}  {'+'.join(str(c) for c in s.closes)}"
+        + ("  (LATE: a server was not up at the deadline)" if s.ready_before < 0 else "")
+    )
+
+
+def cpu_row(s: Storm) -> str:
+    other = s.machine_cpu - s.serve_cpu - (s.db_cpu or 0) - s.sink_cpu
+    db_cpu = "-" if s.db_cpu is None else f"{s.db_cpu:.1f}"
+    return (
+        f"{s.database:<10} {s.servers:>7} {s.games:>6} {s.window_s:8.1f} "
+        f"{s.serve_cpu:7.1f} {db_cpu:>8} {s.sink_cpu:6.1f} {s.machine_cpu:8.1f} "
+        f"{s.window_s * (os.cpu_count() or 1):7.1f} {other:7.1f}"
+    )
+
+
+def idle_row(i: Idle, first: float | None) -> str:
+    """``first``: the CPU per minute of the smallest size on the same database."""
+    if i.startup_s is None or i.cpu_per_min is None:
+        return f"{i.database:<10} {i.games:>6} did not start within the cap"
+    versus = f"{i.cpu_per_min / first:7.2f}x" if first else "      -"
+    db_cpu = "-" if i.db_cpu_per_min is None else f"{i.db_cpu_per_min:.2f}"
+    return (
+        f"{i.database:<10} {i.games:>6} {i.startup_s:8.2f} {i.baseline_s:7.2f} "
+        f"{i.startup_s / i.baseline_s:5.1f}x {i.rss:8.0f} {i.peak:8.0f} {i.workers_rss:8.0f} "
+        f"{i.baseline_rss:8.0f} {i.cpu_per_min:9.2f} {versus} {db_cpu:>8} "
+        f"{i.lines_per_min:8.1f}"
+    )
+
+
+def first_idle(idles: list[Idle], database: str) -> float | None:
+    return next(
+        (i.cpu_per_min for i in idles if i.database == database and i.cpu_per_min is not None),
+        None,
+    )
+
+
+class Stream:
+    """Each row on stdout as soon as it is measured, prefixed "> ", under its kind's
+    header the first time: a run stopped part-way keeps what it measured."""
+
+    def __init__(self) -> None:
+        self.headed: set[str] = set()
+
+    def row(self, kind: str, text: str) -> None:
+        if kind not in self.headed and kind in HEADS:
+            self.headed.add(kind)
+            print(f"> {kind:<5} {HEADS[kind]}", flush=True)
+        print(f"> {kind:<5} {text}", flush=True)
 
 
 def print_storms(storms: list[Storm], timeout: float) -> None:
@@ -512,26 +696,9 @@ def print_storms(storms: list[Storm], timeout: float) -> None:
         "bare smtplib\nloop on one connection sending as many messages of the same mean size "
         "to the same sink, same run"
     )
-    print(
-        f"{'database':<10} {'servers':>7} {'games':>6} {'messages':>8} {'storm s':>8} "
-        f"{'ms/game':>8} {'bare s':>7} {'ratio':>6} {'log/game':>8} {'warn':>6} "
-        f"{'ready s':>7}  closes by server"
-    )
+    print(STORM_HEAD)
     for s in storms:
-        head = f"{s.database:<10} {s.servers:>7} {s.games:>6} {s.messages:>8} "
-        if not s.finished:
-            print(
-                f"{head}did not finish within {timeout:.0f} s ({s.closed} of {s.games} "
-                f"rounds closed, the last change seen at +{s.last_change:.0f} s; "
-                f"{s.log_lines} log lines, {s.warnings} warnings)"
-            )
-            continue
-        print(
-            f"{head}{s.seconds:8.2f} {s.seconds / s.games * 1000:8.1f} {s.bare_s:7.2f} "
-            f"{s.seconds / s.bare_s:5.1f}x {s.log_lines / s.games:8.1f} {s.warnings:>6} "
-            f"{s.ready_before:7.1f}  {'+'.join(str(c) for c in s.closes)}"
-            + ("  (LATE: a server was not up at the deadline)" if s.ready_before < 0 else "")
-        )
+        print(storm_row(s, timeout))
     print(
         "  ms/game = storm s / games; ratio = storm s / bare s (goal <= 3x); log/game = lines "
         "the servers\n  logged from the deadline to the end, per game (goal: flat across "
@@ -543,19 +710,9 @@ def print_storms(storms: list[Storm], timeout: float) -> None:
         "whole machine\n(busy of the window's 2 x wall seconds; other = what none of these "
         "used: other work here)"
     )
-    print(
-        f"{'database':<10} {'servers':>7} {'games':>6} {'window s':>8} {'serve':>7} "
-        f"{'postgres':>8} {'sink':>6} {'machine':>8} {'of':>7} {'other':>7}"
-    )
-    cores = os.cpu_count() or 1
+    print(CPU_HEAD)
     for s in storms:
-        other = s.machine_cpu - s.serve_cpu - (s.db_cpu or 0) - s.sink_cpu
-        db_cpu = "-" if s.db_cpu is None else f"{s.db_cpu:.1f}"
-        print(
-            f"{s.database:<10} {s.servers:>7} {s.games:>6} {s.window_s:8.1f} "
-            f"{s.serve_cpu:7.1f} {db_cpu:>8} {s.sink_cpu:6.1f} {s.machine_cpu:8.1f} "
-            f"{s.window_s * cores:7.1f} {other:7.1f}"
-        )
+        print(cpu_row(s))
     by_setup: dict[tuple[str, int], list[Storm]] = {}
     for s in storms:
         by_setup.setdefault((s.database, s.servers), []).append(s)
@@ -585,30 +742,18 @@ def print_storms(storms: list[Storm], timeout: float) -> None:
 
 def print_idle(idles: list[Idle]) -> None:
     print(
-        "\nserve idle between deadlines (SQLite, one server, round 1 due in 20 h): start-up "
-        "until READY=1,\nRSS, CPU over the idle minute; baseline: Python importing the server "
-        "and reading the same config"
+        "\nserve idle between deadlines (one server, round 1 due in 20 h): start-up from its "
+        "launch until\nREADY=1, RSS, CPU over the idle minute; baseline: Python importing the "
+        "server and reading the\nsame config"
     )
-    print(
-        f"{'games':>6} {'start s':>8} {'base s':>7} {'ratio':>6} {'RSS MiB':>8} "
-        f"{'peak MiB':>8} {'workers':>8} {'base MiB':>8} {'CPU s/min':>9} {'vs first':>8} "
-        f"{'log/min':>8}"
-    )
-    first = next((i.cpu_per_min for i in idles if i.cpu_per_min is not None), None)
+    print(IDLE_HEAD)
     for i in idles:
-        if i.startup_s is None or i.cpu_per_min is None:
-            print(f"{i.games:>6} did not start within the cap")
-            continue
-        versus = f"{i.cpu_per_min / first:7.2f}x" if first else "      -"
-        print(
-            f"{i.games:>6} {i.startup_s:8.2f} {i.baseline_s:7.2f} "
-            f"{i.startup_s / i.baseline_s:5.1f}x {i.rss:8.0f} {i.peak:8.0f} {i.workers_rss:8.0f} "
-            f"{i.baseline_rss:8.0f} {i.cpu_per_min:9.2f} {versus} {i.lines_per_min:8.1f}"
-        )
+        print(idle_row(i, first_idle(idles, i.database)))
     print(
-        "  goal: CPU per minute flat across sizes (vs first = this size's over the smallest's);"
-        "\n  start-up quick with thousands of games; RSS after the idle minute, peak = its\n"
-        "  highest; workers = the parse workers' RSS together; base MiB = the baseline's peak"
+        "  goal: CPU per minute flat across sizes (vs first = this size's over the smallest's "
+        "on the\n  same database); start-up quick with thousands of games; RSS after the idle "
+        "minute, peak =\n  its highest; workers = the parse workers' RSS together; base MiB = "
+        "the baseline's peak;\n  pg s/min = PostgreSQL's CPU per minute meanwhile"
     )
 
 
@@ -619,130 +764,214 @@ def keep_logs(folder: Path, into: Path | None) -> None:
             shutil.copy(log, into / f"{log.parent.name}-{log.name}")
 
 
-def main() -> None:
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", default="100,1000,5000", help="sizes, comma-separated")
     parser.add_argument("--players", type=int, default=20)
+    parser.add_argument("--db", default="sqlite,postgresql", help="sqlite, postgresql or both")
     parser.add_argument(
         "--servers",
-        default="sqlite,pg1,pg2,pg4",
-        help="storm set-ups: sqlite (one server), pgN (N servers on PostgreSQL)",
+        default="1,2,4",
+        help="serve processes in each PostgreSQL storm, comma-separated (SQLite: always one)",
     )
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--timeout", type=float, default=1800.0, help="cap on each storm, s")
-    parser.add_argument("--no-idle", action="store_true", help="storms only")
+    part = parser.add_mutually_exclusive_group()
+    part.add_argument("--no-idle", action="store_true", help="storms only")
+    part.add_argument("--no-storm", action="store_true", help="idle and start-up only")
+    parser.add_argument(
+        "--seed-dir",
+        type=Path,
+        help="keep each size's started games here and reuse them on later runs",
+    )
     parser.add_argument("--logs", type=Path, help="keep the servers' logs in this folder")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check it runs")
     args = parser.parse_args()
     if args.quick:
-        args.games, args.players, args.servers = "3,6", 5, "sqlite,pg2"
+        args.games, args.players, args.db, args.servers = "3,6", 5, "sqlite,postgresql", "2"
         args.idle_seconds, args.timeout = 2.0, 300.0
-    sizes = [int(n) for n in args.games.split(",")]
-    setups = [s.strip() for s in args.servers.split(",") if s.strip()]
-    pg_counts = [int(s[2:]) for s in setups if s.startswith("pg")]
+    args.sizes = [int(n) for n in args.games.split(",")]
+    args.dbs = [d.strip() for d in args.db.split(",") if d.strip()]
+    if unknown := set(args.dbs) - {"sqlite", "postgresql"}:
+        parser.error(f"--db: not sqlite or postgresql: {', '.join(sorted(unknown))}")
+    args.pg_counts = [int(n) for n in args.servers.split(",") if n.strip()]
+    return args
+
+
+class Stopped(Exception):
+    """SIGTERM: stop like Ctrl-C, printing what was measured (a storm stopped part-way
+    passes its row so far as the argument)."""
+
+
+def stop(_signum: int, _frame: object) -> None:
+    raise Stopped
+
+
+def main() -> None:
+    args = parse_args()
+    signal.signal(signal.SIGTERM, stop)
     began = time.monotonic()
     spent: dict[str, float] = {"set-up": 0.0, "idle": 0.0, "storms": 0.0}
     sink = Sink()
     postgres: PostgresServer | None = None
     postmaster: int | None = None
     pg_note = ""
-    if pg_counts:
+    if "postgresql" in args.dbs:
         try:
             postgres = PostgresServer().start()
             pg_note = f"PostgreSQL from {postgres.bin}"
             postmaster = int((postgres.data / "postmaster.pid").read_text().split()[0])
         except PostgresUnavailable as exc:
-            pg_note = f"PostgreSQL not available ({exc}): its storms are left out"
-            pg_counts = []
-    idles: list[Idle] = []
-    storms: list[Storm] = []
-    folder = Path(tempfile.mkdtemp(prefix="snl-hosting-"))
-    try:
-        for games in sizes:
-            size_dir = folder / f"g{games}"
-            size_dir.mkdir()
-            startup_guess = 10.0
-            sync_guess = 10.0
-            if "sqlite" in setups or not args.no_idle:
-                url = f"sqlite:///{size_dir / 'snl.db'}"
-                config = size_dir / "config.toml"
-                say(f"{games} games: setting up SQLite")
-                t = time.monotonic()
-                sync_guess = set_up(config, url, games, args.players, sink.port)
-                spent["set-up"] += time.monotonic() - t
-                if not args.no_idle:
-                    say(f"{games} games: serve idle for {args.idle_seconds:.0f} s")
-                    t = time.monotonic()
-                    idle = measure_idle(config, size_dir, games, args.idle_seconds, args.timeout)
-                    spent["idle"] += time.monotonic() - t
-                    idles.append(idle)
-                    startup_guess = idle.startup_s or startup_guess
-                if "sqlite" in setups:
-                    say(f"{games} games: storm on SQLite")
-                    t = time.monotonic()
-                    storms.append(
-                        run_storm(
-                            "sqlite",
-                            url,
-                            1,
-                            games,
-                            args.players,
-                            size_dir,
-                            sink,
-                            startup_guess,
-                            sync_guess,
-                            args.timeout,
-                            None,
-                        )
-                    )
-                    spent["storms"] += time.monotonic() - t
-            if postgres is not None and pg_counts:
-                say(f"{games} games: setting up PostgreSQL")
-                t = time.monotonic()
-                template = postgres.create_database()
-                sync_guess = set_up(
-                    size_dir / "pg.toml", postgres.url(template), games, args.players, sink.port
-                )
-                spent["set-up"] += time.monotonic() - t
-                for servers in pg_counts:
-                    name = f"s{servers}_{template}"
-                    postgres._admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-                    say(f"{games} games: storm on PostgreSQL, {servers} server(s)")
-                    t = time.monotonic()
-                    storms.append(
-                        run_storm(
-                            "postgresql",
-                            postgres.url(name),
-                            servers,
-                            games,
-                            args.players,
-                            size_dir,
-                            sink,
-                            startup_guess,
-                            sync_guess,
-                            args.timeout,
-                            postmaster,
-                        )
-                    )
-                    spent["storms"] += time.monotonic() - t
-                    postgres.drop_database(name)
-                postgres.drop_database(template)
-            keep_logs(size_dir, args.logs)
-            shutil.rmtree(size_dir, ignore_errors=True)
-    finally:
-        keep_logs(folder, args.logs)
-        sink.close()
-        if postgres is not None:
-            postgres.stop()
-        shutil.rmtree(folder, ignore_errors=True)
+            pg_note = f"PostgreSQL not available ({exc}): its runs are left out"
     print(
         f"bench_hosting: Python {platform.python_version()}, {os.cpu_count()} cores, SQLite "
         f"{sqlite3.sqlite_version}, {pg_note or 'no PostgreSQL'}\n"
         f"{args.players} players a game, "
         f"{'one file per game (games_dir)' if GAMES_DIR else 'every game in one config file'}; "
         "SMTP sink (aiosmtpd) in its own process\nno intake (no orders: R17 plays every "
-        "player); one SMTP connection per server; SQLite backups at\ntheir default"
+        "player); one SMTP connection per server; SQLite backups at\ntheir default\n"
+        f"at the start: {load()}",
+        flush=True,
     )
+    idles: list[Idle] = []
+    storms: list[Storm] = []
+    stream = Stream()
+    folder = Path(tempfile.mkdtemp(prefix="snl-hosting-"))
+    seeds = args.seed_dir or folder
+    seeds.mkdir(parents=True, exist_ok=True)
+    stopped = False
+
+    def idle(database: str, config: Path, size_dir: Path, games: int, pid: int | None) -> Idle:
+        say(f"{games} games: serve idle on {database} for {args.idle_seconds:.0f} s")
+        t = time.monotonic()
+        found = measure_idle(
+            database, config, size_dir, games, args.idle_seconds, args.timeout, pid
+        )
+        spent["idle"] += time.monotonic() - t
+        idles.append(found)
+        stream.row("idle", idle_row(found, first_idle(idles, database)))
+        return found
+
+    def storm(
+        database: str,
+        url: str,
+        servers: int,
+        games: int,
+        size_dir: Path,
+        startup_guess: float,
+        sync_guess: float,
+        pid: int | None,
+    ) -> None:
+        say(f"{games} games: storm on {database}, {servers} server(s)")
+        t = time.monotonic()
+        try:
+            found = run_storm(
+                database,
+                url,
+                servers,
+                games,
+                args.players,
+                size_dir,
+                sink,
+                startup_guess,
+                sync_guess,
+                args.timeout,
+                pid,
+            )
+        except (KeyboardInterrupt, Stopped) as exc:
+            if exc.args:
+                storms.append(exc.args[0])
+                stream.row("storm", storm_row(exc.args[0], args.timeout))
+                stream.row("cpu", cpu_row(exc.args[0]))
+            raise
+        spent["storms"] += time.monotonic() - t
+        storms.append(found)
+        stream.row("storm", storm_row(found, args.timeout))
+        stream.row("cpu", cpu_row(found))
+
+    try:
+        for games in args.sizes:
+            size_dir = folder / f"g{games}"
+            size_dir.mkdir()
+            startup_guess = 10.0
+            say(f"{games} games: the seed database")
+            t = time.monotonic()
+            seed, built = seed_for(seeds, games, args.players, sink.port)
+            spent["set-up"] += time.monotonic() - t
+            stream.row(
+                "setup",
+                f"{games} games: "
+                + ("seed reused" if built is None else f"seed built in {built:.0f} s"),
+            )
+            at = datetime.now(UTC) + timedelta(hours=20)  # round 1's deadline while idle
+            if "sqlite" in args.dbs:
+                t = time.monotonic()
+                url = f"sqlite:///{size_dir / 'snl.db'}"
+                config = size_dir / "config.toml"
+                copy_sqlite(seed, size_dir / "snl.db")
+                sync_guess = move_deadline(config, url, games, args.players, sink.port, at)
+                spent["set-up"] += time.monotonic() - t
+                stream.row(
+                    "setup", f"{games} games: SQLite copy ready in {time.monotonic() - t:.0f} s"
+                )
+                if not args.no_idle:
+                    startup_guess = idle("sqlite", config, size_dir, games, None).startup_s or 10.0
+                if not args.no_storm:
+                    storm("sqlite", url, 1, games, size_dir, startup_guess, sync_guess, None)
+            if postgres is not None and (args.pg_counts or not args.no_idle):
+                t = time.monotonic()
+                template = postgres.create_database()
+                copy_to_postgres(seed, postgres.url(template))
+                config = size_dir / "pg.toml"
+                sync_guess = move_deadline(
+                    config, postgres.url(template), games, args.players, sink.port, at
+                )
+                spent["set-up"] += time.monotonic() - t
+                stream.row(
+                    "setup",
+                    f"{games} games: PostgreSQL copy ready in {time.monotonic() - t:.0f} s",
+                )
+                runs = [] if args.no_storm else args.pg_counts
+                if not args.no_idle:
+                    runs = [0, *runs]  # 0: the idle run
+                for servers in runs:
+                    name = f"s{servers}_{template}"
+                    postgres._admin(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+                    if servers == 0:
+                        write_config(config, postgres.url(name), games, args.players, at, sink.port)
+                        found = idle("postgresql", config, size_dir, games, postmaster)
+                        startup_guess = found.startup_s or startup_guess
+                    else:
+                        storm(
+                            "postgresql",
+                            postgres.url(name),
+                            servers,
+                            games,
+                            size_dir,
+                            startup_guess,
+                            sync_guess,
+                            postmaster,
+                        )
+                    postgres.drop_database(name)
+                postgres.drop_database(template)
+            keep_logs(size_dir, args.logs)
+            shutil.rmtree(size_dir, ignore_errors=True)
+    except (KeyboardInterrupt, Stopped):
+        stopped = True
+        say("stopped: printing what was measured")
+    finally:
+        keep_logs(folder, args.logs)
+        sink.close()
+        if postgres is not None:
+            postgres.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    if stopped:
+        print("\nSTOPPED part-way: the tables hold only what was measured before")
     if storms:
         print_storms(storms, args.timeout)
     if idles:
@@ -750,8 +979,10 @@ def main() -> None:
     print(
         f"\ntime spent: set-up {spent['set-up']:.0f} s, idle runs {spent['idle']:.0f} s, "
         f"storms with their bare sends {spent['storms']:.0f} s, "
-        f"all {time.monotonic() - began:.0f} s"
+        f"all {time.monotonic() - began:.0f} s\nat the end: {load()}"
     )
+    if stopped:
+        sys.exit(130)
 
 
 if __name__ == "__main__":
