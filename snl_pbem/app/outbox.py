@@ -255,6 +255,13 @@ def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Clai
         return _claim(session, db.is_sqlite, now, worker, limit, free_dead=True)
 
 
+SEEN_SKIPPED = 2000
+"""A claim's next window leaves out the recipients of the windows before it, up to this many:
+each of them had its oldest waiting message taken, or held back by an older one, so nothing
+later of theirs can go in this claim. A backlog to one address (the referee's summary of
+each of thousands of games) was read window after window, for one message a claim."""
+
+
 def _claim(
     session: Session, sqlite: bool, now: datetime, worker: str, limit: int, *, free_dead: bool
 ) -> list[Claimed]:
@@ -289,13 +296,14 @@ def _claim(
     )
     claimed: list[Claimed] = []
     after = 0
+    seen: set[str] = set()  # recipients a window had: none of their later mail can go now
     while len(claimed) < limit:
-        window = session.execute(
-            select(OutboxMessage.id, OutboxMessage.recipient)
-            .where(OutboxMessage.id > after, *waiting)
-            .order_by(OutboxMessage.id)
-            .limit(max(2 * limit, 50))
-        ).all()
+        later = select(OutboxMessage.id, OutboxMessage.recipient).where(
+            OutboxMessage.id > after, *waiting
+        )
+        if seen and len(seen) <= SEEN_SKIPPED:  # (past it: looked at again, never wrong)
+            later = later.where(OutboxMessage.recipient.not_in(sorted(seen)))
+        window = session.execute(later.order_by(OutboxMessage.id).limit(max(2 * limit, 50))).all()
         if not window:
             break
         after = window[-1][0]
@@ -323,6 +331,7 @@ def _claim(
         if len(chosen) > limit - len(claimed):  # the rest are looked at again, in order
             chosen = chosen[: limit - len(claimed)]
             after = chosen[-1]
+        seen.update(recipient for row_id, recipient in window if row_id <= after)
         if not chosen:
             continue
         lock = (
