@@ -13,9 +13,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app import txcache
-from snl_pbem.app.lookup import ruleset_of
-from snl_pbem.store import Game, Player, Signup, TurnRecord
-from snl_pbem.store.states import SignupState
+from snl_pbem.app.state import seated_key, seated_names, turn_rows, turns_key
+from snl_pbem.store import Game, Player
 
 SENDERS = "snl_pbem.intake.senders"
 """session.info: the batch's senders (lower-cased addresses), set by the batch."""
@@ -29,16 +28,6 @@ def senders(session: Session, addresses: list[str | None]) -> None:
 def players_key(game: Game) -> tuple[str, int]:
     """txcache key: {order key hash: active Player} of the batch's senders in ``game``."""
     return ("seats ahead", game.id)
-
-
-def seated_key(game: Game) -> tuple[str, int]:
-    """txcache key: (player ids covered, {(player id, address): name they joined with})."""
-    return ("seated ahead", game.id)
-
-
-def turns_key(game: Game) -> tuple[str, int, int]:
-    """txcache key: (player ids covered, {player id: [(turn, die, final)] of the set})."""
-    return ("turns ahead", game.id, game.turns_played)
 
 
 def after_lock(session: Session, game: Game) -> None:
@@ -62,29 +51,11 @@ def after_lock(session: Session, game: Game) -> None:
         seats.setdefault(player.order_key_hash, player)
     joined: dict[tuple[int | None, str], str] = {}
     by_player: dict[int, list[tuple[int, int, int]]] = {pid: [] for pid in ids}
-    turns = game.turns_played
-    since = min(ruleset_of(game).history_start(turns) + 1, turns)
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        for player_id, address, name in session.execute(
-            select(Signup.player_id, Signup.email, Signup.name)
-            .where(
-                Signup.game_id == game.id,
-                Signup.state == SignupState.SEATED,
-                Signup.player_id.in_(chunk),
-            )
-            .order_by(Signup.id)
-        ):
+        for player_id, address, name in session.execute(seated_names(game, chunk)):
             joined[(player_id, address.lower())] = name
-        for player_id, turn, die, final in session.execute(
-            select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final)
-            .where(
-                TurnRecord.game_id == game.id,
-                TurnRecord.turn >= since,
-                TurnRecord.player_id.in_(chunk),
-            )
-            .order_by(TurnRecord.turn)
-        ):
+        for player_id, turn, die, final in session.execute(turn_rows(game, chunk)):
             by_player[player_id].append((turn, die, final))
     covered = frozenset(ids)
     txcache.put(session, players_key(game), seats)

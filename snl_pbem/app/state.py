@@ -10,10 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Select, func, or_, select
 from sqlalchemy.orm import Session
 
-from snl_pbem.app.ahead import seated_key, turns_key
 from snl_pbem.app.lookup import (
     ruleset_of,
     settings_of,
@@ -70,12 +69,9 @@ def load_state(
     if len(players) == 1 and ahead is not None and players[0].id in ahead[0]:
         rows = [(players[0].id, *row) for row in ahead[1][players[0].id]]
     else:
-        query = select(
-            TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final
-        ).where(TurnRecord.game_id == game.id, TurnRecord.turn >= min(set_start + 1, turns))
-        if len(players) == 1:  # one player's own state: their rows only
-            query = query.where(TurnRecord.player_id == players[0].id)
-        rows = session.execute(query.order_by(TurnRecord.turn)).all()
+        # one player's own state: their rows only
+        ids = [players[0].id] if len(players) == 1 else None
+        rows = session.execute(turn_rows(game, ids)).all()
     for player_id, turn, die, final in rows:
         name = by_id.get(player_id)
         if name is None:
@@ -173,6 +169,45 @@ def counting_orders(
     return {name: order for name, order in latest.items() if not order.withdraw}
 
 
+def turn_rows(game: Game, player_ids: Sequence[int] | None = None) -> Select[int, int, int, int]:
+    """(player id, turn, die, final position) of the turns the game's ruleset needs (postal:
+    the current set of six, and the last turn), by turn; of these players only, if given."""
+    turns = game.turns_played
+    since = min(ruleset_of(game).history_start(turns) + 1, turns)
+    query = select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final)
+    query = query.where(TurnRecord.game_id == game.id, TurnRecord.turn >= since)
+    if player_ids is not None:
+        query = query.where(TurnRecord.player_id.in_(player_ids))
+    return query.order_by(TurnRecord.turn)
+
+
+def seated_names(
+    game: Game, player_ids: Sequence[int] | None = None
+) -> Select[int | None, str, str]:
+    """(player id, address, name) of the game's seated sign-ups, oldest first (a later one
+    replaces an earlier one); of these players only, if given."""
+    query = select(Signup.player_id, Signup.email, Signup.name).where(
+        Signup.game_id == game.id,
+        Signup.state == SignupState.SEATED,
+        Signup.player_id.is_not(None),
+    )
+    if player_ids is not None:
+        query = query.where(Signup.player_id.in_(player_ids))
+    return query.order_by(Signup.id)
+
+
+def seated_key(game: Game) -> tuple[str, int]:
+    """txcache key: (player ids covered, {(player id, address): name they joined with}),
+    read ahead for a batch (``app.ahead``)."""
+    return ("seated ahead", game.id)
+
+
+def turns_key(game: Game) -> tuple[str, int, int]:
+    """txcache key: (player ids covered, {player id: [(turn, die, final)]}), read ahead
+    for a batch (``app.ahead``)."""
+    return ("turns ahead", game.id, game.turns_played)
+
+
 FEW_PLAYERS = 100
 """Up to this many players, their sign-ups are looked up by id, not the game's all read."""
 
@@ -204,15 +239,10 @@ def holder_names(session: Session, game: Game, players: Sequence[Player]) -> dic
     if ahead is not None and all(p.id in ahead[0] for p in players):
         joined = ahead[1]
     else:
-        query = select(Signup.player_id, Signup.email, Signup.name).where(
-            Signup.game_id == game.id,
-            Signup.state == SignupState.SEATED,
-            Signup.player_id.is_not(None),
-        )
-        if len(players) <= FEW_PLAYERS:  # a reply's greeting: not the whole game's sign-ups
-            query = query.where(Signup.player_id.in_([p.id for p in players]))
+        # a reply's greeting: not the whole game's sign-ups
+        ids = [p.id for p in players] if len(players) <= FEW_PLAYERS else None
         joined = {}
-        for player_id, address, name in session.execute(query.order_by(Signup.id)):
+        for player_id, address, name in session.execute(seated_names(game, ids)):
             joined[(player_id, address.lower())] = name
     given = remember(session, ("replaced", game.id), lambda: _replaced(session, game))
     names: dict[int, str | None] = {}
