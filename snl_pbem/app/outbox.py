@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Concatenate, ParamSpec
 
-from sqlalchemy import func, insert, or_, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.state import holder_name, holder_names
@@ -198,6 +198,8 @@ SCRUBBED = (
     b"message had been sent.]\r\n"
 )
 CLAIM = timedelta(minutes=10)
+BATCH = 200
+"""Messages a sender claims at once (and records in one transaction after sending them)."""
 FIRST_RETRY = timedelta(minutes=1)
 LONGEST_RETRY = timedelta(hours=6)
 ORDER_WAIT = timedelta(minutes=30)
@@ -242,13 +244,16 @@ class Claimed:
 
 
 def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Claimed]:
-    """Claim due messages, at most one per recipient: the oldest waiting for each.
+    """Claim due messages: the oldest waiting for each recipient, then, with room left,
+    the run of mail that follows it to the same recipient (``_runs``).
 
-    Only a recipient's oldest waiting message is ever taken (one that has failed for
-    longer than ``ORDER_WAIT`` aside, unless it is due now), so mail reaches every player
-    in the order it was written, and no two senders (threads or processes) work on the
-    same recipient at once: the next message to a recipient is claimed only once the one
-    before it is marked sent. PostgreSQL skips rows another process has locked; a claim expires if
+    A recipient's mail is taken only from its oldest waiting message on (one that has
+    failed for longer than ``ORDER_WAIT`` aside, unless it is due now), and only by one
+    sender at a time: the next message to a recipient is claimed only once everything
+    before it is claimed in the same claim or marked sent. So mail reaches every player in
+    the order it was written (a sender stops a recipient's run at its first failure, and
+    hands the rest back), and no two senders (threads or processes) work on the same
+    recipient at once. PostgreSQL skips rows another process has locked; a claim expires if
     its sender dies (and a live sender stops using its claims well before they do).
     """
     with sending_turn(db), db.transaction() as session:
@@ -344,6 +349,11 @@ def _claim(
         claimed += [
             Claimed(row_id, recipient, raw) for row_id, recipient, raw in session.execute(lock)
         ]
+    if claimed and len(claimed) < limit:
+        claimed = sorted(
+            claimed + _runs(session, sqlite, now, claimed, limit - len(claimed), waiting),
+            key=lambda item: item.id,
+        )
     if claimed:
         session.execute(
             update(OutboxMessage)
@@ -354,6 +364,73 @@ def _claim(
     return claimed
 
 
+def _runs(
+    session: Session,
+    sqlite: bool,
+    now: datetime,
+    firsts: list[Claimed],
+    room: int,
+    waiting: tuple[Any, ...],
+) -> list[Claimed]:
+    """With ``room`` left in a claim, the mail that follows each recipient's claimed oldest
+    message, in id order: a run of it, sent in order on one connection, each message only
+    if everything older to its recipient that holds mail back is claimed before it. A run
+    ends at the first such message that is not waiting (backed off, or another sender's).
+
+    A storm's tail is mail to one address (the referee's summary of each game): one
+    message a claim, each a round trip of statements, sent it at 6 to 30 a second.
+    """
+    open_runs = {item.recipient: item.id for item in firsts}
+    holds = or_(OutboxMessage.attempts <= HELD_ATTEMPTS, OutboxMessage.next_attempt_at <= now)
+    is_waiting = and_(*waiting)
+    taken: list[tuple[int, str]] = []
+    after = min(open_runs.values())
+    while open_runs and len(taken) < room:
+        window = session.execute(
+            select(OutboxMessage.id, OutboxMessage.recipient, is_waiting)
+            .where(
+                OutboxMessage.recipient.in_(sorted(open_runs)),
+                OutboxMessage.status == OutboxStatus.PENDING,
+                OutboxMessage.id > after,
+                holds,
+            )
+            .order_by(OutboxMessage.id)
+            .limit(max(2 * room, 50))
+        ).all()
+        if not window:
+            break
+        after = window[-1][0]
+        for row_id, recipient, ready in window:
+            if recipient not in open_runs or row_id <= open_runs[recipient]:
+                continue  # (a run that ended, or the first itself)
+            if not ready:  # holds the rest of this recipient's mail back
+                del open_runs[recipient]
+            elif len(taken) < room:
+                taken.append((row_id, recipient))
+            else:
+                break
+    if not taken:
+        return []
+    lock = (
+        select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
+        .where(OutboxMessage.id.in_([row_id for row_id, _ in taken]), *waiting)
+        .order_by(OutboxMessage.id)
+    )
+    if not sqlite:
+        lock = lock.with_for_update(skip_locked=True, of=OutboxMessage)
+    locked = {row_id: (recipient, raw) for row_id, recipient, raw in session.execute(lock)}
+    runs: list[Claimed] = []
+    broken: set[str] = set()  # a run with a message missing goes no further than it
+    for row_id, recipient in taken:
+        if recipient in broken:
+            continue
+        if row_id not in locked:
+            broken.add(recipient)
+            continue
+        runs.append(Claimed(row_id, recipient, locked[row_id][1]))
+    return runs
+
+
 def drain_outbox(
     db: Database,
     config: Config,
@@ -361,22 +438,24 @@ def drain_outbox(
     clock: Callable[[], datetime],
     *,
     worker: str,
-    batch: int = 200,
+    batch: int = BATCH,
     give_up_after: timedelta = timedelta(days=3),
 ) -> DrainReport:
     """Send everything due, batch by batch, until nothing is left to claim now.
 
-    Each batch's results are written in one transaction after its messages went
-    out; a sender killed in between sends those again later (same Message-IDs),
-    never fewer. A batch whose sending outlasts half of ``CLAIM`` (a slow server)
-    hands the rest back and claims again, so no message is sent on a claim that
-    may have lapsed: another sender could have sent it, and the mail after it, by then.
+    A batch goes out in parts (``RECORDED_EVERY``), and each part's results are written
+    in one transaction after its messages went out; a sender killed in between sends
+    those again later (same Message-IDs), never fewer. A batch whose sending outlasts
+    half of ``CLAIM`` (a slow server) hands the rest back and claims again, so no message
+    is sent on a claim that may have lapsed: another sender could have sent it, and the
+    mail after it, by then.
 
-    The database work is done beside the sending, in one transaction a batch (a
-    thread of its own): while a batch goes out, the one before is recorded and the
-    next claimed. The next batch never holds mail to a recipient of the one going
-    out (their later mail waits behind a claimed message, ``claim_due``), so mail
-    still goes in order; the SMTP connection does not wait for commits.
+    The database work is done beside the sending, in one transaction a part (a thread
+    of its own): while a part goes out, the one before is recorded, and beside the
+    batch's last part the next batch is claimed. The next batch never holds mail to a
+    recipient of the one going out (their later mail waits behind a claimed message,
+    ``claim_due``), so mail still goes in order; the SMTP connection does not wait for
+    commits.
     """
     report = DrainReport()
     claimed_at = clock()
@@ -384,27 +463,20 @@ def drain_outbox(
     previous: _Sent | None = None
     with ThreadPoolExecutor(1, thread_name_prefix=f"outbox-{worker}") as books:
         while claimed:
-            ahead = books.submit(
-                _book, db, config, clock, worker, batch, give_up_after, report, previous
+            claimed_at, claimed, previous = _send_parts(
+                books,
+                db,
+                config,
+                sender,
+                clock,
+                worker,
+                batch,
+                give_up_after,
+                report,
+                claimed,
+                claimed_at,
+                previous,
             )
-            try:
-                previous = _send_batch(sender, clock, claimed, claimed_at, report)
-            except BaseException:  # not the mail's fault: hand back the batch claimed ahead
-                _, ahead_claimed = ahead.result()
-                _book(
-                    db,
-                    config,
-                    clock,
-                    worker,
-                    batch,
-                    give_up_after,
-                    report,
-                    None,
-                    claim=False,
-                    release=[item.id for item in ahead_claimed],
-                )
-                raise
-            claimed_at, claimed = ahead.result()
             release: list[int] = []
             if previous.down is not None:  # the batch claimed ahead goes back untouched
                 release, claimed = [item.id for item in claimed], []
@@ -425,6 +497,67 @@ def drain_outbox(
     return report
 
 
+RECORDED_EVERY = 25
+"""A claimed batch is sent in parts of this many, each part's results recorded while the
+next goes out: a sender killed mid-batch sends again only the part going out and the one
+being recorded. Recorded as a whole, a batch of 200 was sent again whole after a kill; at a
+kill every twentieth message (the crash test's), no batch was ever recorded."""
+
+
+def _send_parts(
+    books: ThreadPoolExecutor,
+    db: Database,
+    config: Config,
+    sender: Sender,
+    clock: Callable[[], datetime],
+    worker: str,
+    batch: int,
+    give_up_after: timedelta,
+    report: DrainReport,
+    claimed: list[Claimed],
+    claimed_at: datetime,
+    previous: _Sent | None,
+) -> tuple[datetime, list[Claimed], _Sent]:
+    """Send a claimed batch part by part; ``books`` records each part (and ``previous``,
+    the batch before) while the next part goes out, and claims the next batch beside the
+    last part. Returns that claim and the last part's results (not yet recorded). A part
+    that finds the server away hands back the parts after it with its own untried."""
+    parts = [claimed[i : i + RECORDED_EVERY] for i in range(0, len(claimed), RECORDED_EVERY)]
+    stopped: set[str] = set()  # recipients whose mail failed: their later mail waits
+    claimed_next: tuple[datetime, list[Claimed]] = (claimed_at, [])
+    sent: _Sent | None = None
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        ahead = books.submit(
+            _book, db, config, clock, worker, batch, give_up_after, report, previous, claim=last
+        )
+        later = [item.id for rest in parts[index + 1 :] for item in rest]
+        try:
+            sent = _send_batch(sender, clock, part, claimed_at, report, stopped, first=index == 0)
+        except BaseException:  # not the mail's fault: hand back what was claimed and not tried
+            _, ahead_claimed = ahead.result()
+            _book(
+                db,
+                config,
+                clock,
+                worker,
+                batch,
+                give_up_after,
+                report,
+                None,
+                claim=False,
+                release=[item.id for item in ahead_claimed] + later,
+            )
+            raise
+        claimed_next = ahead.result()
+        previous = sent
+        if sent.down is not None:
+            sent.untried += later
+            break
+    assert sent is not None  # (a claim is never empty here)
+    return claimed_next[0], claimed_next[1], sent
+
+
 @dataclass
 class _Sent:
     """What became of a batch: each message tried and its error, the ids not tried, and
@@ -441,22 +574,35 @@ def _send_batch(
     claimed: list[Claimed],
     claimed_at: datetime,
     report: DrainReport,
+    stopped: set[str],
+    *,
+    first: bool = True,
 ) -> _Sent:
+    """Send ``claimed`` (a part of a claim; ``first``: its first part) in order. A
+    recipient whose message failed is added to ``stopped``: their later mail in the claim
+    is not tried, but handed back, and waits behind the failed one."""
     results: list[tuple[Claimed, SendError | None]] = []
+    untried: list[int] = []
     down: SendError | None = None
-    for item in claimed:
-        if results and clock() >= claimed_at + CLAIM / 2:
+    for index, item in enumerate(claimed):
+        if (results or not first) and clock() >= claimed_at + CLAIM / 2:
+            untried += [later.id for later in claimed[index:]]
             break  # (one at least per claim: a drain always moves on)
+        if item.recipient in stopped:
+            untried.append(item.id)
+            continue
         try:
             sender.send(item.recipient, item.message)
             results.append((item, None))
             crash_point("send.sent-not-recorded")
         except SendError as exc:
             results.append((item, exc))
+            stopped.add(item.recipient)
             if exc.unreachable:
                 report.unreachable, down = str(exc), exc
+                untried += [later.id for later in claimed[index + 1 :]]
                 break
-    return _Sent(results, [item.id for item in claimed[len(results) :]], down)
+    return _Sent(results, untried, down)
 
 
 def _book(
@@ -610,7 +756,7 @@ def drain_parallel(
     *,
     connections: int,
     worker: str,
-    batch: int = 200,
+    batch: int = BATCH,
     give_up_after: timedelta = timedelta(days=3),
 ) -> DrainReport:
     """``drain_outbox`` over several SMTP connections at once, one thread each."""

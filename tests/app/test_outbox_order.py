@@ -25,6 +25,7 @@ from mailhelpers import OPENED as T0  # the fixtures' game opened then: mail is 
 from smtpsink import SinkHandler, SmtpSink
 from sqlalchemy import select, update
 
+import snl_pbem.app.outbox as outbox
 from snl_pbem.app.outbox import (
     CLAIM,
     ORDER_WAIT,
@@ -202,18 +203,62 @@ def test_a_long_failing_message_holds_nothing_back_even_when_its_retry_is_near(
     with db.transaction() as s:
         ids = {m: i for m, i in s.execute(select(OutboxMessage.message_id, OutboxMessage.id))}
         s.execute(update(OutboxMessage).values(claimed_by=None, claim_until=None))
-    assert claimed == {ids[dan[1]], ids[eve[0]]}  # eve's second waits for her first
+    assert claimed == {ids[dan[1]], ids[eve[0]], ids[eve[1]]}  # eve's: a run, in order
     assert drain_outbox(db, config, sender, clock, worker="w").sent == 3
     sender.close()
     assert arrived(slow_sink)["dan@example.org"] == [dan[1]]  # not held by the first
     assert arrived(slow_sink)["eve@example.org"] == eve  # due now: in order
 
 
-def test_a_slow_batch_hands_back_what_its_claim_no_longer_covers(intake, slow_sink) -> None:
+def test_a_run_to_one_recipient_stops_at_its_first_refusal(intake, slow_sink) -> None:
+    """A claim with room takes a run of one recipient's mail (the referee's summary of each
+    game, a storm's tail), sent in order on one connection. The third of five to dan is
+    refused for now (451): the fourth and fifth are not tried after it but handed back
+    untouched (no try counted against them), and wait behind it; when it goes, they follow
+    in order. A 550 in a run fails that message alone: the rest go in the next claim."""
+    db, config = intake
+    clock = Clock()
+    sender = sender_for(slow_sink)
+    assert drain_outbox(db, config, sender, clock, worker="w").sent == 3  # the welcomes
+    queue(db, config, [("dan@example.org", f"number {n}") for n in range(1, 6)])
+    dan = queued(db)["dan@example.org"]
+    assert [c.recipient for c in claim_due(db, clock(), "look", 10)] == ["dan@example.org"] * 5
+    with db.transaction() as s:
+        s.execute(update(OutboxMessage).values(claimed_by=None, claim_until=None))
+    slow_sink.handler.script = {"dan@example.org": ["250", "250", "451"]}
+    report = drain_outbox(db, config, sender, clock, worker="w")
+    assert (report.sent, report.deferred) == (2, 1)
+    assert arrived(slow_sink)["dan@example.org"] == dan[:2]
+    with db.transaction() as s:
+        tries = {
+            m: n for m, n in s.execute(select(OutboxMessage.message_id, OutboxMessage.attempts))
+        }
+        claims = set(s.scalars(select(OutboxMessage.claimed_by)))
+    assert [tries[m] for m in dan] == [1, 1, 1, 0, 0] and claims == {None}
+    clock.advance(minutes=1)  # the 451's retry is due: the rest follow it
+    assert drain_outbox(db, config, sender, clock, worker="w").sent == 3
+    assert arrived(slow_sink)["dan@example.org"] == dan
+
+    queue(db, config, [("dan@example.org", f"number {n}") for n in range(6, 9)])
+    later = queued(db)["dan@example.org"][5:]
+    slow_sink.handler.script = {"dan@example.org": ["550"]}
+    report = drain_outbox(db, config, sender, clock, worker="w")
+    sender.close()
+    assert (report.sent, report.failed) == (2 + 1, 1)  # and the referee's alert of it
+    assert arrived(slow_sink)["dan@example.org"] == dan + later[1:]
+
+
+@pytest.mark.parametrize("parts", [25, 2])
+def test_a_slow_batch_hands_back_what_its_claim_no_longer_covers(
+    intake, slow_sink, monkeypatch, parts
+) -> None:
     """Each message takes the sink four minutes (of the test's clock): a sender that
     claimed ten at once stops when half its claim has passed, hands the rest back and
     claims them again. No message is ever sent on a claim that may have lapsed: another
-    sender could have taken it (and the next one to the same player) by then."""
+    sender could have taken it (and the next one to the same player) by then. The same
+    when the batch goes out in parts of two (the parts after the time is up are handed
+    back untried, not one message each)."""
+    monkeypatch.setattr(outbox, "RECORDED_EVERY", parts)
     db, config = intake
     clock = Clock()
     queue(db, config, [(f"p{i}@example.org", f"number {i}") for i in range(10)])
@@ -237,6 +282,47 @@ def test_a_slow_batch_hands_back_what_its_claim_no_longer_covers(intake, slow_si
     assert sorted(arrived(slow_sink)) == sorted(queued(db))
     assert clock() - T0 == timedelta(minutes=4 * 13)  # the claim is 10: handed back 3 times
     assert timedelta(minutes=10) == CLAIM
+
+
+class Killed(BaseException):
+    """The sender's process dying mid-batch (as SIGKILL would, but the test lives on)."""
+
+
+def test_a_sender_killed_mid_batch_has_recorded_all_but_its_last_parts(intake, slow_sink) -> None:
+    """60 reports claimed in one batch, sent in parts of 25: the sender dies at the 40th.
+    The first part was recorded while the second went out, so only the second part's
+    messages can go again; the third was never tried and is handed back at once; the
+    second's claims lapse, and another sender sends them (again, for those that went)."""
+    db, config = intake
+    clock = Clock()
+    assert drain_outbox(db, config, sender_for(slow_sink), clock, worker="w").sent == 3
+    queue(db, config, [(f"p{i}@example.org", f"number {i}") for i in range(60)])
+    real = sender_for(slow_sink)
+    sent = 0
+
+    class Dying:
+        def send(self, to: str, raw: bytes) -> None:
+            nonlocal sent
+            if sent == 39:
+                raise Killed
+            real.send(to, raw)
+            sent += 1
+
+    with pytest.raises(Killed):
+        drain_outbox(db, config, Dying(), clock, worker="w")  # type: ignore[arg-type]
+    with db.transaction() as s:
+        rows = s.execute(
+            select(OutboxMessage.status, OutboxMessage.claimed_by).order_by(OutboxMessage.id)
+        ).all()[3:]
+    assert rows[:25] == [("sent", None)] * 25
+    assert rows[25:50] == [("pending", "w")] * 25  # the part going out: its claim lapses
+    assert rows[50:] == [("pending", None)] * 10  # never tried: handed back
+    clock.advance(minutes=11)
+    assert drain_outbox(db, config, real, clock, worker="other").sent == 35
+    real.close()
+    delivered = [d.message_id for d in slow_sink.delivered]
+    assert sorted(set(delivered)) == sorted(m for ms in queued(db).values() for m in ms)
+    assert len(delivered) - len(set(delivered)) == 14  # the 26th to the 39th, sent twice
 
 
 JOIN_CONFIG = """
