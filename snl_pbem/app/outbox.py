@@ -27,13 +27,14 @@ from typing import Any, Concatenate, ParamSpec
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
+from snl_pbem.app import sentprints
 from snl_pbem.app.state import holder_name, holder_names
 from snl_pbem.app.turns import sending_turn
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.mail.compose import compose, new_message_id
 from snl_pbem.mail.dkim import sign as dkim_sign
-from snl_pbem.mail.ours import scrubbed
+from snl_pbem.mail.ours import fingerprint, scrubbed
 from snl_pbem.mail.render import render
 from snl_pbem.mail.smtp import Sender, SendError
 from snl_pbem.procs import dead_here
@@ -109,6 +110,8 @@ def mail_row(
         references=references,
         attachments=attachments,
     )
+    if not broadcast:  # the one it goes to may answer it: known as ours without a parse
+        sentprints.remember(message_id, fingerprint(body))
     dkim_settings = config.settings.mail.dkim
     if dkim_settings is not None:  # signed once, at enqueue: a resend is the same bytes
         raw = dkim_sign(

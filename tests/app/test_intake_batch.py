@@ -197,3 +197,50 @@ def test_a_message_id_too_long_for_the_index_costs_its_batch_nothing(intake) -> 
         who = InboundMessage.sender.like("mall%")
         kept = s.scalar(select(InboundMessage.message_id).where(who))
     assert kept is not None and len(kept.encode()) <= 998
+
+
+def test_a_batch_knows_what_is_stored_and_what_it_repeats(intake) -> None:
+    """One fetch holds a message stored before (same bytes), one whose mailbox UID is
+    stored (a changed copy of the same mail), the same bytes twice and the same UID twice:
+    each repeat is a duplicate of the row stored first, with its id; the new ones get rows
+    in the batch's order, and nothing is stored twice."""
+    db, config = intake
+    old = mail("DICE 2", "ann@example.org", "old")
+    first = store_many(db, config, [(old, T0, "box", 7, 1, None), (b"x", T0, "box", 7, 2, None)])
+    old_id, uid2_id = (result.inbound_id for result, _ in first)
+    a, b, c = (mail(f"DICE {n}", "bob@example.org", f"n{n}") for n in (3, 4, 5))
+    batch = [
+        (a, T0, "box", 7, 10, None),
+        (old, T0, "box", 7, 11, None),  # the same bytes as a stored one
+        (b, T0, "box", 7, 2, None),  # a UID stored already (other bytes)
+        (a, T0, "box", 7, 12, None),  # the batch's first, again
+        (c, T0, "box", 7, 13, None),
+        (b"y", T0, "box", 7, 13, None),  # the UID of the one before it
+        (b"z", T0, "box", 8, 13, None),  # the same UID of another UIDVALIDITY: new
+    ]
+    got = [(r.status, r.inbound_id, kept is not None) for r, kept in store_many(db, config, batch)]
+    assert [status for status, _, _ in got] == [
+        "new",
+        "duplicate",
+        "duplicate",
+        "duplicate",
+        "new",
+        "duplicate",
+        "new",
+    ]
+    ids = [inbound_id for _, inbound_id, _ in got]
+    assert ids[1] == old_id and ids[2] == uid2_id and ids[3] == ids[0] and ids[5] == ids[4]
+    assert ids[0] < ids[4] < ids[6] and [kept for _, _, kept in got] == [
+        True,
+        False,
+        False,
+        False,
+        True,
+        False,
+        True,
+    ]
+    with db.transaction() as s:
+        rows = s.execute(select(InboundMessage.id, InboundMessage.uid)).all()
+    assert sorted(rows) == sorted(
+        [(old_id, 1), (uid2_id, 2), (ids[0], 10), (ids[4], 13), (ids[6], 13)]
+    )

@@ -215,3 +215,32 @@ def test_the_work_is_bounded_whatever_the_text() -> None:
     assert out.splitlines()[:2] == ["", ""]
     huge = "\n".join(f"line {i}" for i in range(100_000))
     assert without_ours(huge, sent) == huge  # nothing of ours; past the scan, untouched
+
+
+def test_the_fingerprint_of_the_text_is_the_fingerprint_of_the_mail_it_became() -> None:
+    """Personal mail is fingerprinted from its text as it is written (``outbox.mail_row``),
+    and anything else from its stored bytes: the two must agree whatever the text holds
+    (Thai, Chinese, lines longer than quoted-printable's, trailing spaces, a dot or "From "
+    starting a line, CR LF or bare CR), or a pasted reply would go unrecognised."""
+    thai = "ลูกเต๋าของคุณคือ 4 และประตูกลคือ 12 " * 5
+    bodies = [
+        WELCOME,
+        ACK,
+        f"สวัสดี,\n\n{thai}\n\n你的订单已收到\uff1a骰子 4\uff0c陷阱门 37。\n-- \nผู้ตัดสิน\n",
+        "x" * 300 + "\n" + "word " * 80 + "\n.\nFrom here on\n   \ttrailing   \n",
+        "first\r\nsecond\rthird\n\n\nfourth=20 =\n",
+    ]
+    for body in bodies:
+        raw = compose(
+            sender="snl@example.org",
+            sender_name="Snakes and Ladders referee",
+            to="ann@example.org",
+            subject="Orders received",
+            body=body,
+            now=datetime(2030, 1, 4, tzinfo=UTC),
+            message_id="<m1@example.org>",
+            game_name="Test game",
+            attachments=(("g1.txt", "text/plain", b"DICE 9\r\n"),) if body is ACK else (),
+        )
+        assert fingerprint(body), body
+        assert fingerprint_of_sent(raw) == fingerprint(body), body

@@ -4,11 +4,10 @@ sent its sender, so lines of our own mail pasted back are never orders."""
 
 from __future__ import annotations
 
-import threading
-
 from sqlalchemy import func, select, union_all
 from sqlalchemy.orm import Session
 
+from snl_pbem.app import sentprints
 from snl_pbem.config import Config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.ours import fingerprint_of_sent
@@ -33,13 +32,6 @@ SENT_COMPARED = 40
 and, however old, the latest SECRET_COMPARED that gave a key or a code: a welcome is what
 out-of-office replies paste, weeks into a game."""
 SECRET_COMPARED = 5
-_FINGERPRINTS_KEPT = 20_000
-_fingerprints: dict[str, str] = {}
-"""The fingerprint of each message we sent, by its Message-ID (unique for ever, and the
-same before and after a scrub): each is worked out once per process."""
-_fingerprints_lock = threading.Lock()
-
-
 def _sent_to(db: Database, config: Config, sender: str | None) -> tuple[str, ...]:
     """The fingerprints of the mail we sent to ``sender`` (as the address is spelt in
     players' rows or the referee's setting too), newest first, bounded: the latest
@@ -102,19 +94,16 @@ def _sent_to_many(
     by_sender: dict[str, list[tuple[int, str]]] = {s: [] for s in wanted}
     for row in picked:
         by_sender[row.whose].append((row.id, row.message_id))
-    with _fingerprints_lock:
-        for sender, rows in by_sender.items():
-            values = [
-                _fingerprints.get(message_id, "") for _, message_id in sorted(rows, reverse=True)
-            ]
-            found[sender] = tuple(value for value in values if value)
+    for sender, rows in by_sender.items():
+        values = sentprints.known(message_id for _, message_id in sorted(rows, reverse=True))
+        found[sender] = tuple(value for value in values if value)
     return found
 
 
 def _fingerprint_missing(session: Session, rows: list[tuple[int, str, bool, str]]) -> None:
     """Work out the fingerprints of these outbox rows not fingerprinted yet."""
-    with _fingerprints_lock:
-        missing = {row[0]: row for row in rows if row[1] not in _fingerprints}
+    unknown = sentprints.missing(row[1] for row in rows)
+    missing = {row[0]: row for row in rows if row[1] in unknown}
     if not missing:
         return
     for outbox_id, message in session.execute(
@@ -122,12 +111,7 @@ def _fingerprint_missing(session: Session, rows: list[tuple[int, str, bool, str]
     ):
         _, message_id, is_secret, status = missing[outbox_id]
         scrubbed = is_secret and status == OutboxStatus.SENT  # see drain_outbox
-        value = fingerprint_of_sent(message, scrubbed=scrubbed)
-        with _fingerprints_lock:
-            if len(_fingerprints) >= _FINGERPRINTS_KEPT:
-                for old in list(_fingerprints)[: _FINGERPRINTS_KEPT // 2]:
-                    del _fingerprints[old]
-            _fingerprints[message_id] = value
+        sentprints.remember(message_id, fingerprint_of_sent(message, scrubbed=scrubbed))
 
 
 def _sent_in(session: Session, config: Config, sender: str) -> tuple[str, ...]:
@@ -147,6 +131,5 @@ def _sent_in(session: Session, config: Config, sender: str) -> tuple[str, ...]:
     )
     rows = {(row.id, row.message_id, row.secret, row.status) for row in session.execute(both)}
     _fingerprint_missing(session, list(rows))
-    with _fingerprints_lock:
-        found = [_fingerprints.get(row[1], "") for row in sorted(rows, reverse=True)]
+    found = sentprints.known(row[1] for row in sorted(rows, reverse=True))
     return tuple(value for value in found if value)

@@ -1,0 +1,36 @@
+"""The fingerprints of the mail we sent (``snl_pbem.mail.ours``), kept in memory by
+Message-ID: unique for ever, and the same before and after a scrub, so each is worked out
+once per process. Personal mail (an acknowledgement, a notice) is fingerprinted as it is
+written, from its text: the sender's next message is compared with it, and reading it back
+from the stored bytes cost a parse of our own mail per message read."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+KEPT = 20_000
+"""Fingerprints kept; past it the older half is forgotten (worked out again if needed)."""
+
+_prints: dict[str, str] = {}
+_lock = threading.Lock()
+
+
+def remember(message_id: str, value: str) -> None:
+    with _lock:
+        if len(_prints) >= KEPT:
+            for old in list(_prints)[: KEPT // 2]:
+                del _prints[old]
+        _prints[message_id] = value
+
+
+def missing(message_ids: Iterable[str]) -> set[str]:
+    """Those of ``message_ids`` with no fingerprint kept."""
+    with _lock:
+        return {message_id for message_id in message_ids if message_id not in _prints}
+
+
+def known(message_ids: Iterable[str]) -> list[str]:
+    """The fingerprints of ``message_ids``, in their order ("" where none is kept)."""
+    with _lock:
+        return [_prints.get(message_id, "") for message_id in message_ids]
