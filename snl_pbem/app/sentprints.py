@@ -24,13 +24,8 @@ def remember(message_id: str, value: str) -> None:
         _prints[message_id] = value
 
 
-def missing(message_ids: Iterable[str]) -> set[str]:
-    """Those of ``message_ids`` with no fingerprint kept."""
+def kept(message_ids: Iterable[str]) -> dict[str, str]:
+    """The fingerprints kept of these ``message_ids`` (those not kept are left out): a
+    reader works with this copy, which a write forgetting the older half cannot empty."""
     with _lock:
-        return {message_id for message_id in message_ids if message_id not in _prints}
-
-
-def known(message_ids: Iterable[str]) -> list[str]:
-    """The fingerprints of ``message_ids``, in their order ("" where none is kept)."""
-    with _lock:
-        return [_prints.get(message_id, "") for message_id in message_ids]
+        return {m: _prints[m] for m in message_ids if m in _prints}

@@ -18,6 +18,7 @@ from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import event, select
 
 import snl_pbem.app.intake.pipeline as pipeline
+from snl_pbem.app import sentprints
 from snl_pbem.app.intake import ingest, process_batch, process_pending
 from snl_pbem.app.intake.context import Message
 from snl_pbem.app.intake.reading import _sent_to, _sent_to_many
@@ -178,6 +179,31 @@ def test_a_batch_compares_each_message_with_what_we_sent_its_sender(intake) -> N
     assert len(batch["ann@example.org"]) >= 4  # her welcome and three answers
 
 
+def test_fingerprints_forgotten_meanwhile_are_still_compared(intake, monkeypatch) -> None:
+    """Another thread's mail may make the fingerprint cache forget its older half while a
+    reader looks fingerprints up (every reply written adds one): what the reader found or
+    worked out is its own, and nothing we sent is left out of the comparison."""
+    db, config = intake
+    for n in range(3):
+        ingest(
+            db, config, mail(f"KEY ann-key-123\nDICE {n + 2}", "ann@example.org", f"e{n}"), T0, "t"
+        )
+    before = _sent_to(db, config, "ann@example.org")
+    batch = _sent_to_many(db, config, ["ann@example.org"])["ann@example.org"]
+    assert len(before) >= 4 and batch == before  # her welcome and three answers
+    real = sentprints.remember
+
+    def forgetful(message_id: str, value: str) -> None:  # a write that forgets the rest
+        sentprints._prints.clear()
+        real(message_id, value)
+
+    monkeypatch.setattr(sentprints, "remember", forgetful)
+    sentprints._prints.clear()
+    assert _sent_to(db, config, "ann@example.org") == before
+    sentprints._prints.clear()
+    assert _sent_to_many(db, config, ["ann@example.org"])["ann@example.org"] == before
+
+
 def test_a_message_id_too_long_for_the_index_costs_its_batch_nothing(intake) -> None:
     """A hostile Message-ID of 998 CJK characters (2,994 bytes) passed PostgreSQL's index row
     limit (2,704 bytes): the database refused the row, and with it the whole batch (every
@@ -217,6 +243,7 @@ def test_a_batch_knows_what_is_stored_and_what_it_repeats(intake) -> None:
         (c, T0, "box", 7, 13, None),
         (b"y", T0, "box", 7, 13, None),  # the UID of the one before it
         (b"z", T0, "box", 8, 13, None),  # the same UID of another UIDVALIDITY: new
+        (a, T0, "box", 7, 2, None),  # the batch's first bytes, a stored UID: bytes first
     ]
     got = [(r.status, r.inbound_id, kept is not None) for r, kept in store_many(db, config, batch)]
     assert [status for status, _, _ in got] == [
@@ -227,9 +254,11 @@ def test_a_batch_knows_what_is_stored_and_what_it_repeats(intake) -> None:
         "new",
         "duplicate",
         "new",
+        "duplicate",
     ]
     ids = [inbound_id for _, inbound_id, _ in got]
     assert ids[1] == old_id and ids[2] == uid2_id and ids[3] == ids[0] and ids[5] == ids[4]
+    assert ids[7] == ids[0]  # its bytes are the batch's first (as when each was flushed)
     assert ids[0] < ids[4] < ids[6] and [kept for _, _, kept in got] == [
         True,
         False,
@@ -238,6 +267,7 @@ def test_a_batch_knows_what_is_stored_and_what_it_repeats(intake) -> None:
         True,
         False,
         True,
+        False,
     ]
     with db.transaction() as s:
         rows = s.execute(select(InboundMessage.id, InboundMessage.uid)).all()

@@ -90,28 +90,31 @@ def _sent_to_many(
                 (ranked.c.n <= SENT_COMPARED) | (ranked.c.secret & (ranked.c.s <= SECRET_COMPARED))
             )
         ).all()
-        _fingerprint_missing(session, [(r.id, r.message_id, r.secret, r.status) for r in picked])
+        prints = _fingerprints(session, [(r.id, r.message_id, r.secret, r.status) for r in picked])
     by_sender: dict[str, list[tuple[int, str]]] = {s: [] for s in wanted}
     for row in picked:
         by_sender[row.whose].append((row.id, row.message_id))
     for sender, rows in by_sender.items():
-        values = sentprints.known(message_id for _, message_id in sorted(rows, reverse=True))
+        values = (prints.get(message_id, "") for _, message_id in sorted(rows, reverse=True))
         found[sender] = tuple(value for value in values if value)
     return found
 
 
-def _fingerprint_missing(session: Session, rows: list[tuple[int, str, bool, str]]) -> None:
-    """Work out the fingerprints of these outbox rows not fingerprinted yet."""
-    unknown = sentprints.missing(row[1] for row in rows)
-    missing = {row[0]: row for row in rows if row[1] in unknown}
+def _fingerprints(session: Session, rows: list[tuple[int, str, bool, str]]) -> dict[str, str]:
+    """The fingerprints of these outbox rows, by Message-ID: those kept in memory, and the
+    others worked out from their stored bytes (and kept)."""
+    found = sentprints.kept(row[1] for row in rows)
+    missing = {row[0]: row for row in rows if row[1] not in found}
     if not missing:
-        return
+        return found
     for outbox_id, message in session.execute(
         select(OutboxMessage.id, OutboxMessage.message).where(OutboxMessage.id.in_(sorted(missing)))
     ):
         _, message_id, is_secret, status = missing[outbox_id]
         scrubbed = is_secret and status == OutboxStatus.SENT  # see drain_outbox
-        sentprints.remember(message_id, fingerprint_of_sent(message, scrubbed=scrubbed))
+        found[message_id] = fingerprint_of_sent(message, scrubbed=scrubbed)
+        sentprints.remember(message_id, found[message_id])
+    return found
 
 
 def _sent_in(session: Session, config: Config, sender: str) -> tuple[str, ...]:
@@ -130,6 +133,6 @@ def _sent_in(session: Session, config: Config, sender: str) -> tuple[str, ...]:
         latest.where(*to_sender, OutboxMessage.secret).limit(SECRET_COMPARED).subquery().select(),
     )
     rows = {(row.id, row.message_id, row.secret, row.status) for row in session.execute(both)}
-    _fingerprint_missing(session, list(rows))
-    found = sentprints.known(row[1] for row in sorted(rows, reverse=True))
+    prints = _fingerprints(session, list(rows))
+    found = (prints.get(row[1], "") for row in sorted(rows, reverse=True))
     return tuple(value for value in found if value)

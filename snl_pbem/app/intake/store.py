@@ -114,10 +114,12 @@ def _add_rows(
 ) -> list[tuple[IngestResult, tuple[bytes, str | None] | None]]:
     """Add the rows of ``messages`` in ``session``: each message's result (status ``new``
     when added now) and, when new, the bytes kept and their note. Two look-ups of what is
-    stored already (by digest, by mailbox UID) and one INSERT of the new rows, whose ids
-    come back in order. A message whose bytes or UID an earlier one of the batch has is
-    that one's duplicate, as when each was added and flushed in turn. Per message, the
-    ORM's add and flush and the two look-ups were a fifth of the intake's time."""
+    stored already (by digest, by mailbox UID) and a Core INSERT of the new rows, whose ids
+    come back in order (one statement on PostgreSQL; SQLAlchemy runs it row by row on
+    SQLite, where it has no sentinel to order a multi-row RETURNING by). A message whose
+    bytes or UID an earlier one of the batch has is that one's duplicate, as when each was
+    added and flushed in turn. Per message, the ORM's add and flush and the two look-ups
+    were a fifth of the intake's time."""
     digests = [hashlib.sha256(raw).hexdigest() for raw, *_ in messages]
     sources = [clean_text(source, 200) for _, _, source, *_ in messages]
     stored: dict[str, int] = {
@@ -153,15 +155,14 @@ def _add_rows(
         messages, envelopes, digests, sources, strict=True
     ):
         box = (source, uidvalidity, uid) if uid is not None else None
-        stored_id = stored.get(digest)
-        if stored_id is None and box is not None:
-            stored_id = stored_uids.get(box)
+        # as each row added and flushed in turn found it: the same bytes (stored, or
+        # earlier in the batch), then the same UID (stored, or earlier in the batch)
+        stored_id, index = stored.get(digest), new_digest.get(digest)
+        if stored_id is None and index is None and box is not None:
+            stored_id, index = stored_uids.get(box), new_uid.get(box)
         if stored_id is not None:
             what.append(("stored", stored_id))
             continue
-        index = new_digest.get(digest)
-        if index is None and box is not None:
-            index = new_uid.get(box)
         if index is not None:
             what.append(("repeat", index))
             continue
