@@ -536,7 +536,7 @@ def _send_parts(
         )
         later = [item.id for rest in parts[index + 1 :] for item in rest]
         try:
-            sent = _send_batch(sender, clock, part, claimed_at, report, stopped, first=index == 0)
+            sent = _send_batch(sender, clock, part, claimed_at, report, stopped)
         except BaseException:  # not the mail's fault: hand back what was claimed and not tried
             _, ahead_claimed = ahead.result()
             _book(
@@ -578,19 +578,23 @@ def _send_batch(
     claimed_at: datetime,
     report: DrainReport,
     stopped: set[str],
-    *,
-    first: bool = True,
 ) -> _Sent:
-    """Send ``claimed`` (a part of a claim; ``first``: its first part) in order. A
-    recipient whose message failed is added to ``stopped``: their later mail in the claim
-    is not tried, but handed back, and waits behind the failed one."""
+    """Send ``claimed`` (a part of a claim) in order. A recipient whose message failed is
+    added to ``stopped``: their later mail in the claim is not tried, but handed back, and
+    waits behind the failed one.
+
+    Nothing is sent once half the claim has passed, not even a batch's first message: a
+    batch claimed ahead (while the one before went out) may be that old when its turn
+    comes, and a message sent then could outlive its claim, be claimed again and go twice.
+    It is handed back whole, and the claim made beside it, or after it, is fresh: a drain
+    always moves on."""
     results: list[tuple[Claimed, SendError | None]] = []
     untried: list[int] = []
     down: SendError | None = None
     for index, item in enumerate(claimed):
-        if (results or not first) and clock() >= claimed_at + CLAIM / 2:
+        if clock() >= claimed_at + CLAIM / 2:
             untried += [later.id for later in claimed[index:]]
-            break  # (one at least per claim: a drain always moves on)
+            break
         if item.recipient in stopped:
             untried.append(item.id)
             continue
