@@ -32,6 +32,8 @@ SENT_COMPARED = 40
 and, however old, the latest SECRET_COMPARED that gave a key or a code: a welcome is what
 out-of-office replies paste, weeks into a game."""
 SECRET_COMPARED = 5
+
+
 def _sent_to(db: Database, config: Config, sender: str | None) -> tuple[str, ...]:
     """The fingerprints of the mail we sent to ``sender`` (as the address is spelt in
     players' rows or the referee's setting too), newest first, bounded: the latest
