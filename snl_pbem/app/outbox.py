@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Concatenate, ParamSpec
 
 from sqlalchemy import and_, func, insert, or_, select, update
@@ -464,38 +465,17 @@ def drain_outbox(
     claimed_at = clock()
     claimed = claim_due(db, claimed_at, worker, batch)
     previous: _Sent | None = None
+    book = partial(_book, db, config, clock, worker, batch, give_up_after, report)
     with ThreadPoolExecutor(1, thread_name_prefix=f"outbox-{worker}") as books:
         while claimed:
             claimed_at, claimed, previous = _send_parts(
-                books,
-                db,
-                config,
-                sender,
-                clock,
-                worker,
-                batch,
-                give_up_after,
-                report,
-                claimed,
-                claimed_at,
-                previous,
+                books, book, sender, clock, report, claimed, claimed_at, previous
             )
             release: list[int] = []
             if previous.down is not None:  # the batch claimed ahead goes back untouched
                 release, claimed = [item.id for item in claimed], []
             if not claimed:  # the last one's results may free more: claim once more after them
-                claimed_at, claimed = _book(
-                    db,
-                    config,
-                    clock,
-                    worker,
-                    batch,
-                    give_up_after,
-                    report,
-                    previous,
-                    claim=previous.down is None,
-                    release=release,
-                )
+                claimed_at, claimed = book(previous, claim=previous.down is None, release=release)
                 previous = None
     return report
 
@@ -509,13 +489,9 @@ kill every twentieth message (the crash test's), no batch was ever recorded."""
 
 def _send_parts(
     books: ThreadPoolExecutor,
-    db: Database,
-    config: Config,
+    book: Callable[..., tuple[datetime, list[Claimed]]],
     sender: Sender,
     clock: Callable[[], datetime],
-    worker: str,
-    batch: int,
-    give_up_after: timedelta,
     report: DrainReport,
     claimed: list[Claimed],
     claimed_at: datetime,
@@ -523,34 +499,22 @@ def _send_parts(
 ) -> tuple[datetime, list[Claimed], _Sent]:
     """Send a claimed batch part by part; ``books`` records each part (and ``previous``,
     the batch before) while the next part goes out, and claims the next batch beside the
-    last part. Returns that claim and the last part's results (not yet recorded). A part
-    that finds the server away hands back the parts after it with its own untried."""
+    last part (``book``: ``_book`` with the drain's arguments). Returns that claim and the
+    last part's results (not yet recorded). A part that finds the server away hands back
+    the parts after it with its own untried."""
     parts = [claimed[i : i + RECORDED_EVERY] for i in range(0, len(claimed), RECORDED_EVERY)]
     stopped: set[str] = set()  # recipients whose mail failed: their later mail waits
     claimed_next: tuple[datetime, list[Claimed]] = (claimed_at, [])
     sent: _Sent | None = None
     for index, part in enumerate(parts):
         last = index == len(parts) - 1
-        ahead = books.submit(
-            _book, db, config, clock, worker, batch, give_up_after, report, previous, claim=last
-        )
+        ahead = books.submit(book, previous, claim=last)
         later = [item.id for rest in parts[index + 1 :] for item in rest]
         try:
             sent = _send_batch(sender, clock, part, claimed_at, report, stopped)
         except BaseException:  # not the mail's fault: hand back what was claimed and not tried
             _, ahead_claimed = ahead.result()
-            _book(
-                db,
-                config,
-                clock,
-                worker,
-                batch,
-                give_up_after,
-                report,
-                None,
-                claim=False,
-                release=[item.id for item in ahead_claimed] + later,
-            )
+            book(None, claim=False, release=[item.id for item in ahead_claimed] + later)
             raise
         claimed_next = ahead.result()
         previous = sent
