@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 from pydantic import (
@@ -598,12 +599,46 @@ class GameSettings(_Section):
         return self
 
 
+class WebSettings(_Section):
+    """The game pages: a static site of every game, rewritten as games change."""
+
+    dir: Path
+    """Where the site is written (the folder a web server serves); relative to the config
+    file. Created when missing."""
+    base_url: str | None = None
+    """How players reach that folder, e.g. "https://games.example.org/snl/": reports end
+    with their game page's link. Without it the site is written but not linked."""
+
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _folder_named(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError('name a folder, e.g. dir = "/var/www/snl-pbem", or remove [web]')
+        return value
+
+    @field_validator("base_url")
+    @classmethod
+    def _web_address(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(
+                f"{value!r} is not a web address: write it as players type it, e.g. "
+                '"https://games.example.org/snl/"'
+            )
+        if parts.query or parts.fragment:
+            raise ValueError(f"{value!r}: a folder's address has no ?query or #fragment")
+        return value if value.endswith("/") else value + "/"
+
+
 class Settings(_Section):
     timezone: str = "UTC"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     database: DatabaseSettings = DatabaseSettings()
     mail: MailSettings
     games: list[GameSettings] = []
+    web: WebSettings | None = None
     games_dir: Path | None = None
     """A folder of game files, one game each (the conf.d habit): every ``*.toml`` in it,
     in name order, written as one ``[[games]]`` table's keys; relative to the config
@@ -869,6 +904,9 @@ def load_config(
             update={"backup_dir": (base / backup_dir).resolve()}
         )
         settings = settings.model_copy(update={"database": database})
+    if settings.web is not None and not settings.web.dir.is_absolute():
+        web = settings.web.model_copy(update={"dir": (base / settings.web.dir).resolve()})
+        settings = settings.model_copy(update={"web": web})
     games = []
     for index, (game_settings, parts) in enumerate(zip(settings.games, built, strict=True)):
         assert parts is not None  # the schema and the board both passed

@@ -29,6 +29,7 @@ class ToyRuleset:
     name = "toy"
     option_keys = ()
     throws_dice = False
+    history_public = False
     no_orders = "(no DICE line)."
     order_words: tuple[OrderWord, ...] = (
         OrderWord(
@@ -121,6 +122,11 @@ class ToyRuleset:
                 for name, move in sorted(turn.moves.items())
             ]
         }
+
+    def public_table(
+        self, settings: RulesetSettings, state: GameState
+    ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
+        return None
 
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         return ("The toy game, round by round:", *(f"  Round {r.number}" for r in rounds))

@@ -30,6 +30,7 @@ from snl_pbem.rules.geometry import Position
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.ruleset import Adjudication, StoredRound
 from snl_pbem.rules.words import counted
+from snl_pbem.site.links import page_url
 from snl_pbem.store import (
     AuditEntry,
     Game,
@@ -253,6 +254,7 @@ def enqueue_round_mail(
     records = careers(session, game, [p for p in players if p.active]) if over else {}
     defaults = own_defaults(session, game, round_, decided, [p for p in players if p.active])
     hello = greetings(session, game, [p for p in players if p.active])
+    page = page_url(config, game.name)  # the game's web page, when the site has an address
     batch = MailBatch()  # the close's mail in one INSERT
     for player in players:
         if not player.active:
@@ -278,6 +280,7 @@ def enqueue_round_mail(
                 rules=ruleset.player_view(settings, decided.after, player.name),
                 career=records[player.email.lower()],
                 your_move=defaults.get(player.name),  # R19: the reader's own, nobody else's
+                page=page,
                 **reveal,
             )
             continue
@@ -302,6 +305,7 @@ def enqueue_round_mail(
             deadline=deadline,
             rules=ruleset.player_view(settings, decided.after, player.name),  # R19: own only
             your_move=defaults.get(player.name),  # R19: the reader's own, nobody else's
+            page=page,
         )
     for address in observers(session, game):  # the public report only (R19)
         batch.add(
@@ -322,6 +326,7 @@ def enqueue_round_mail(
             next_round=next_round,
             next_turns=next_turns,
             deadline=deadline,
+            page=page,
         )
     enqueue_referee_summary(
         session,

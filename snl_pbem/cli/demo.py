@@ -64,6 +64,7 @@ from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.postal.dice import open_values, used_in_set
 from snl_pbem.rules.words import counted
 from snl_pbem.runners.server import Server, configure_logging
+from snl_pbem.site.writer import Site
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
 from snl_pbem.store.states import GamePhase
@@ -203,6 +204,8 @@ signup = "open"
 min_players = {len(names)}
 max_players = {len(names)}
 starts = "when_full"
+[web]
+dir = "{folder / "site"}"
 """
     path = folder / "config.toml"
     path.write_text(text)
@@ -264,7 +267,7 @@ def run_demo(
     out = out or sys.stdout
     folder = directory or Path(tempfile.mkdtemp(prefix="snl-demo-"))
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in ("demo.db", "demo.db-wal", "demo.db-shm", "mail", "backups"):
+    for stale in ("demo.db", "demo.db-wal", "demo.db-shm", "mail", "backups", "site"):
         target = folder / stale
         if target.is_dir():
             shutil.rmtree(target)
@@ -354,7 +357,10 @@ def run_demo(
         runner.join(30)
         sink.stop()
         db.dispose()
-    [game] = status(Database(config.database_url), "demo")
+    done = Database(config.database_url)
+    [game] = status(done, "demo")
+    site = Site(done, config, lambda: datetime.now(UTC)).update()  # the server's last pass
+    done.dispose()  # may have been a second before the last close: see it all
     if game.state != GamePhase.OVER:
         print(f"The game did not finish within {patience:.0f}s.", file=out)
         return 1
@@ -375,6 +381,13 @@ def run_demo(
     )
     print(
         f"The referee's config is {config_path}; try: snl-pbem status --config {config_path}",
+        file=out,
+    )
+    assert config.settings.web is not None
+    print(
+        f"The game's web pages (standings, race chart, the board revealed): open "
+        f"file://{config.settings.web.dir / 'index.html'} in a browser"
+        + (f" ({counted(site.games, 'page')} written last)" if site.games else ""),
         file=out,
     )
     return 0

@@ -15,7 +15,7 @@ from sqlalchemy.exc import DBAPIError
 
 from snl_pbem import __version__
 from snl_pbem.boards import UnknownBoard, bundled_names, bundled_table, description, locate
-from snl_pbem.cli import seats
+from snl_pbem.cli import seats, site
 from snl_pbem.cli.demo import run_demo
 from snl_pbem.cli.referee import add_commands
 from snl_pbem.config import game_files, game_table
@@ -116,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=cmd_demo)
     add_commands(sub)
     seats.add_commands(sub)
+    site.add_commands(sub)
     return parser
 
 

@@ -172,7 +172,7 @@ def _config(args: argparse.Namespace) -> Config:
 
 def _reads_only(args: argparse.Namespace) -> bool:
     """A command that queues no mail (so signs none): it needs no DKIM key."""
-    if args.command in ("status", "db", "outbox"):
+    if args.command in ("status", "db", "outbox", "site"):
         return True
     return bool(args.command == "inbound" and args.action != "retry")
 

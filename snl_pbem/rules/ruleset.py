@@ -167,6 +167,9 @@ class Ruleset(Protocol):
     throws_dice: bool
     """The server throws the dice from the game's seed (classic, C11): a game with no seed
     in its config gets one drawn at random, kept in the database."""
+    history_public: bool
+    """Anyone may read ``history`` while the game runs (the classic game: every throw is in
+    every report, C10); otherwise only after it ends, when the game reveals (R19)."""
 
     order_words: tuple[OrderWord, ...]
     """The order words this ruleset's orders use (postal DICE and TRAPDOOR, classic ROLL),
@@ -225,6 +228,13 @@ class Ruleset(Protocol):
 
     def referee_view(self, adjudication: Adjudication) -> Mapping[str, Any]:
         """The ruleset's part of the referee's round summary."""
+
+    def public_table(
+        self, settings: RulesetSettings, state: GameState
+    ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
+        """What anyone may see of the game besides positions, as a table (header, rows) for
+        its web page: the classic game's counts (C10); None when there is nothing (the
+        postal game: R19)."""
 
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         """The whole game for the post-game reveal, from what was stored, one line each

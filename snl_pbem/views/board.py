@@ -6,6 +6,7 @@ and for a post-game reveal, never for a player during one.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 from snl_pbem.rules import Board, FeatureKind, Space
@@ -60,16 +61,24 @@ def _dest(destination: Position, last: Space) -> str:
 
 CELL = 56
 MARGIN = 40
+LINE = 18
 
 
-def render_svg(board: Board, title: str = "Snakes and Ladders board") -> str:
-    """An SVG drawing: the grid with numbers, ladders as green arrows, snakes as red ones.
+def render_svg(
+    board: Board,
+    title: str = "Snakes and Ladders board",
+    trapdoors: Mapping[Space, Sequence[int]] | None = None,
+) -> str:
+    """An SVG drawing: the grid with numbers, ladders as green arrows, snakes as red ones,
+    and under it the board's families in words.
 
     A snake to 0 points below the board (the start); a ladder past the last
-    space points above it (the end).
+    space points above it (the end). ``trapdoors`` (the post-game reveal): each space
+    that was an active trapdoor, with the rounds it was, drawn as a black frame and a T.
     """
     width = board.columns * CELL + 2 * MARGIN
-    height = board.rows * CELL + 2 * MARGIN
+    legend = [f"Family: {family.describe()}" for family in board.families]
+    height = board.rows * CELL + 2 * MARGIN + LINE * len(legend)
     out = [
         '<?xml version="1.0" encoding="UTF-8"?>',
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -111,11 +120,29 @@ def render_svg(board: Board, title: str = "Snakes and Ladders board") -> str:
             f"<title>{escape(label[1:-1])}</title></line>"
         )
         out.append(f'<circle cx="{x1}" cy="{y1}" r="5" fill="{colour}"/>')
+    for space, rounds in sorted((trapdoors or {}).items()):
+        place, column = board.cell(space)
+        x, y = MARGIN + (column - 1) * CELL, MARGIN + (board.rows - place) * CELL
+        said = escape(f"trapdoor {space}, active in round{'s' if len(rounds) > 1 else ''} ")
+        out.append(
+            f'<g class="trapdoor"><title>{said}{", ".join(map(str, rounds))}</title>'
+            f'<rect x="{x + 2}" y="{y + 2}" width="{CELL - 4}" height="{CELL - 4}" fill="none" '
+            f'stroke="#000" stroke-width="3"/><text x="{x + CELL - 14}" y="{y + 16}" '
+            'font-size="13" font-weight="bold" fill="#000">T</text></g>'
+        )
+    key = f"start (0) below · end past {board.last} above · green: ladder · red, dashed: snake"
+    if trapdoors:
+        key += " · black frame: a trapdoor"
+    bottom = MARGIN + board.rows * CELL
     out.append(
-        f'<text x="{MARGIN}" y="{height - 10}" font-size="12" fill="#37474f">'
-        f"start (0) below · end past {board.last} above · green: ladder · red, dashed: snake"
-        "</text>"
+        f'<text x="{MARGIN}" y="{bottom + MARGIN - 10}" font-size="12" fill="#37474f">'
+        f"{escape(key)}</text>"
     )
+    for index, line in enumerate(legend):
+        out.append(
+            f'<text x="{MARGIN}" y="{bottom + MARGIN + LINE * index + 8}" font-size="12" '
+            f'fill="#37474f">{escape(line)}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -73,6 +73,7 @@ class ClassicRuleset:
     name = "classic"
     option_keys: tuple[str, ...] = OPTION_KEYS
     throws_dice = True
+    history_public = True  # C10: every throw is in every report
     no_orders = "(no ROLL line); none are needed: the server throws for you at the deadline."
     order_words: tuple[OrderWord, ...] = (
         OrderWord("ROLL", 'ROLL               optional: "I am here" (the server throws the dice)'),
@@ -227,6 +228,21 @@ class ClassicRuleset:
 
     def referee_view(self, adjudication: Adjudication) -> Mapping[str, Any]:
         return self._view(adjudication.after)
+
+    def public_table(
+        self, settings: RulesetSettings, state: GameState
+    ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
+        """C10's counts, a row per player (the web sheet's statistics panel)."""
+        bump = bool(settings.options.get("bump"))
+        header: tuple[str, ...] = ("Player", "Rolls", "Ladders", "Snakes")
+        header += ("Bumps given", "Bumps taken") if bump else ()
+        rows = []
+        for c in self._view(state)["counts"]:
+            row: tuple[str, ...] = (c["name"], str(c["rolls"]), str(c["ladders"]), str(c["snakes"]))
+            row += (str(c["bumps_given"]), str(c["bumps_taken"])) if bump else ()
+            finished = c["finished"]
+            rows.append((*row, f"round {finished}" if finished else ""))
+        return (*header, "Finished"), tuple(rows)
 
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         lines = ["Round by round (every throw):"]

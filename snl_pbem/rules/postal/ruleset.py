@@ -61,6 +61,7 @@ class PostalRuleset:
     name = "postal"
     option_keys: tuple[str, ...] = ()  # its options are the config's own keys (R7, R9)
     throws_dice = False
+    history_public = False  # R19: told only after the game, and only if it reveals
     no_orders = "(no DICE or TRAPDOOR line)."
     order_words: tuple[OrderWord, ...] = (
         OrderWord(
@@ -264,6 +265,11 @@ class PostalRuleset:
             "by_lot": result.tally.by_lot,
             "moves": moves,
         }
+
+    def public_table(
+        self, settings: RulesetSettings, state: GameState
+    ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None:
+        return None  # R19: positions, and nothing else
 
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         """Every round's chosen dice and the trapdoors its tally made, for the reveal after
