@@ -101,6 +101,7 @@ def free_port() -> int:
 @dataclass
 class Mailboxes:
     """The sink's handler: every delivered message becomes DIR/mail/<local part>/NNN.eml."""
+
     root: Path
     count: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -215,6 +216,7 @@ dir = "{folder / "site"}"
 @dataclass
 class Bot:
     """A scripted player who keeps their own record of the dice they used."""
+
     name: str
     style: str  # "careful", "repeater" (repeats a die once), "silent" (never writes)
     rng: random.Random
@@ -313,8 +315,7 @@ def run_demo(
     )
     print(
         f"snl-pbem demo: {len(names)} players on a {last}-space board, a deadline every "
-        f"{CLASSIC_ROUND_LENGTH_S if classic else ROUND_LENGTH_S}s.\nFolder: {folder}\n"
-        + cast,
+        f"{CLASSIC_ROUND_LENGTH_S if classic else ROUND_LENGTH_S}s.\nFolder: {folder}\n" + cast,
         file=out,
     )
     mail = Mail(folder / "mail", receiver_port)
@@ -477,8 +478,9 @@ def _sign_up(mail: Mail, bots: list[Bot], db: Database, out: TextIO) -> None:
         answer = mail.wait(bot.name, "You have a seat")
         full = number == seats
         if full != ("has started" in answer):
-            raise DemoError(f"seat {number} of {seats} {'did not start' if full else 'started'}"
-                            " the game")
+            raise DemoError(
+                f"seat {number} of {seats} {'did not start' if full else 'started'} the game"
+            )
         print(
             f"  {bot.name:<{width}} replies CONFIRM {code}: seat {number}/{seats}"
             + (" - game full: started" if full else ""),
@@ -502,14 +504,18 @@ def _sign_up(mail: Mail, bots: list[Bot], db: Database, out: TextIO) -> None:
 def _late_join(mail: Mail, late: str, taken: str, out: TextIO) -> None:
     """One more asks for a name already taken, then joins as themselves: standby."""
     mail.send(late, f"JOIN demo {taken}")
-    print(f'  {late} sends JOIN demo {taken}: "{_first_line(mail.wait(late, "request"))}"',
-          file=out)
+    print(
+        f'  {late} sends JOIN demo {taken}: "{_first_line(mail.wait(late, "request"))}"', file=out
+    )
     mail.send(late, f"JOIN demo {late}")
     code = _code(mail.wait(late, "Your confirmation code"))
     mail.send(late, f"CONFIRM {code}")
     mail.wait(late, "standby list")
-    print(f"  {late} joins as {late}, replies CONFIRM {code}: the game is full, so "
-          f"{late} is on the standby list\n", file=out)
+    print(
+        f"  {late} joins as {late}, replies CONFIRM {code}: the game is full, so "
+        f"{late} is on the standby list\n",
+        file=out,
+    )
 
 
 def _send_orders(

@@ -34,8 +34,8 @@ def cmd_site(args: argparse.Namespace) -> int:
     config = _config(args)
     if config.settings.web is None:
         raise CommandError(
-            f"{config.path}: no [web] table: add one with dir = \"/var/lib/snl-pbem/site\" "
-            "(where to write the pages; deploy/README.md, \"Game pages\")"
+            f'{config.path}: no [web] table: add one with dir = "/var/lib/snl-pbem/site" '
+            '(where to write the pages; deploy/README.md, "Game pages")'
         )
     db = _database(config)
     try:

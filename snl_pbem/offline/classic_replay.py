@@ -149,8 +149,9 @@ def classic_outcome_text(outcome: ClassicOutcome) -> str:
         lines.append(f"Round {rnd.round}")
         for t in rnd.throws:
             what = f" ({', '.join(t.events)})" if t.events else ""
-            lines.append(f"  {t.player} threw {'+'.join(map(str, t.dice))}: "
-                         f"{t.start} -> {t.end}{what}")
+            lines.append(
+                f"  {t.player} threw {'+'.join(map(str, t.dice))}: {t.start} -> {t.end}{what}"
+            )
         lines.append("  positions: " + ", ".join(f"{p} {at}" for p, at in rnd.positions.items()))
     result = outcome.state.result(outcome.options)
     if result is None:
@@ -158,8 +159,11 @@ def classic_outcome_text(outcome: ClassicOutcome) -> str:
     elif "winner" in result:
         lines.append(f"Winner: {result['winner']}")
     else:
-        lines.append("Finishing order: " + ", ".join(
-            f"{o['player']} (round {o['round']}, {counted(o['rolls'], 'roll')})"
-            for o in result["order"]
-        ))
+        lines.append(
+            "Finishing order: "
+            + ", ".join(
+                f"{o['player']} (round {o['round']}, {counted(o['rolls'], 'roll')})"
+                for o in result["order"]
+            )
+        )
     return "\n".join(lines) + "\n"

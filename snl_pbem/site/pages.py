@@ -101,9 +101,7 @@ def result_line(result: dict[str, Any] | None) -> str:
         return ""
     order = result.get("order")
     if order:
-        return "Finishing order: " + ", ".join(
-            f"{o['player']} (round {o['round']})" for o in order
-        )
+        return "Finishing order: " + ", ".join(f"{o['player']} (round {o['round']})" for o in order)
     if result.get("draw"):
         return "A draw between " + ", ".join(result["draw"])
     if result.get("winner"):
@@ -117,8 +115,10 @@ def rules_in_play(game: Game, last: int) -> tuple[tuple[str, str], ...]:
     rows = [("Ruleset", game.ruleset), ("Finishing square", str(last))]
     if game.ruleset == "postal":
         rows.append(("Two turns a round", f"from round {game.double_from_round}"))
-        rule = "every nomination past the threshold" if game.trapdoor_rule == "all" else (
-            "the most-voted nominations"
+        rule = (
+            "every nomination past the threshold"
+            if game.trapdoor_rule == "all"
+            else ("the most-voted nominations")
         )
         rows.append(("Trapdoors", rule))
     for key, value in sorted((game.options or {}).items()):

@@ -242,9 +242,15 @@ class Site:
         by_state: dict[str, list[IndexEntry]] = {state: games for _, state, games in groups}
         for entry in entries:
             by_state.get(entry.state, by_state["running"]).append(entry)  # paused: running
-        html = environment().get_template("web/index.html.j2").render(
-            groups=groups, root="", address=self.config.settings.mail.address,
-            updated=show(now, zone(self.config.settings.timezone)),
+        html = (
+            environment()
+            .get_template("web/index.html.j2")
+            .render(
+                groups=groups,
+                root="",
+                address=self.config.settings.mail.address,
+                updated=show(now, zone(self.config.settings.timezone)),
+            )
         )
         self._write(CSS, (resources.files("snl_pbem.templates") / "web" / CSS).read_bytes())
         self._write("index.html", html.encode())
@@ -256,13 +262,17 @@ class Site:
         page_href = f"{base}{folder}" if base else "index.html"
         feed_href = f"{base}{folder}feed.xml" if base else "feed.xml"
         chart = race_chart(page, described_by="positions") if page.rounds else ""
-        html = environment().get_template("web/game.html.j2").render(
-            page=page,
-            chart=chart,
-            drawn=drawn_players(page),
-            root="../../",
-            address=self.config.settings.mail.address,
-            updated=page.updated_text,
+        html = (
+            environment()
+            .get_template("web/game.html.j2")
+            .render(
+                page=page,
+                chart=chart,
+                drawn=drawn_players(page),
+                root="../../",
+                address=self.config.settings.mail.address,
+                updated=page.updated_text,
+            )
         )
         self._write(f"{folder}index.html", html.encode())
         self._write(f"{folder}feed.xml", atom_feed(page, page_href, feed_href))

@@ -649,8 +649,7 @@ def test_an_html_header_block_of_names_only_brings_no_old_orders_back(language: 
     raw = (
         "From: ann@example.org\r\nTo: snl@example.org\r\nSubject: Re: [g1] Round 3\r\n"
         "Message-ID: <h@example.org>\r\nMIME-Version: 1.0\r\n"
-        "Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
-        + html
+        "Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n" + html
     ).encode()
     commands = parse_message(raw, "snl@example.org").commands
     assert commands is not None and commands.dice == (2,) and commands.cut is not None

@@ -55,8 +55,7 @@ def _html_names_only() -> bytes:
     return (
         "From: ann@example.org\r\nTo: snl@example.org\r\nSubject: RE: [g1] Round 1\r\n"
         "Message-ID: <html-names@example.org>\r\nMIME-Version: 1.0\r\n"
-        "Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
-        + html
+        "Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\n" + html
     ).encode()
 
 

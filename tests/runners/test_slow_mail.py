@@ -223,9 +223,7 @@ def test_a_close_waits_its_budget_then_a_late_read_message_is_refused(intake, sl
     assert "reached us before round 2 opened" in " ".join(notice.split())
 
 
-def test_slow_messages_are_read_side_by_side_whoever_sent_them(
-    sqlite_intake, slow_reading
-) -> None:
+def test_slow_messages_are_read_side_by_side_whoever_sent_them(sqlite_intake, slow_reading) -> None:
     """Four readers hold four slow messages from four addresses at once (read one after
     another, the fourth would wait for the first three); two slow messages from one
     address are read side by side too: the From address is forgeable, so one sender's
