@@ -25,6 +25,7 @@ POINTS = (
     "close.before-commit",  # the close's writes issued, the transaction not committed
     "close.after-commit",  # closed, the next deadline not yet planned, no mail kicked
     "send.sent-not-recorded",  # the SMTP server said 250, the outbox not yet updated
+    "site.written-not-renamed",  # a page's new text in its temporary file, not yet in place
 )
 
 

@@ -350,6 +350,8 @@ def run_demo(
         _wait_for_mail(
             lambda: sum(1 for _ in (folder / "mail").rglob("*game-over*.eml")), len(names), 15
         )
+        site = Site(db, config, lambda: datetime.now(UTC))  # the server keeps the pages
+        _wait_for_mail(lambda: int(not site.behind()), 1, 15)
     except DemoError as exc:
         print(f"The demo stopped: {exc}.", file=out)
         return 1
@@ -358,10 +360,7 @@ def run_demo(
         runner.join(30)
         sink.stop()
         db.dispose()
-    done = Database(config.database_url)
-    [game] = status(done, "demo")
-    site = Site(done, config, lambda: datetime.now(UTC)).update()  # the server's last pass
-    done.dispose()  # may have been a second before the last close: see it all
+    [game] = status(Database(config.database_url), "demo")
     if game.state != GamePhase.OVER:
         print(f"The game did not finish within {patience:.0f}s.", file=out)
         return 1
@@ -386,9 +385,10 @@ def run_demo(
     )
     assert config.settings.web is not None
     print(
-        f"The game's web pages (standings, race chart, the board revealed): open "
-        f"file://{config.settings.web.dir / 'index.html'} in a browser"
-        + (f" ({counted(site.games, 'page')} written last)" if site.games else ""),
+        "The game's web pages (standings, the race chart, "
+        + ("every throw" if classic else "the board revealed")
+        + "): open "
+        f"file://{config.settings.web.dir / 'index.html'} in a browser",
         file=out,
     )
     return 0

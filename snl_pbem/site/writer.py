@@ -194,12 +194,21 @@ class Site:
                     game = session.scalar(select(Game).where(Game.name == name))
                     assert game is not None
                     self._write_game(game_page(session, game, now))
-                    crash_point("site.mid-rewrite")
                 index = bool(changed) or not (self.root / "index.html").exists()
                 if index:
                     self._write_index(index_entries(session, self.config), now)
             self._write(STAMPS, json.dumps({"build": build, "games": signed}, indent=0).encode())
         return SiteReport(len(changed), index, time.perf_counter() - started)
+
+    def behind(self) -> list[str]:
+        """The games whose pages are not up to date (a look, writing nothing)."""
+        kept = self._stamps()
+        if kept.get("build") != build_stamp():
+            return ["(every game: the pages were made by another version)"]
+        with self.db.transaction() as session:
+            signed = signatures(session, self.config)
+        written = kept.get("games", {})
+        return sorted(name for name, sig in signed.items() if written.get(name) != sig)
 
     # -- files ---------------------------------------------------------------------------
 
@@ -231,6 +240,7 @@ class Site:
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f"{TEMPORARY}{os.getpid()}-{target.name}")
         temporary.write_bytes(data)
+        crash_point("site.written-not-renamed")
         os.replace(temporary, target)
 
     def _write_index(self, entries: list[IndexEntry], now: datetime) -> None:
