@@ -19,6 +19,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -749,7 +750,13 @@ class Config:
 
     def find(self, game_name: str) -> GameConfig | None:
         """The game's table, or None when the config has no game of that id."""
-        return next((game for game in self.games if game.id == game_name), None)
+        return self._by_id.get(game_name)
+
+    @cached_property
+    def _by_id(self) -> dict[str, GameConfig]:
+        """The games by id: a look-up per game of thousands was a scan each (the site's
+        pass, LIST), quadratic in the games."""
+        return {game.id: game for game in self.games}
 
     def game(self, game_name: str) -> GameConfig:
         for game in self.games:

@@ -75,6 +75,31 @@ def table(stdout: str, head: str) -> list[list[str]]:
     return rows
 
 
+def test_bench_site_prints_close_pass_and_full_rewrite() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_site.py"),
+            *("--games", "30", "--rounds", "3", "--players", "3", "--played", "1"),
+            *("--db", "sqlite"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "first build, all 30 games" in done.stdout
+    assert "baseline: a full rewrite of all 30 games (everything=True)" in done.stdout
+    rows = table(done.stdout, "database    games  first s")
+    assert [row[:2] for row in rows] == [["sqlite", "30"]], done.stdout
+    assert rows[0][6].endswith("x") and rows[0][8].endswith("x"), done.stdout  # pass/close, all
+    assert rows[0][9] == "3/3", done.stdout  # every pass: 1 game and the index, nothing else
+    parts = table(done.stdout, "database    games  signatures")
+    assert [row[:2] for row in parts] == [["sqlite", "30"]], done.stdout
+    assert "property held" in done.stdout
+
+
 @pytest.mark.slow  # real serve processes: about 30 s (a minute under load)
 def test_bench_hosting_prints_storm_idle_and_baselines(tmp_path) -> None:
     bench = [sys.executable, str(BENCH / "bench_hosting.py"), "--players", "3"]

@@ -188,6 +188,8 @@ class Need:
     secret: bool = False
     file: str | None = None
     """The file whose key it is, when not the config file: a game file of games_dir."""
+    makes: Path | None = None
+    """The missing folder the service would make in ``path`` (web.dir)."""
 
 
 def needs(config: Config, unit: Unit) -> tuple[list[Need], list[str]]:
@@ -243,6 +245,7 @@ def needs(config: Config, unit: Unit) -> tuple[list[Need], list[str]]:
             )
         )
     url = make_url(config.database_url)
+    writes: list[tuple[str, Path | None]] = []  # the folders the service writes in
     if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
         database = Path(url.database)
         if database.parent.exists() or database.parent not in unit.state_dirs:
@@ -254,21 +257,37 @@ def needs(config: Config, unit: Unit) -> tuple[list[Need], list[str]]:
             folder = backups if backups is not None else database.parent / "backups"
             if folder.exists():
                 found.append(Need("database.backup_dir", folder, "write-dir"))
-        if unit.protect_system_strict:
-            allowed = unit.state_dirs + unit.writable
-            for label, place in (
-                ("database.url", database.parent),
-                ("database.backup_dir", backups),
-            ):
-                if place is None:
-                    continue
-                if not any(_within(place, root) for root in allowed):
-                    shown = ", ".join(map(str, allowed)) or "nothing"
-                    problems.append(
-                        f"{label}: the service may write only {shown} (ProtectSystem=strict in "
-                        f"{unit.path}), not {place}: put it there, e.g. "
-                        f'url = "sqlite:///{(allowed or (Path("/var/lib/snl-pbem"),))[0]}/snl.db"'
-                    )
+        writes += [("database.url", database.parent), ("database.backup_dir", backups)]
+    web = config.settings.web
+    if web is not None:  # the game pages: the service makes the folder when it is missing
+        if web.dir.exists() or web.dir in unit.state_dirs:
+            site, makes = web.dir, None
+        else:
+            site, makes = web.dir.parent, web.dir
+        if site.exists() or site not in unit.state_dirs:
+            found.append(Need("web.dir", site, "write-dir", makes=makes))
+        writes.append(("web.dir", web.dir))
+    if unit.protect_system_strict:
+        allowed = unit.state_dirs + unit.writable
+        first = (allowed or (Path("/var/lib/snl-pbem"),))[0]
+        for label, place in writes:
+            if place is None or any(_within(place, root) for root in allowed):
+                continue
+            shown = ", ".join(map(str, allowed)) or "nothing"
+            problem = (
+                f"{label}: the service may write only {shown} (ProtectSystem=strict in "
+                f"{unit.path}), not {place}: put it there, e.g. "
+            )
+            if label == "web.dir":
+                name = unit.path.name if unit.path is not None else UNIT_NAME
+                problem += (
+                    f'dir = "{first}/site", or let the service write it: sudo systemctl edit '
+                    f"{name}, add ReadWritePaths={place} under [Service], and restart "
+                    f'({GUIDE}, "Game pages")'
+                )
+            else:
+                problem += f'url = "sqlite:///{first}/snl.db"'
+            problems.append(problem)
     for command in unit.commands:
         found.append(Need(f"the unit's command {command}", command, "run"))
     if unit.protect_home:
@@ -540,6 +559,13 @@ def _explain(need: Need, refusal: Refusal, user: str) -> str:
     text += f"; {_owner_mode(path)}): " if path.exists() else "): "
     if need.access == "run":
         return text + "install snl-pbem with scripts/install (the system's Python, in /opt)"
+    if need.key == "web.dir":  # the owner only: the group is the web server's
+        fix = (
+            f"sudo chown {user} {path}"
+            if need.makes is None
+            else f"make {need.makes}: sudo install -d -o {user} -g www-data -m 2750 {need.makes}"
+        )
+        return text + f'{fix} ({GUIDE}, "Game pages")'
     if need.access in ("write-dir", "read-write"):
         return text + f"sudo chown {user}:{group} {path}"
     if need.access == "list":

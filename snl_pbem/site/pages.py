@@ -18,7 +18,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.lookup import game_time, open_round, ruleset_of, settings_of
-from snl_pbem.app.membership import game_config
 from snl_pbem.app.reports import Standing, history_lines, standings
 from snl_pbem.app.state import game_players, load_state
 from snl_pbem.app.views import standings_by_round
@@ -26,6 +25,7 @@ from snl_pbem.config import Config
 from snl_pbem.rules import Board
 from snl_pbem.store import Game, Player, Round, RoundTally, TurnRecord
 from snl_pbem.store.states import GamePhase, RoundPhase
+from snl_pbem.timeutil import show, zone
 from snl_pbem.views.board import render_svg, summary
 
 STATES = {
@@ -269,15 +269,19 @@ def index_entries(session: Session, config: Config) -> list[IndexEntry]:
             )
         )
     }
-    for game in session.scalars(select(Game).order_by(Game.name)):
-        found = game_config(config, game)
+    for game in session.execute(  # the columns shown (a whole row carries its board)
+        select(
+            Game.id, Game.name, Game.title, Game.ruleset, Game.state, Game.timezone, Game.result
+        ).order_by(Game.name)
+    ):
+        found = config.find(game.name)
         if found is None and game.state != GamePhase.OVER:
             continue  # no longer in the config: not played here
         round_ = opened.get(game.id) if game.state != GamePhase.OVER else None
         starts, join = "", ""
         if game.state == GamePhase.NEW and found is not None:
             if found.starts_at is not None:
-                starts = game_time(game, found.starts_at)
+                starts = show(found.starts_at, zone(game.timezone))
             elif found.settings.starts == "when_full":
                 starts = "when full"
             else:
@@ -293,7 +297,7 @@ def index_entries(session: Session, config: Config) -> list[IndexEntry]:
                 players=seats.get(game.id, 0),
                 max_players=found.settings.max_players if found is not None else None,
                 round=round_[0] if round_ else None,
-                deadline=game_time(game, round_[1]) if round_ else "",
+                deadline=show(round_[1], zone(game.timezone)) if round_ else "",
                 starts=starts,
                 join=join,
                 result=result_line(game.result) if game.state == GamePhase.OVER else "",

@@ -8,7 +8,7 @@ round close at a thousand games rewrites one game's pages and the index. The sig
 written are kept in the folder (``.stamps.json``): a restart rewrites only what changed
 while it was down, and an upgrade (new templates) rewrites everything.
 
-Every file is written to a hidden temporary name beside it and renamed over the old one,
+Every file is written under a hidden temporary folder (``.tmp``) and renamed over the old one,
 so a reader (or a crash) never sees half a file; the stamps are saved after the pages,
 so a crash in the middle leaves the old pages whole and the next pass writes them again.
 Passes of several processes on one folder take turns by a lock file (``.lock``).
@@ -49,7 +49,7 @@ log = logging.getLogger("snl_pbem.site")
 
 STAMPS = ".stamps.json"
 LOCK = ".lock"
-TEMPORARY = ".tmp-"
+TEMPORARY = ".tmp"
 CSS = "site.css"
 
 
@@ -110,13 +110,14 @@ def signatures(session: Any, config: Config) -> dict[str, str]:
             )
         )
     }
-    closed = dict(
-        session.execute(
-            select(Round.game_id, func.count())
+    closed = {  # how many, and when the last closed: a rollback and a new close move it
+        game_id: (count, str(last))
+        for game_id, count, last in session.execute(
+            select(Round.game_id, func.count(), func.max(Round.closed_at))
             .where(Round.state == RoundPhase.CLOSED)
             .group_by(Round.game_id)
-        ).all()
-    )
+        )
+    }
     found: dict[str, str] = {}
     for row in session.execute(
         select(
@@ -197,7 +198,8 @@ class Site:
                 index = bool(changed) or not (self.root / "index.html").exists()
                 if index:
                     self._write_index(index_entries(session, self.config), now)
-            self._write(STAMPS, json.dumps({"build": build, "games": signed}, indent=0).encode())
+            if changed or kept.get("build") != build:
+                self._write(STAMPS, json.dumps({"build": build, "games": signed}).encode())
         return SiteReport(len(changed), index, time.perf_counter() - started)
 
     def behind(self) -> list[str]:
@@ -224,7 +226,7 @@ class Site:
 
     def _sweep(self) -> None:
         """Temporary files a killed pass left (a pass holds the lock: none is in use)."""
-        for leftover in self.root.rglob(f"{TEMPORARY}*"):
+        for leftover in (self.root / TEMPORARY).glob("*"):
             leftover.unlink(missing_ok=True)
 
     def _stamps(self) -> dict[str, Any]:
@@ -238,7 +240,8 @@ class Site:
         """Write a file whole or not at all: a temporary name beside it, then a rename."""
         target = self.root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f"{TEMPORARY}{os.getpid()}-{target.name}")
+        (self.root / TEMPORARY).mkdir(exist_ok=True)  # one hidden folder: the sweep's only look
+        temporary = self.root / TEMPORARY / f"{os.getpid()}-{relative.replace('/', '-')}"
         temporary.write_bytes(data)
         crash_point("site.written-not-renamed")
         os.replace(temporary, target)
@@ -262,7 +265,9 @@ class Site:
                 updated=show(now, zone(self.config.settings.timezone)),
             )
         )
-        self._write(CSS, (resources.files("snl_pbem.templates") / "web" / CSS).read_bytes())
+        css = (resources.files("snl_pbem.templates") / "web" / CSS).read_bytes()
+        if not (self.root / CSS).is_file() or (self.root / CSS).read_bytes() != css:
+            self._write(CSS, css)
         self._write("index.html", html.encode())
 
     def _write_game(self, page: GamePage) -> None:

@@ -29,6 +29,7 @@ from serviceuser import (  # the fixtures place and service_user, used by name
     service_user,
 )
 
+from snl_pbem.cli.service import Need, Unit, needs
 from snl_pbem.config import load_config
 from snl_pbem.errors import ConfigError
 
@@ -291,3 +292,118 @@ def test_a_credential_systemd_skips_falls_back_to_the_file_beside_the_config(
     assert code == 0, err
     assert f"systemd finds no credential smtp.password (at /etc/credstore/{name}" in out
     assert f"so the service reads {beside}" in out
+
+
+# -- the game pages' folder ([web] dir, issue 24) --------------------------------------------
+
+
+def _with_web(config: Path, folder: Path) -> None:
+    config.write_text(config.read_text() + f'\n[web]\ndir = "{folder}"\n')
+
+
+def test_check_config_lets_the_service_write_the_game_pages_in_its_state_directory(
+    place: Path, service_user: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """web.dir under the state directory (the guide's choice): the unit lets the service
+    write there. A missing folder is made by the service in its state directory; one the
+    service's user cannot write is named, with a fix that keeps the web server's group."""
+    config, state = lay_out(place, service_user)
+    _readable(config, service_user, "imap.secret", "smtp.secret")
+    site = state / "site"
+    _with_web(config, site)
+    unit = service_unit(place, service_user, config, state)
+    argv = ["check-config", "--config", str(config), "--unit", str(unit)]
+
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+    assert "web.dir" not in err
+
+    site.mkdir(mode=0o755)  # root's: the service could not write its pages
+    code, out, err = run(argv, capsys)
+    assert code == 2, out
+    assert (
+        f"web.dir: the service's user {service_user} cannot create files in {site} "
+        "(Permission denied (cannot create files in it); root:root, mode 0755): "
+        f'sudo chown {service_user} {site} (deploy/README.md, "Game pages")'
+    ) in err
+    os.chown(site, pwd.getpwnam(service_user).pw_uid, -1)  # the owner; the group stays
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+
+
+def test_check_config_names_a_web_dir_the_unit_does_not_let_the_service_write(
+    place: Path, service_user: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ProtectSystem=strict: the service writes only its state directory and the unit's
+    ReadWritePaths=. A web.dir elsewhere is named with both fixes, even when the folder
+    is the service's own; a drop-in with ReadWritePaths= (systemctl edit) clears it."""
+    config, state = lay_out(place, service_user)
+    _readable(config, service_user, "imap.secret", "smtp.secret")
+    www = place / "www"
+    www.mkdir(mode=0o755)
+    os.chown(www, pwd.getpwnam(service_user).pw_uid, -1)
+    _with_web(config, www)
+    unit = service_unit(place, service_user, config, state)
+    argv = ["check-config", "--config", str(config), "--unit", str(unit)]
+
+    code, out, err = run(argv, capsys)
+    assert code == 2, out
+    assert (
+        f"web.dir: the service may write only /var/lib/snl-pbem, {state} (ProtectSystem=strict "
+        f'in {unit}), not {www}: put it there, e.g. dir = "/var/lib/snl-pbem/site", or let '
+        f"the service write it: sudo systemctl edit {unit.name}, add ReadWritePaths={www} "
+        'under [Service], and restart (deploy/README.md, "Game pages")'
+    ) in err
+    assert "database.url" not in err
+
+    dropin = unit.with_name(unit.name + ".d")
+    dropin.mkdir()
+    (dropin / "override.conf").write_text(f"[Service]\nReadWritePaths={www}\n")
+    code, out, err = run(argv, capsys)
+    assert code == 0, err
+
+    pages = www / "pages"  # missing, in a folder of root's: the service cannot make it
+    config.write_text(config.read_text().replace(f'dir = "{www}"', f'dir = "{pages}"'))
+    os.chown(www, 0, -1)
+    code, out, err = run(argv, capsys)
+    assert code == 2, out
+    assert (
+        f"web.dir: the service's user {service_user} cannot create files in {www} "
+        "(Permission denied (cannot create files in it); root:root, mode 0755): "
+        f"make {pages}: sudo install -d -o {service_user} -g www-data -m 2750 {pages} "
+        '(deploy/README.md, "Game pages")'
+    ) in err
+
+
+def test_the_unit_decides_where_the_game_pages_may_go(tmp_path: Path) -> None:
+    """What the check asks of web.dir, without a user (root not needed): write access to
+    the folder, or to its parent when the service is to make it; and under
+    ProtectSystem=strict, a place under StateDirectory= or ReadWritePaths=."""
+    state = tmp_path / "state"
+    state.mkdir()
+    config = tmp_path / "config.toml"
+    first = datetime(2030, 1, 1, tzinfo=UTC).isoformat()
+    config.write_text(CONFIG.format(state=state, imap="imap.s", smtp="smtp.s", first=first))
+    for name in ("imap.s", "smtp.s"):
+        (tmp_path / name).write_text("s3cret\n")
+    unit = Unit(tmp_path / "snl-pbem.service", state_dirs=(state,), protect_system_strict=True)
+
+    _with_web(config, state / "site")
+    found, problems = needs(load_config(config), unit)
+    assert Need("web.dir", state, "write-dir", makes=state / "site") in found
+    assert problems == []
+    (state / "site").mkdir()
+    found, problems = needs(load_config(config), unit)
+    assert Need("web.dir", state / "site", "write-dir") in found
+    assert problems == []
+
+    www = tmp_path / "www"
+    config.write_text(config.read_text().replace(f"{state}/site", str(www)))
+    found, problems = needs(load_config(config), unit)
+    [problem] = problems
+    assert problem.startswith(f"web.dir: the service may write only {state} (ProtectSystem=")
+    assert f"ReadWritePaths={www} under [Service]" in problem
+    found, problems = needs(load_config(config), Unit(unit.path, state_dirs=(state,)))
+    assert problems == []  # no ProtectSystem=strict: anywhere the user may write
+    writable = Unit(unit.path, state_dirs=(state,), writable=(www,), protect_system_strict=True)
+    assert needs(load_config(config), writable)[1] == []
