@@ -2,7 +2,8 @@
 
 rules      pure: imports nothing of ours outside rules
 store, mail    the database and the mail formats: never app, runners or cli
-app        the use cases: never runners or cli
+app        the use cases: never site, runners or cli
+site       the game pages, written from the use cases' reads: never runners or cli
 runners    the long-running parts: never cli
 cli        the command line: anything
 """
@@ -97,7 +98,8 @@ PACKAGE = RULES.parent
 LAYERS = {
     "store": ("app", "runners", "cli"),
     "mail": ("app", "runners", "cli"),
-    "app": ("runners", "cli"),
+    "app": ("runners", "cli", "site"),
+    "site": ("runners", "cli"),
     "runners": ("cli",),
     "offline": ("app", "runners", "cli"),
     "views": ("app", "runners", "cli"),

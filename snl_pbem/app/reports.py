@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.links import page_url
 from snl_pbem.app.lookup import careers, game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import MailBatch, enqueue_mail, greetings
 from snl_pbem.app.state import RECEIPT_ORDER, observers
@@ -30,7 +31,6 @@ from snl_pbem.rules.geometry import Position
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.ruleset import Adjudication, StoredRound
 from snl_pbem.rules.words import counted
-from snl_pbem.site.links import page_url
 from snl_pbem.store import (
     AuditEntry,
     Game,

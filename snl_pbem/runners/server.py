@@ -43,7 +43,7 @@ from snl_pbem.runners.mailboxes import (
     lmtp_receiver,
 )
 from snl_pbem.runners.scheduler import CLOSE_WORKERS, RoundScheduler, make_scheduler
-from snl_pbem.site.writer import Site
+from snl_pbem.runners.sitekeeper import SiteKeeper
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import check_schema
 from snl_pbem.store.states import InboundStatus
@@ -54,10 +54,6 @@ log = logging.getLogger("snl_pbem.server")
 LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 SENDER_IDLE_SECONDS = 15.0
 SMTP_DOWN_LONGEST = 300.0
-SITE_POLL_SECONDS = 60.0
-"""The site thread looks for changes made elsewhere (the referee's commands) this often."""
-SITE_GAP_SECONDS = 1.0
-"""And at most this often when kicked: a storm of closes is a few passes, not one each."""
 
 
 def configure_logging(level: str) -> None:
@@ -93,8 +89,6 @@ class Server:
     """Set once every part is running."""
     _reload: threading.Event = field(default_factory=threading.Event)
     _kick: threading.Event = field(default_factory=threading.Event)
-    _site_kick: threading.Event = field(default_factory=threading.Event)
-    """Set when a game may have changed: the site thread looks for what did."""
     _threads: dict[str, threading.Thread] = field(default_factory=dict)
     _mail_stop: threading.Event = field(default_factory=threading.Event)
     _receiver: ReceiverController | None = None
@@ -109,6 +103,7 @@ class Server:
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
         self.db = Database(self.config.database_url)
+        self.site = SiteKeeper(self.db, lambda: self.config, self.clock)  # [web]'s pages
         try:
             check_schema(self.db)
         except SchemaOutOfDate as exc:
@@ -277,25 +272,7 @@ class Server:
             self._kick.wait(SENDER_IDLE_SECONDS)
 
     def _site_loop(self) -> None:
-        """Keep the game pages ([web]) up to date: a pass when kicked (a close, a message
-        read, a reload), and every SITE_POLL_SECONDS for what other processes changed (the
-        referee's commands, another server). A pass writes only the games that changed."""
-        stop = self._mail_stop
-        while not stop.is_set():
-            self._site_kick.clear()
-            if self.config.settings.web is not None:
-                try:
-                    report = Site(self.db, self.config, self.clock).update()
-                    if report.games:
-                        log.info(
-                            "site: %s rewritten in %.0f ms",
-                            counted(report.games, "game page"),
-                            report.seconds * 1000,
-                        )
-                except Exception as exc:  # a full disk, a folder we may not write: try later
-                    log.error("site: %s: %s", type(exc).__name__, exc)
-            stop.wait(SITE_GAP_SECONDS)  # passes at most this often, however busy
-            self._site_kick.wait(SITE_POLL_SECONDS)
+        self.site.run(self._mail_stop)
 
     def _after_ingest(self, result: IngestResult) -> None:
         """A message was read: send its reply; plan round 1 of a game it started, and the
@@ -303,12 +280,14 @@ class Server:
         self._kick.set()  # a reply may be waiting
         if result.status != InboundStatus.PROCESSED:
             return
-        self._site_kick.set()  # a sign-up, a start, a resignation...
         if result.started:  # a sign-up or START started a game: plan its round 1 now
+            self.site.now()
             if result.game is not None:
                 self.rounds.replan(names=[result.game])
             else:
                 self.rounds.rebuild()
+        else:
+            self.site.soon()  # a sign-up, a resignation... (orders change no page)
         if result.all_in and result.game is not None:
             self.rounds.check_all_in(result.game)
 
@@ -320,7 +299,7 @@ class Server:
             f"; round {outcome.next_round} open" if outcome.next_round else "; game over",
         )
         self._kick.set()
-        self._site_kick.set()
+        self.site.now()
         if self.on_close is not None:
             self.on_close(outcome)
 
@@ -339,7 +318,7 @@ class Server:
         for line in sync_games(self.db, new, self.clock(), actor="reload").lines:
             log.info("config: %s", line)
         self.rounds.rebuild()
-        self._site_kick.set()
+        self.site.now()
         if mail_changed:
             log.info("mail settings changed: restarting intake and sender")
             self._stop_mail()
@@ -349,7 +328,7 @@ class Server:
     def _stop_mail(self) -> None:
         self._mail_stop.set()
         self._kick.set()
-        self._site_kick.set()
+        self.site.stop()
         if self._receiver is not None:
             self._receiver.stop()
             self._receiver = None

@@ -1,5 +1,6 @@
 """The race chart: every player's position after every round, one line each, drawn by
-pygal as an SVG that needs no script (``js=[]``) and scales to the page's width.
+pygal as an SVG with no script (``js=()``, and the config script pygal writes anyway is
+taken out) that scales to the page's width.
 
 The finishing square is a major guide line labelled "finish". The chart is a picture of
 the round-by-round table beside it, which is its text alternative (``aria-describedby``).
@@ -92,6 +93,7 @@ def race_chart(page: GamePage, described_by: str) -> str:
         chart.add(name, [0, *(r.positions.get(name, 0) for r in page.rounds)])
     svg: str = chart.render(is_unicode=True)
     svg = re.sub(r"<!--.*?-->", "", svg)  # pygal's credits and the date: the page says when
+    svg = re.sub(r"<script\b.*?</script>", "", svg, flags=re.S)  # its config, for its js
     svg = re.sub(r"chart-[0-9a-f-]{36}", f"chart-{page.name}", svg)  # the same page, the same ids
     label = f"Race chart: every player's square after each round, finish at {page.last}"
     return svg.replace(

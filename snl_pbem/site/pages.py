@@ -90,6 +90,9 @@ class GamePage:
     counts: tuple[tuple[str, ...], tuple[tuple[str, ...], ...]] | None
     """The ruleset's public table (header, rows): the classic game's counts (C10)."""
     reveal: Reveal | None
+    join: str
+    """While sign-up is open: a ``mailto:`` link with the JOIN line filled in."""
+    max_players: int | None
     updated: datetime
     updated_text: str
     """``updated`` as the game's players read times."""
@@ -127,10 +130,11 @@ def rules_in_play(game: Game, last: int) -> tuple[tuple[str, str], ...]:
     return tuple(rows)
 
 
-def game_page(session: Session, game: Game, now: datetime) -> GamePage:
+def game_page(session: Session, config: Config, game: Game, now: datetime) -> GamePage:
     """Everything a game's page shows, read in the caller's transaction."""
     board = Board.from_mapping(game.board)
-    players = tuple(p.name for p in game_players(session, game))
+    seats = game_players(session, game)
+    players = tuple(p.name for p in seats)
     closed = dict(
         session.execute(
             select(Round.number, Round.closed_at).where(
@@ -156,11 +160,15 @@ def game_page(session: Session, game: Game, now: datetime) -> GamePage:
     log: tuple[str, ...] = ()
     counts = None
     if game.rounds_played:
-        state = load_state(session, game, game_players(session, game))
+        state = load_state(session, game, seats)
         counts = ruleset.public_table(settings_of(game), state)
         if ruleset.history_public:
             lines = history_lines(session, game)
             log_title, log = lines[0], tuple(lines[1:])
+    found = config.find(game.name)
+    join = ""
+    if game.state == GamePhase.NEW and found is not None and found.settings.signup != "closed":
+        join = join_link(config.settings.mail.address, game.name)
     reveal = None
     if over and game.reveal_after_game and not ruleset.history_public:
         reveal = _reveal(session, game, board)
@@ -185,6 +193,8 @@ def game_page(session: Session, game: Game, now: datetime) -> GamePage:
         log=log,
         counts=counts,
         reveal=reveal,
+        join=join,
+        max_players=found.settings.max_players if found is not None else None,
         updated=now,
         updated_text=game_time(game, now),
     )

@@ -34,12 +34,12 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from sqlalchemy import func, select
 
 from snl_pbem import __version__
+from snl_pbem.app.links import page_path
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.rules.words import counted
 from snl_pbem.site.chart import drawn_players, race_chart
 from snl_pbem.site.feed import atom_feed
-from snl_pbem.site.links import page_path
 from snl_pbem.site.pages import GamePage, IndexEntry, game_page, index_entries
 from snl_pbem.store import Database, Game, Player, Round
 from snl_pbem.store.states import RoundPhase
@@ -194,7 +194,7 @@ class Site:
                 for name in changed:
                     game = session.scalar(select(Game).where(Game.name == name))
                     assert game is not None
-                    self._write_game(game_page(session, game, now))
+                    self._write_game(game_page(session, self.config, game, now))
                 index = bool(changed) or not (self.root / "index.html").exists()
                 if index:
                     self._write_index(index_entries(session, self.config), now)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import email
 import email.policy
+import json
 import os
 import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -307,3 +309,70 @@ round_length = "3d"
     assert index.index("Open game") < running < index.index("Test game")
     with game.db.transaction() as s:
         assert s.scalar(select(Game.state).where(Game.name == "open1")) == "new"
+
+
+class Tags(HTMLParser):
+    """Every tag of a page, its attributes' names, and its images' sources."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+        self.attributes: set[str] = set()
+        self.sources: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.names.add(tag)
+        self.attributes.update(name for name, _ in attrs)
+        self.sources.update(value or "" for name, value in attrs if name == "src")
+
+
+def test_a_forming_game_shows_who_has_joined_and_how_to_join(tmp_path: Path) -> None:
+    forming = """
+[[games]]
+id = "open1"
+title = "Open game"
+board = "standard"
+signup = "open"
+max_players = 6
+first_deadline = "2030-02-04T18:00"
+round_length = "3d"
+players = [{ name = "dee", email = "dee@example.org" }]
+"""
+    game = started(tmp_path, f"sqlite:///{tmp_path / 's.db'}", extra=forming)
+    game.site().update()
+    page = (game.config.settings.web.dir / "games/open1/index.html").read_text()
+    assert "Players (1 of 6)" in page and "<li>dee</li>" in page
+    assert "mailto:snl@example.org?subject=JOIN%20open1" in page
+    assert "Standings" not in page and "The race" not in page
+
+
+def test_no_page_has_a_script_and_hostile_names_are_text(tmp_path: Path) -> None:
+    """The pages work without JavaScript (none is there), and a player's name is shown as
+    text everywhere (page, chart, feed), never read as markup."""
+    hostile = '<img src=x onerror=alert(1)>&"'
+    game = started(
+        tmp_path,
+        f"sqlite:///{tmp_path / 's.db'}",
+        edit=lambda text: text.replace('name = "ann"', f"name = {json.dumps(hostile)}"),
+    )
+    game.play_round()
+    game.site().update()
+    root = game.config.settings.web.dir
+    for path, body in site_text(root).items():
+        if path.endswith(".html"):
+            tags = Tags()
+            tags.feed(body)
+            assert "script" not in tags.names, path
+            assert not [a for a in tags.attributes if a.startswith("on")], path
+            assert "x" not in tags.sources, path  # the hostile <img src=x> is no image
+        elif path.endswith(".xml"):
+            assert {e.tag.split("}")[0] for e in ET.fromstring(body.encode()).iter()} == {
+                ATOM[:-1]
+            }, path  # Atom's elements only: the name is text in them
+    page = (root / "games/g1/index.html").read_text()
+    assert "&lt;img src=x onerror=alert(1)&gt;&amp;" in page
+    names = [
+        e.text
+        for e in ET.fromstring((root / "games/g1/feed.xml").read_bytes()).iter(f"{ATOM}content")
+    ]
+    assert hostile in names[0]

@@ -27,10 +27,16 @@ BOARD = (
 
 
 def web_config(
-    folder: Path, url: str, *, reveal: bool = True, base_url: str | None = None, extra: str = ""
+    folder: Path,
+    url: str,
+    *,
+    reveal: bool = True,
+    base_url: str | None = None,
+    extra: str = "",
+    edit: Callable[[str], str] = lambda text: text,
 ) -> Config:
     web = '\n[web]\ndir = "site"\n' + (f'base_url = "{base_url}"\n' if base_url else "")
-    text = CONFIG.format(url=url, replies=100, board=BOARD, reveal=str(reveal).lower())
+    text = edit(CONFIG.format(url=url, replies=100, board=BOARD, reveal=str(reveal).lower()))
     (folder / "c.toml").write_text(text + extra + web)
     return load_config(folder / "c.toml")
 
