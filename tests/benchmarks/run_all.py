@@ -72,6 +72,13 @@ BENCHES = [
         "at 5,000 games within 1.5x that at 100; log lines in proportion to the games; the "
         "idle scheduler's CPU per minute flat; start-up quick with thousands of games",
     ),
+    (
+        "Game pages: the site pass after a round close at 1,000 games",
+        "bench_site.py",
+        [],
+        ["--games", "100", "--rounds", "3", "--db", "sqlite"],
+        "a close rewrites its game's pages and the index only, a small part of a full rewrite",
+    ),
 ]
 NOTES = {
     "bench_hosting.py": (

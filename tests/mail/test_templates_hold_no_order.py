@@ -134,8 +134,9 @@ WATCHED = (OrderRecord, Player, Signup, Observer, Confirmation, Game, Round, Rou
 
 
 def template_files() -> set[str]:
+    """Every mail template (the game pages' HTML ones, templates/web/, are no mail)."""
     folder = Path(str(resources.files("snl_pbem.templates")))
-    return {p.relative_to(folder).as_posix() for p in folder.rglob("*.j2")}
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*.txt.j2")}
 
 
 def included(names: set[str]) -> set[str]:
