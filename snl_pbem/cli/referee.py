@@ -247,6 +247,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     )
     if mail.lmtp is not None:
         print(f"  {_lmtp_line(mail.lmtp)}")
+    if settings.web is not None:
+        linked = (
+            f"players reach them at {settings.web.base_url}"
+            if settings.web.base_url
+            else ("no base_url: reports carry no link")
+        )
+        print(f"  game pages: written to {settings.web.dir}; {linked}")
     for game in config.games:
         s = game.settings
         tz = game.tz
