@@ -933,14 +933,37 @@ def load_config(
         left_out.append(
             LeftOut(game_file.file, game_file.game_id, tuple(game_file.problems), tuple(kept))
         )
-    return Config(
-        path,
-        settings,
-        tuple(games),
-        _database_url(settings.database.url, base),
-        tuple(left_out),
-        tuple(files),
-    )
+    database_url = _database_url(settings.database.url, base)
+    if settings.web is not None:
+        _web_dir_is_public(settings, database_url, path)
+    return Config(path, settings, tuple(games), database_url, tuple(left_out), tuple(files))
+
+
+def _web_dir_is_public(settings: Settings, database_url: str, path: Path) -> None:
+    """``[web] dir`` is served to anyone: it must not hold the database, its backups, the
+    config or the game files (a folder of its own, or inside one of theirs, is fine)."""
+    assert settings.web is not None
+    site = settings.web.dir.resolve()
+    private = []
+    if database_url.startswith("sqlite:///") and database_url != "sqlite:///:memory:":
+        folder = Path(database_url[len("sqlite:///") :]).resolve().parent
+        private.append(("the database's folder", folder))
+        backups = settings.database.backup_dir
+        private.append(("database.backup_dir", (backups or folder / "backups").resolve()))
+    if settings.games_dir is not None:
+        private.append(("games_dir", (path.parent / settings.games_dir).resolve()))
+    private.append(("the config file's folder", path.resolve().parent))
+    for name, folder in private:
+        if folder == site or folder.is_relative_to(site):
+            instead = (
+                folder / "site" if name == "the database's folder" else "/var/lib/snl-pbem/site"
+            )
+            raise ConfigError(
+                [
+                    f"web.dir: {site} would publish {name} ({folder}): the pages are served "
+                    f'to anyone; give them a folder of their own, e.g. dir = "{instead}"'
+                ]
+            )
 
 
 def load_for_serve(path: Path, running: Config | None = None) -> Config:

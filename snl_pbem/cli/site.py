@@ -5,6 +5,7 @@ date by itself."""
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from snl_pbem.cli.referee import _config, _database
@@ -49,4 +50,6 @@ def cmd_site(args: argparse.Namespace) -> int:
     )
     if config.settings.web.base_url:
         print(f"players reach it at {config.settings.web.base_url}")
-    return 0
+    for game, why in report.failed.items():
+        print(f"snl-pbem site: {game}: its pages could not be made: {why}", file=sys.stderr)
+    return 1 if report.failed else 0

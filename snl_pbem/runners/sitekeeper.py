@@ -43,6 +43,8 @@ class SiteKeeper:
         self._due: float | None = None
         self._lock = threading.Lock()
         self._failed: tuple[str, float] | None = None
+        self._games_failed: dict[str, str] = {}
+        self._stop: threading.Event | None = None
 
     def now(self) -> None:
         """A game changed (a close, a start): a pass as soon as the gap allows."""
@@ -58,6 +60,7 @@ class SiteKeeper:
         self._wake.set()
 
     def run(self, stop: threading.Event) -> None:
+        self._stop = stop  # a pass stops between games when the server does
         while not stop.is_set():
             with self._lock:
                 self._now, self._due = False, None
@@ -87,7 +90,7 @@ class SiteKeeper:
         if config.settings.web is None:
             return
         try:
-            report = Site(self.db, config, self.clock).update()
+            report = Site(self.db, config, self.clock).update(stop=self._stop)
         except Exception as exc:  # a full disk, a folder we may not write: try again later
             said, at = f"{type(exc).__name__}: {exc}", time.monotonic()
             if self._failed is None or self._failed[0] != said:
@@ -100,6 +103,10 @@ class SiteKeeper:
         if self._failed is not None:
             log.info("site: written again after: %s", self._failed[0])
             self._failed = None
+        for game, why in report.failed.items():
+            if self._games_failed.get(game) != why:
+                log.error("site: %s: its pages could not be made (the old stay): %s", game, why)
+        self._games_failed = dict(report.failed)
         if report.games:
             log.info(
                 "site: %s rewritten in %.0f ms",

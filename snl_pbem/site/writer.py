@@ -21,6 +21,8 @@ import hashlib
 import json
 import logging
 import os
+import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,12 +39,13 @@ from snl_pbem import __version__
 from snl_pbem.app.links import page_path
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
+from snl_pbem.ownership import make_dirs
 from snl_pbem.rules.words import counted
 from snl_pbem.site.chart import drawn_players, race_chart
 from snl_pbem.site.feed import atom_feed
 from snl_pbem.site.pages import GamePage, IndexEntry, game_page, index_entries
 from snl_pbem.store import Database, Game, Player, Round
-from snl_pbem.store.states import RoundPhase
+from snl_pbem.store.states import GamePhase, RoundPhase
 from snl_pbem.timeutil import show, zone
 
 log = logging.getLogger("snl_pbem.site")
@@ -59,6 +62,11 @@ class SiteReport:
     """Game folders written."""
     index: bool
     seconds: float
+    failed: dict[str, str] = field(default_factory=dict)
+    """Games whose pages could not be made, and why: their old pages stay, and the next
+    pass tries again (one bad game never stops the others' pages)."""
+    stopped: bool = False
+    """The pass was asked to stop before it was done (the rest waits for the next)."""
 
 
 def _environment() -> Environment:
@@ -85,10 +93,14 @@ def environment() -> Environment:
     return _ENV
 
 
-def build_stamp() -> str:
-    """What the pages were made with: the version and the web templates. A change makes a
-    pass rewrite every page (an upgrade needs no ``site build``)."""
-    digest = hashlib.sha256(__version__.encode())
+def build_stamp(config: Config) -> str:
+    """What every page is made with: the version, the web templates, and what the config
+    says for all games (the game address in every footer and join link, ``base_url`` in
+    every feed, the server's zone). A change makes a pass rewrite every page (an upgrade
+    needs no ``site build``)."""
+    web = config.settings.web
+    said = [__version__, config.settings.mail.address, web.base_url if web else None]
+    digest = hashlib.sha256(json.dumps([*said, config.settings.timezone]).encode())
     folder = resources.files("snl_pbem.templates") / "web"
     for name in sorted(p.name for p in folder.iterdir()):
         digest.update(name.encode() + (folder / name).read_bytes())
@@ -96,11 +108,23 @@ def build_stamp() -> str:
 
 
 def signatures(session: Any, config: Config) -> dict[str, str]:
-    """Every game's signature: what its page and its index line show, in four queries."""
-    seats = dict(
-        session.execute(
-            select(Player.game_id, func.count()).where(Player.active).group_by(Player.game_id)
-        ).all()
+    """Every game's signature: what its page and its index line show, in five queries.
+    Nothing secret goes in (orders change no page), and nothing that changes without
+    changing a page."""
+    seats = {  # who: how many seated, and a fingerprint of the names shown (a swap moves it)
+        game_id: (active, count, last, letters)
+        for game_id, active, count, last, letters in session.execute(
+            select(
+                Player.game_id,
+                func.count().filter(Player.active),
+                func.count(),
+                func.max(Player.id),
+                func.sum(func.length(Player.name)),
+            ).group_by(Player.game_id)
+        )
+    }
+    boards = dict(  # a forming game's board may still change (sync_games); then it is fixed
+        session.execute(select(Game.id, Game.board).where(Game.state == GamePhase.NEW)).all()
     )
     opened = {
         game_id: (number, deadline.isoformat())
@@ -129,6 +153,11 @@ def signatures(session: Any, config: Config) -> dict[str, str]:
             Game.turns_played,
             Game.result,
             Game.reveal_after_game,
+            Game.ruleset,
+            Game.options,
+            Game.double_from_round,
+            Game.trapdoor_rule,
+            Game.timezone,
         )
     ):
         settings = config.find(row.name)
@@ -149,7 +178,13 @@ def signatures(session: Any, config: Config) -> dict[str, str]:
                 row.turns_played,
                 row.result,
                 row.reveal_after_game,
-                seats.get(row.id, 0),
+                row.ruleset,
+                row.options,
+                row.double_from_round,
+                row.trapdoor_rule,
+                row.timezone,
+                boards.get(row.id),
+                seats.get(row.id),
                 opened.get(row.id),
                 closed.get(row.id, 0),
                 setup,
@@ -159,6 +194,17 @@ def signatures(session: Any, config: Config) -> dict[str, str]:
         )
         found[row.name] = hashlib.sha256(said.encode()).hexdigest()[:20]
     return found
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What a pass read: the changed games' pages by name, the games whose page could not
+    be read (and why), every game's signature, and the index (None: unchanged)."""
+
+    pages: dict[str, GamePage]
+    failed: dict[str, str]
+    signed: dict[str, str]
+    index: list[IndexEntry] | None
 
 
 @dataclass
@@ -176,38 +222,73 @@ class Site:
             raise ValueError("the config has no [web] table")
         self.root = web.dir
 
-    def update(self, everything: bool = False) -> SiteReport:
+    def update(self, everything: bool = False, stop: threading.Event | None = None) -> SiteReport:
         """One pass: rewrite the games that changed (all with ``everything``) and the
-        index when any did. Under the folder's lock, so passes never interleave."""
+        index when any did. Under the folder's lock, so passes never interleave. All is
+        read first, in one read-only transaction (SQLite: no write lock is held while the
+        pages are drawn), then written; ``stop`` is looked at between games."""
         started = time.perf_counter()
-        self.root.mkdir(parents=True, exist_ok=True)
+        if not self.root.exists():
+            make_dirs(self.root)  # adopted by the service's user when root makes it
         with self._locked():
             kept = self._stamps()
-            build = build_stamp()
+            build = build_stamp(self.config)
             if kept.get("build") != build:
                 everything = True
             old: dict[str, str] = {} if everything else dict(kept.get("games", {}))
-            with self.db.transaction() as session:
-                now = self.clock()
-                signed = signatures(session, self.config)
-                changed = sorted(name for name, sig in signed.items() if old.get(name) != sig)
-                for name in changed:
+            now = self.clock()
+            read = self._read(old, now)
+            pages, failed, signed = read.pages, read.failed, read.signed
+            index = read.index is not None
+            written = {name: sig for name, sig in old.items() if name in signed}
+            stopped = False
+            for name, page in pages.items():
+                if stop is not None and stop.is_set():
+                    stopped = True
+                    break
+                try:
+                    self._write_game(page)
+                except Exception as exc:  # its old pages stay; the next pass tries again
+                    failed[name] = f"{type(exc).__name__}: {exc}"
+                    continue
+                written[name] = signed[name]
+            if read.index is not None and not stopped:
+                self._write_index(read.index, now)
+                self._forget_games(set(signed))
+            if written != old or kept.get("build") != build:
+                self._write(
+                    STAMPS, json.dumps({"build": build, "games": written}, sort_keys=True).encode()
+                )
+        done = sum(1 for name in pages if name not in failed and written.get(name) == signed[name])
+        return SiteReport(done, index, time.perf_counter() - started, failed, stopped)
+
+    def _read(self, old: dict[str, str], now: datetime) -> _Reading:
+        """What the pass writes, read in one snapshot (see ``_Reading``)."""
+        pages: dict[str, GamePage] = {}
+        failed: dict[str, str] = {}
+        with self.db.reading() as session:
+            if not self.db.is_sqlite:  # one snapshot for the whole pass, as SQLite's
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            signed = signatures(session, self.config)
+            changed = sorted(name for name, sig in signed.items() if old.get(name) != sig)
+            for name in changed:
+                try:
                     game = session.scalar(select(Game).where(Game.name == name))
                     assert game is not None
-                    self._write_game(game_page(session, self.config, game, now))
-                index = bool(changed) or not (self.root / "index.html").exists()
-                if index:
-                    self._write_index(index_entries(session, self.config), now)
-            if changed or kept.get("build") != build:
-                self._write(STAMPS, json.dumps({"build": build, "games": signed}).encode())
-        return SiteReport(len(changed), index, time.perf_counter() - started)
+                    pages[name] = game_page(session, self.config, game, now)
+                except Exception as exc:  # a board a newer release refuses, say
+                    failed[name] = f"{type(exc).__name__}: {exc}"
+            index = None
+            if changed or not (self.root / "index.html").exists():
+                index = index_entries(session, self.config)
+        return _Reading(pages, failed, signed, index)
 
     def behind(self) -> list[str]:
         """The games whose pages are not up to date (a look, writing nothing)."""
         kept = self._stamps()
-        if kept.get("build") != build_stamp():
-            return ["(every game: the pages were made by another version)"]
-        with self.db.transaction() as session:
+        if kept.get("build") != build_stamp(self.config):
+            return ["(every game: the pages were made by another version or config)"]
+        with self.db.reading() as session:
             signed = signatures(session, self.config)
         written = kept.get("games", {})
         return sorted(name for name, sig in signed.items() if written.get(name) != sig)
@@ -216,7 +297,8 @@ class Site:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.root / LOCK, os.O_RDWR | os.O_CREAT, 0o640)
+        self._adopt(self.root / LOCK)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._sweep()
@@ -237,14 +319,40 @@ class Site:
         return data if isinstance(data, dict) else {}
 
     def _write(self, relative: str, data: bytes) -> None:
-        """Write a file whole or not at all: a temporary name beside it, then a rename."""
+        """Write a file whole or not at all: a temporary file (in one hidden folder, the
+        sweep's only look), then a rename over the old one."""
         target = self.root / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        (self.root / TEMPORARY).mkdir(exist_ok=True)  # one hidden folder: the sweep's only look
+        for folder in (target.parent, self.root / TEMPORARY):
+            missing = [f for f in (folder, *folder.parents) if f.is_relative_to(self.root)]
+            for made in reversed([f for f in missing if not f.is_dir()]):
+                made.mkdir(exist_ok=True)
+                self._adopt(made)
         temporary = self.root / TEMPORARY / f"{os.getpid()}-{relative.replace('/', '-')}"
         temporary.write_bytes(data)
+        self._adopt(temporary)
         crash_point("site.written-not-renamed")
         os.replace(temporary, target)
+
+    def _adopt(self, path: Path) -> None:
+        """Root (``sudo snl-pbem site build``) makes what it writes the folder owner's: the
+        service must go on writing it (the group, www-data for nginx, comes with the
+        folder's set-group-ID bit, as for the service's own files)."""
+        if os.geteuid() != 0:
+            return
+        owner = self.root.stat()
+        info = path.lstat()
+        if (info.st_uid, info.st_gid) != (owner.st_uid, owner.st_gid):
+            os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+    def _forget_games(self, games: set[str]) -> None:
+        """Remove the folder of a game the database no longer has (a restore from before
+        it): nobody should read a page of a game that is not there."""
+        folder = self.root / "games"
+        if not folder.is_dir():
+            return
+        for place in folder.iterdir():
+            if place.is_dir() and place.name not in games:
+                shutil.rmtree(place, ignore_errors=True)
 
     def _write_index(self, entries: list[IndexEntry], now: datetime) -> None:
         groups: list[tuple[str, str, list[IndexEntry]]] = [
