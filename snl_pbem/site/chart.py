@@ -30,6 +30,8 @@ _STYLE = Style(
     major_label_font_size=15,
     legend_font_size=16,
     title_font_size=16,
+    stroke_width="3",  # (pygal's .reactive rule sets a line's width, not stroke_style)
+    stroke_width_hover="4",
     colors=(
         "#1565c0",
         "#c62828",
@@ -58,7 +60,8 @@ def race_chart(page: GamePage, described_by: str) -> str:
     """The chart as inline SVG markup (no XML declaration), ``role="img"``."""
     rounds = [0, *(r.number for r in page.rounds)]
     drawn = drawn_players(page)
-    columns = 3
+    longest = max((len(name) for name in drawn), default=1)
+    columns = 3 if longest <= 14 else 2 if longest <= 24 else 1  # names side by side, whole
     rows = -(-len(drawn) // columns)
     chart = pygal.Line(
         style=_STYLE,
@@ -69,7 +72,6 @@ def race_chart(page: GamePage, described_by: str) -> str:
         height=400 + 26 * rows,
         show_dots=len(rounds) <= 60,
         dots_size=3,
-        stroke_style={"width": 2.5},
         x_title="Round",
         y_title="Square",
         range=(0, max(page.last, *(p for r in page.rounds for p in r.positions.values()))),

@@ -11,11 +11,15 @@ from snl_pbem.app.reports import standings
 from snl_pbem.site.pages import GamePage
 
 
-def atom_feed(page: GamePage, page_url: str, feed_url: str) -> bytes:
+def atom_feed(page: GamePage, page_url: str, feed_url: str, address: str) -> bytes:
     """The feed's bytes. ``page_url`` and ``feed_url`` are absolute when the site has a
-    ``base_url``, else relative to the feed."""
+    ``base_url``, else relative to the feed; ``address`` is the game address, whose
+    domain makes the ids this server's own (RFC 4151 tag URIs) and which is the feed's
+    author (RFC 4287 4.1.1: a feed has one)."""
+    domain = address.rpartition("@")[2]
     feed = FeedGenerator()
-    feed.id(f"tag:snl-pbem,2026:{page.name}")
+    feed.id(f"tag:{domain},2026:{page.name}")
+    feed.author({"name": f"The {page.name} referee", "email": address})
     feed.title(f"{page.title}: round reports")
     feed.subtitle(f"Positions after every round of {page.title} (Snakes and Ladders by email)")
     feed.link(href=page_url, rel="alternate")
@@ -27,7 +31,7 @@ def atom_feed(page: GamePage, page_url: str, feed_url: str) -> bytes:
     for row in page.rounds:  # feedgen puts the last added first
         when = _utc(row.closed_at or page.updated)
         entry = feed.add_entry()
-        entry.id(f"tag:snl-pbem,2026:{page.name}:round-{row.number}")
+        entry.id(f"tag:{domain},2026:{page.name}:round-{row.number}")
         entry.title(f"{page.title}: round {row.number} report")
         entry.link(href=f"{page_url}#round-{row.number}", rel="alternate")
         entry.published(when)

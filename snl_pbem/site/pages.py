@@ -92,6 +92,8 @@ class GamePage:
     reveal: Reveal | None
     join: str
     """While sign-up is open: a ``mailto:`` link with the JOIN line filled in."""
+    signup: str
+    """open, approval (the referee approves each player) or closed."""
     max_players: int | None
     updated: datetime
     updated_text: str
@@ -194,6 +196,7 @@ def game_page(session: Session, config: Config, game: Game, now: datetime) -> Ga
         counts=counts,
         reveal=reveal,
         join=join,
+        signup=found.settings.signup if found is not None else "closed",
         max_players=found.settings.max_players if found is not None else None,
         updated=now,
         updated_text=game_time(game, now),
@@ -254,12 +257,14 @@ class IndexEntry:
     starts: str
     join: str
     """A ``mailto:`` link with the JOIN line filled in, while sign-up is open; "" else."""
+    signup: str
     result: str
 
 
 def join_link(address: str, game: str) -> str:
-    """The sign-up mail, ready to send once the player puts their name in."""
-    line = f"JOIN {game} Your Name"
+    """The sign-up mail, ready to send once the player puts their name in (the placeholder
+    is no name the server takes: sent as it is, the reply asks for one)."""
+    line = f"JOIN {game} <your name>"
     return f"mailto:{address}?subject={quote(f'JOIN {game}')}&body={quote(line)}"
 
 
@@ -310,6 +315,7 @@ def index_entries(session: Session, config: Config) -> list[IndexEntry]:
                 deadline=show(round_[1], zone(game.timezone)) if round_ else "",
                 starts=starts,
                 join=join,
+                signup=found.settings.signup if found is not None else "closed",
                 result=result_line(game.result) if game.state == GamePhase.OVER else "",
             )
         )

@@ -19,6 +19,8 @@ import pytest
 from sitehelpers import NAMES, started, web_config
 from sqlalchemy import select
 
+from snl_pbem.app.games import sync_games
+from snl_pbem.config import load_config
 from snl_pbem.errors import ConfigError
 from snl_pbem.store import Game, OutboxMessage, Player, Round, RoundTally, TurnRecord
 
@@ -248,7 +250,9 @@ def test_reports_end_with_the_game_page_link_when_base_url_is_set(tmp_path: Path
     assert len(raws) == 3
     for raw in raws:
         body = email.message_from_bytes(raw, policy=email.policy.default).get_body().get_content()
-        assert body.rstrip().endswith("Game page: https://games.example.org/snl/games/g1/"), body
+        text, _, signature = body.replace("\r\n", "\n").rpartition("\n-- \n")  # link, then sig
+        assert text.rstrip().endswith("Game page: https://games.example.org/snl/games/g1/"), body
+        assert signature.strip() == "The g1 referee"
 
 
 def test_reports_have_no_link_without_base_url(tmp_path: Path) -> None:
@@ -304,7 +308,7 @@ round_length = "3d"
     game.site().update()
     index = (game.config.settings.web.dir / "index.html").read_text()
     assert (
-        'href="mailto:snl@example.org?subject=JOIN%20open1&amp;body=JOIN%20open1%20Your%20Name"'
+        'href="mailto:snl@example.org?subject=JOIN%20open1&amp;body=JOIN%20open1%20%3Cyour%20name%3E"'
         in index
     )
     running = index.index('id="h-running"')
@@ -378,3 +382,81 @@ def test_no_page_has_a_script_and_hostile_names_are_text(tmp_path: Path) -> None
         for e in ET.fromstring((root / "games/g1/feed.xml").read_bytes()).iter(f"{ATOM}content")
     ]
     assert hostile in names[0]
+
+
+def test_a_paused_game_says_so_on_the_index_and_its_page(tmp_path: Path) -> None:
+    from snl_pbem.app.referee import pause
+
+    game = started(tmp_path, f"sqlite:///{tmp_path / 's.db'}")
+    game.play_round()
+    game.site().update()
+    pause(game.db, "g1", game.now[0], config=game.config)
+    assert game.site().update().games == 1
+    root = game.config.settings.web.dir
+    index = (root / "index.html").read_text()
+    assert "Paused by the referee" in index and "deadline" not in index
+    page = (root / "games/g1/index.html").read_text()
+    assert "paused the game" in page and "Deadline for round" not in page
+
+
+def test_a_game_whose_page_fails_leaves_the_others_written_and_is_tried_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snl_pbem.site import writer
+
+    other = """
+[[games]]
+id = "h1"
+board = "standard"
+first_deadline = "2030-01-04T18:00"
+round_length = "3d"
+players = [{ name = "dee", email = "dee@example.org", key = "dee-key-123" }]
+"""
+    game = started(tmp_path, f"sqlite:///{tmp_path / 's.db'}", extra=other)
+    real = writer.game_page
+
+    def broken(session, config, row, now):  # a board a newer release refuses, say
+        if row.name == "g1":
+            raise ValueError("board: something new")
+        return real(session, config, row, now)
+
+    monkeypatch.setattr(writer, "game_page", broken)
+    report = game.site().update()
+    assert report.failed == {"g1": "ValueError: board: something new"}
+    assert (report.games, report.index) == (1, True)
+    root = game.config.settings.web.dir
+    assert (root / "games/h1/index.html").is_file() and not (root / "games/g1").exists()
+    monkeypatch.setattr(writer, "game_page", real)
+    assert game.site().update().games == 1  # g1 now, and h1 not again
+    assert (root / "games/g1/index.html").is_file()
+
+
+def test_what_every_page_shows_from_the_config_rewrites_every_page(tmp_path: Path) -> None:
+    """The game address (footers, join links) and base_url (feeds) are on every page: a
+    change rewrites them all; and a forming game's players, as the config changes them."""
+    forming = """
+[[games]]
+id = "open1"
+board = "standard"
+signup = "open"
+first_deadline = "2030-02-04T18:00"
+round_length = "3d"
+players = [{ name = "dee", email = "dee@example.org" }]
+"""
+    game = started(tmp_path, f"sqlite:///{tmp_path / 's.db'}", extra=forming)
+    assert game.site().update().games == 2
+    text = (tmp_path / "c.toml").read_text()
+    (tmp_path / "c.toml").write_text(
+        text.replace('address = "snl@example.org"', 'address = "games@example.net"')
+    )
+    game.config = load_config(tmp_path / "c.toml")
+    assert game.site().update().games == 2
+    root = game.config.settings.web.dir
+    assert "games@example.net" in (root / "games/g1/index.html").read_text()
+    assert "mailto:games@example.net?subject=JOIN%20open1" in (root / "index.html").read_text()
+    swapped = (tmp_path / "c.toml").read_text().replace("dee", "eve")
+    (tmp_path / "c.toml").write_text(swapped)
+    game.config = load_config(tmp_path / "c.toml")
+    sync_games(game.db, game.config, game.now[0])
+    assert game.site().update().games == 1
+    assert "<li>eve</li>" in (root / "games/open1/index.html").read_text()
