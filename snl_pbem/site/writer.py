@@ -398,7 +398,10 @@ class Site:
             )
         )
         self._write(f"{folder}index.html", html.encode())
-        self._write(f"{folder}feed.xml", atom_feed(page, page_href, feed_href, self.config.settings.mail.address))
+        self._write(
+            f"{folder}feed.xml",
+            atom_feed(page, page_href, feed_href, self.config.settings.mail.address),
+        )
         board = self.root / folder / "board.svg"
         if page.reveal is not None:
             self._write(f"{folder}board.svg", page.reveal.board_svg.encode())
