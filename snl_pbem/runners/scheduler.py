@@ -237,12 +237,16 @@ class RoundScheduler:
         after_close: Callable[[CloseOutcome], None] | None = None,
         readers: Readers | None = None,
         close_wait: float | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
         self.config = config
         self.clock = clock
         self.scheduler = scheduler
         self.after_close = after_close
+        self.on_change = on_change
+        """Told when a rescan finds a game started at its time, or games changed elsewhere
+        (the referee's commands, another server's closes): the game pages follow."""
         self.readers = readers or default_readers()
         self.close_wait = CLOSE_WAIT_SECONDS if close_wait is None else close_wait
         """Seconds a close waits for stored messages still unread (CLOSE_WAIT_SECONDS)."""
@@ -478,8 +482,11 @@ class RoundScheduler:
         if not self._rescanning.acquire(blocking=False):
             return  # one under way (several workers on PostgreSQL)
         try:
-            for line in start_due_games(self.db, self.config, self.clock()):
+            started = start_due_games(self.db, self.config, self.clock())
+            for line in started:
                 log.info("%s", line)
+            if started and self.on_change is not None:
+                self.on_change()
             now = time.monotonic()
             if self._feed is None or now - self._full_at >= FULL_RESCAN_SECONDS:
                 self._full_at = now
@@ -488,6 +495,8 @@ class RoundScheduler:
             changed = read_changes(self.db, self._feed)
             if changed:
                 self.replan(ids=changed)
+                if self.on_change is not None:
+                    self.on_change()
         except Exception as exc:
             self._feed = None  # what it read may not be planned: the next rescan rebuilds
             log.warning("rescanning the rounds failed (%s: %s)", type(exc).__name__, exc)

@@ -123,6 +123,7 @@ class Server:
             clock=self.clock,
             scheduler=self.scheduler,
             after_close=self._closed,
+            on_change=self.site.now,
         )
         self._start_mail(first_poll=True)
         self.scheduler.start(paused=True)

@@ -3,9 +3,11 @@
 A pass (``Site.update``) rewrites only the games that changed; what matters here is when
 passes run. A round close, a start or a reload asks for one now (``now``); a message read
 asks for one soon (``soon``, within SOON_SECONDS): most mail is orders, which change no
-page, and a storm of them should cost a pass every few seconds, not one each. Every
-POLL_SECONDS a pass runs anyway, for what other processes changed (the referee's
-commands, another server on the same database). Passes are at least GAP_SECONDS apart.
+page, and a storm of them should cost a pass every few seconds, not one each. The round
+scheduler's rescan asks for one when it finds a game started at its time or changed by
+another process (the referee's commands, another server: within its 15 s). Every
+POLL_SECONDS a pass runs anyway, for what no feed tells (a sign-up approved from the
+command line). Passes are at least GAP_SECONDS apart.
 """
 
 from __future__ import annotations

@@ -172,14 +172,19 @@ def test_the_change_feed_replans_the_changed_game_only(db_url, tmp_path) -> None
     db, config = started(tmp_path, db_url, 3)
     scheduler = make_scheduler()
     scheduler.start(paused=True)
-    rs = RoundScheduler(db, config, clock=Clock(), scheduler=scheduler)
+    told: list[str] = []  # the game pages are told (snl_pbem.runners.sitekeeper)
+    rs = RoundScheduler(
+        db, config, clock=Clock(), scheduler=scheduler, on_change=lambda: told.append("now")
+    )
     rs.rebuild()
     counter = Counter(db, scheduler)
     rs._rescan()
     assert counter.take()[1] == []  # nothing changed: nothing given
+    assert told == []
     extend(db, "g2", T0, by=timedelta(hours=5), config=config)
     rs._rescan()
     assert counter.take()[1] == ["close:g2:1"]
+    assert told == ["now"]
     assert scheduler.get_job("close:g2:1").trigger.run_date == DEADLINE + timedelta(hours=5)
     assert scheduler.get_job("close:g1:1").trigger.run_date == DEADLINE
     rs._rescan()
