@@ -41,9 +41,11 @@ class RoundRow:
     """One closed round: when it closed and everyone's position after it (R19)."""
 
     number: int
-    closed: str
-    """When it closed, as the game's players read times."""
+    deadline: str
+    """Its deadline, as the game's players read times (not when it closed: a round that
+    closed early, all orders in, would tell that nobody missed orders, R19)."""
     closed_at: datetime | None
+    """When it closed (the feed's entry time: when its report went out to everyone)."""
     positions: dict[str, int]
 
 
@@ -137,20 +139,16 @@ def game_page(session: Session, config: Config, game: Game, now: datetime) -> Ga
     board = Board.from_mapping(game.board)
     seats = game_players(session, game)
     players = tuple(p.name for p in seats)
-    closed = dict(
-        session.execute(
-            select(Round.number, Round.closed_at).where(
+    closed = {
+        number: (deadline, closed_at)
+        for number, deadline, closed_at in session.execute(
+            select(Round.number, Round.deadline, Round.closed_at).where(
                 Round.game_id == game.id, Round.state == RoundPhase.CLOSED
             )
-        ).all()
-    )
-    rounds = tuple(
-        RoundRow(
-            number,
-            _when(game, closed.get(number)),
-            closed.get(number),
-            dict(row),
         )
+    }
+    rounds = tuple(
+        RoundRow(number, game_time(game, closed[number][0]), closed[number][1], dict(row))
         for number, row in standings_by_round(session, game)
         if number in closed
     )
@@ -201,10 +199,6 @@ def game_page(session: Session, config: Config, game: Game, now: datetime) -> Ga
         updated=now,
         updated_text=game_time(game, now),
     )
-
-
-def _when(game: Game, moment: datetime | None) -> str:
-    return game_time(game, moment) if moment is not None else ""
 
 
 def _reveal(session: Session, game: Game, board: Board) -> Reveal:
