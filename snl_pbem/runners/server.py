@@ -94,6 +94,9 @@ class Server:
     _receiver: ReceiverController | None = None
     _poller: ImapPoller | None = None
 
+    def __post_init__(self) -> None:
+        self.site = SiteKeeper(lambda: self.db, lambda: self.config, self.clock)  # [web]
+
     # -- start -------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -103,7 +106,6 @@ class Server:
         except ConfigError as exc:
             raise StartupError(str(exc)) from None
         self.db = Database(self.config.database_url)
-        self.site = SiteKeeper(self.db, lambda: self.config, self.clock)  # [web]'s pages
         try:
             check_schema(self.db)
         except SchemaOutOfDate as exc:

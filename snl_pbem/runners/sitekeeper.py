@@ -35,10 +35,11 @@ REPEAT_ERROR_SECONDS = 600.0
 class SiteKeeper:
     def __init__(
         self,
-        db: Database,
+        db: Callable[[], Database],
         config: Callable[[], Config],
         clock: Callable[[], datetime],
     ) -> None:
+        """``db`` and ``config`` are asked at each pass (a reload changes the config)."""
         self.db, self.config, self.clock = db, config, clock
         self._wake = threading.Event()
         self._now = False
@@ -92,7 +93,7 @@ class SiteKeeper:
         if config.settings.web is None:
             return
         try:
-            report = Site(self.db, config, self.clock).update(stop=self._stop)
+            report = Site(self.db(), config, self.clock).update(stop=self._stop)
         except Exception as exc:  # a full disk, a folder we may not write: try again later
             said, at = f"{type(exc).__name__}: {exc}", time.monotonic()
             if self._failed is None or self._failed[0] != said:

@@ -23,7 +23,7 @@ class Counting(SiteKeeper):
     """The keeper with its pass counted (the pass itself is tested in tests/site)."""
 
     def __init__(self) -> None:
-        super().__init__(None, lambda: None, utcnow)  # type: ignore[arg-type]
+        super().__init__(lambda: None, lambda: None, utcnow)  # type: ignore[arg-type,return-value]
         self.passes = 0
         self.passed = threading.Event()
 
@@ -80,7 +80,7 @@ def test_a_folder_it_may_not_write_is_logged_once_then_its_recovery(
     upgrade(db)
     config = web_config(tmp_path, url)
     (tmp_path / "site").write_text("a file where the folder should be")
-    keeper = SiteKeeper(db, lambda: config, utcnow)
+    keeper = SiteKeeper(lambda: db, lambda: config, utcnow)
     with caplog.at_level(logging.INFO, logger="snl_pbem.site"):
         for _ in range(3):
             keeper.once()
