@@ -34,6 +34,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 from snl_pbem import __version__
 from snl_pbem.app.links import page_path
@@ -54,6 +55,8 @@ STAMPS = ".stamps.json"
 LOCK = ".lock"
 TEMPORARY = ".tmp"
 CSS = "site.css"
+CHUNK = 100
+"""Games whose pages one read-only transaction reads, before they are written."""
 
 
 @dataclass(frozen=True)
@@ -196,17 +199,6 @@ def signatures(session: Any, config: Config) -> dict[str, str]:
     return found
 
 
-@dataclass(frozen=True)
-class _Reading:
-    """What a pass read: the changed games' pages by name, the games whose page could not
-    be read (and why), every game's signature, and the index (None: unchanged)."""
-
-    pages: dict[str, GamePage]
-    failed: dict[str, str]
-    signed: dict[str, str]
-    index: list[IndexEntry] | None
-
-
 @dataclass
 class Site:
     """One site folder and the passes that keep it up to date."""
@@ -224,9 +216,13 @@ class Site:
 
     def update(self, everything: bool = False, stop: threading.Event | None = None) -> SiteReport:
         """One pass: rewrite the games that changed (all with ``everything``) and the
-        index when any did. Under the folder's lock, so passes never interleave. All is
-        read first, in one read-only transaction (SQLite: no write lock is held while the
-        pages are drawn), then written; ``stop`` is looked at between games."""
+        index when any did. Under the folder's lock, so passes never interleave.
+
+        Pages are read in read-only transactions (SQLite: no write lock is held while they
+        are drawn) of CHUNK games each, and written between them: a rewrite of thousands
+        of games neither holds one snapshot open throughout nor keeps them all in memory.
+        A game's signature is read before its page, so a change in between makes the next
+        pass write it again, never skip it. ``stop`` is looked at between games."""
         started = time.perf_counter()
         if not self.root.exists():
             make_dirs(self.root)  # adopted by the service's user when root makes it
@@ -237,58 +233,74 @@ class Site:
                 everything = True
             old: dict[str, str] = {} if everything else dict(kept.get("games", {}))
             now = self.clock()
-            read = self._read(old, now)
-            pages, failed, signed = read.pages, read.failed, read.signed
-            index = read.index is not None
+            with self._reading() as session:
+                signed = signatures(session, self.config)
+            changed = sorted(name for name, sig in signed.items() if old.get(name) != sig)
             written = {name: sig for name, sig in old.items() if name in signed}
+            failed: dict[str, str] = {}
             stopped = False
-            for name, page in pages.items():
+            for first in range(0, len(changed), CHUNK):
                 if stop is not None and stop.is_set():
                     stopped = True
                     break
-                try:
-                    self._write_game(page)
-                except Exception as exc:  # its old pages stay; the next pass tries again
-                    failed[name] = f"{type(exc).__name__}: {exc}"
-                    continue
-                written[name] = signed[name]
-            if read.index is not None and not stopped:
-                self._write_index(read.index, now)
+                pages = self._pages(changed[first : first + CHUNK], now, failed)
+                for name, page in pages.items():
+                    if stop is not None and stop.is_set():
+                        stopped = True
+                        break
+                    try:
+                        self._write_game(page)
+                    except Exception as exc:  # its old pages stay; the next pass tries again
+                        failed[name] = f"{type(exc).__name__}: {exc}"
+                        continue
+                    written[name] = signed[name]
+            index = bool(changed) or not (self.root / "index.html").exists()
+            if index and not stopped:
+                with self._reading() as session:
+                    entries = index_entries(session, self.config)
+                self._write_index(entries, now)
                 self._forget_games(set(signed))
             if written != old or kept.get("build") != build:
                 self._write(
                     STAMPS, json.dumps({"build": build, "games": written}, sort_keys=True).encode()
                 )
-        done = sum(1 for name in pages if name not in failed and written.get(name) == signed[name])
-        return SiteReport(done, index, time.perf_counter() - started, failed, stopped)
+        done = sum(
+            1 for name in changed if name not in failed and written.get(name) == signed[name]
+        )
+        return SiteReport(
+            done, index and not stopped, time.perf_counter() - started, failed, stopped
+        )
 
-    def _read(self, old: dict[str, str], now: datetime) -> _Reading:
-        """What the pass writes, read in one snapshot (see ``_Reading``)."""
-        pages: dict[str, GamePage] = {}
-        failed: dict[str, str] = {}
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
         with self.db.reading() as session:
-            if not self.db.is_sqlite:  # one snapshot for the whole pass, as SQLite's
+            if not self.db.is_sqlite:  # one snapshot a transaction, as SQLite's
                 session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            signed = signatures(session, self.config)
-            changed = sorted(name for name, sig in signed.items() if old.get(name) != sig)
-            for name in changed:
+            yield session
+
+    def _pages(
+        self, names: list[str], now: datetime, failed: dict[str, str]
+    ) -> dict[str, GamePage]:
+        """The pages of ``names``, read in one transaction; a game that cannot be read goes
+        into ``failed`` (why) and is left out."""
+        pages: dict[str, GamePage] = {}
+        with self._reading() as session:
+            for name in names:
                 try:
                     game = session.scalar(select(Game).where(Game.name == name))
-                    assert game is not None
+                    if game is None:
+                        continue  # gone since its signature was read
                     pages[name] = game_page(session, self.config, game, now)
                 except Exception as exc:  # a board a newer release refuses, say
                     failed[name] = f"{type(exc).__name__}: {exc}"
-            index = None
-            if changed or not (self.root / "index.html").exists():
-                index = index_entries(session, self.config)
-        return _Reading(pages, failed, signed, index)
+        return pages
 
     def behind(self) -> list[str]:
         """The games whose pages are not up to date (a look, writing nothing)."""
         kept = self._stamps()
         if kept.get("build") != build_stamp(self.config):
             return ["(every game: the pages were made by another version or config)"]
-        with self.db.reading() as session:
+        with self._reading() as session:
             signed = signatures(session, self.config)
         written = kept.get("games", {})
         return sorted(name for name, sig in signed.items() if written.get(name) != sig)

@@ -460,3 +460,45 @@ players = [{ name = "dee", email = "dee@example.org" }]
     sync_games(game.db, game.config, game.now[0])
     assert game.site().update().games == 1
     assert "<li>eve</li>" in (root / "games/open1/index.html").read_text()
+
+
+def test_a_pass_told_to_stop_keeps_what_it_wrote_and_the_next_writes_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server stopping mid-pass (a rewrite of every game after an upgrade): the pass
+    stops between games, read a chunk at a time; the games written are stamped, the rest
+    and the index wait for the next pass."""
+    import threading
+
+    from snl_pbem.site import writer
+
+    more = "".join(
+        f"""
+[[games]]
+id = "h{i}"
+board = "standard"
+first_deadline = "2030-01-04T18:00"
+round_length = "3d"
+players = [{{ name = "dee", email = "dee@example.org", key = "dee-key-123" }}]
+"""
+        for i in range(3)
+    )
+    game = started(tmp_path, f"sqlite:///{tmp_path / 's.db'}", extra=more)
+    monkeypatch.setattr(writer, "CHUNK", 1)
+    stop = threading.Event()
+    site = game.site()
+    real = site._write_game
+
+    def then_stop(page):
+        real(page)
+        stop.set()  # SIGTERM arrives while the first game is written
+
+    monkeypatch.setattr(site, "_write_game", then_stop)
+    report = site.update(stop=stop)
+    assert (report.games, report.index, report.stopped) == (1, False, True)
+    root = game.config.settings.web.dir
+    assert sorted(p.name for p in (root / "games").iterdir()) == ["g1"]
+    assert not (root / "index.html").exists()
+    report = game.site().update()
+    assert (report.games, report.index, report.stopped) == (3, True, False)
+    assert sorted(p.name for p in (root / "games").iterdir()) == ["g1", "h0", "h1", "h2"]
