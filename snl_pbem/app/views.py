@@ -15,7 +15,7 @@ from snl_pbem.app.lookup import game_by_name, game_time, open_round
 from snl_pbem.app.membership import game_config, seated, signups
 from snl_pbem.app.players import is_absent
 from snl_pbem.app.state import observers
-from snl_pbem.config import Config
+from snl_pbem.config import Config, GameConfig
 from snl_pbem.rules.words import counted
 from snl_pbem.store import (
     Database,
@@ -25,6 +25,7 @@ from snl_pbem.store import (
     TurnRecord,
 )
 from snl_pbem.store.states import GamePhase, SignupState
+from snl_pbem.timeutil import show, zone
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,7 @@ def listed_games(session: Session, config: Config) -> list[Listed]:
         if game.state == GamePhase.NEW and found.settings.signup == "closed":
             continue
         round_ = open_round(session, game)
-        starts = ""
-        if game.state == GamePhase.NEW:
-            if found.starts_at is not None:
-                starts = game_time(game, found.starts_at)
-            elif found.settings.starts == "when_full":
-                starts = "when full"
-            else:
-                starts = "when the referee starts it"
+        starts = starts_text(found, game.timezone) if game.state == GamePhase.NEW else ""
         rows.append(
             Listed(
                 id=game.name,
@@ -84,6 +78,15 @@ def listed_games(session: Session, config: Config) -> list[Listed]:
             )
         )
     return rows
+
+
+def starts_text(found: GameConfig, timezone: str) -> str:
+    """When a forming game starts, in words (LIST and the index page)."""
+    if found.starts_at is not None:
+        return show(found.starts_at, zone(timezone))
+    if found.settings.starts == "when_full":
+        return "when full"
+    return "when the referee starts it"
 
 
 def standings_by_round(session: Session, game: Game) -> list[tuple[int, list[tuple[str, int]]]]:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.lookup import game_time, open_round, ruleset_of, settings_of
 from snl_pbem.app.reports import Standing, history_lines, standings
 from snl_pbem.app.state import game_players, load_state
-from snl_pbem.app.views import standings_by_round
+from snl_pbem.app.views import standings_by_round, starts_text
 from snl_pbem.config import Config
 from snl_pbem.rules import Board
 from snl_pbem.store import Game, Player, Round, RoundTally, TurnRecord
@@ -204,21 +204,25 @@ def game_page(session: Session, config: Config, game: Game, now: datetime) -> Ga
 def _reveal(session: Session, game: Game, board: Board) -> Reveal:
     """The postal game's secrets, for after the game (reveal_after_game, R19)."""
     names = {p.id: p.name for p in game_players(session, game)}
+    dice: dict[int, dict[str, list[int]]] = {}  # round -> player -> dice: one query
+    for number, player_id, die in session.execute(
+        select(Round.number, TurnRecord.player_id, TurnRecord.die)
+        .join(Round, Round.id == TurnRecord.round_id)
+        .where(TurnRecord.game_id == game.id, Round.state == RoundPhase.CLOSED)
+        .order_by(Round.number, TurnRecord.turn, TurnRecord.player_id)
+    ):
+        dice.setdefault(number, {}).setdefault(names.get(player_id, "?"), []).append(die)
+    tallies = dict(  # and one for the tallies
+        session.execute(
+            select(Round.number, RoundTally)
+            .join(Round, Round.id == RoundTally.round_id)
+            .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
+        ).all()
+    )
     rounds = []
     active: dict[int, list[int]] = {}
-    for round_id, number in session.execute(
-        select(Round.id, Round.number)
-        .where(Round.game_id == game.id, Round.state == RoundPhase.CLOSED)
-        .order_by(Round.number)
-    ).all():
-        dice: dict[str, list[int]] = {}
-        for player_id, die in session.execute(
-            select(TurnRecord.player_id, TurnRecord.die)
-            .where(TurnRecord.round_id == round_id)
-            .order_by(TurnRecord.turn, TurnRecord.player_id)
-        ).all():
-            dice.setdefault(names.get(player_id, "?"), []).append(die)
-        tally = session.scalar(select(RoundTally).where(RoundTally.round_id == round_id))
+    for number in sorted(set(dice) | set(tallies)):
+        tally = tallies.get(number)
         nominations: dict[str, str] = {}
         traps: tuple[int, ...] = ()
         if tally is not None:
@@ -229,8 +233,9 @@ def _reveal(session: Session, game: Game, board: Board) -> Reveal:
             traps = tuple(sorted(int(t) for t in tally.trapdoors or ()))
         for space in traps:
             active.setdefault(space, []).append(number)
+        played = dice.get(number, {})
         rounds.append(
-            RevealRound(number, {n: tuple(d) for n, d in sorted(dice.items())}, nominations, traps)
+            RevealRound(number, {n: tuple(played[n]) for n in sorted(played)}, nominations, traps)
         )
     svg = render_svg(board, title=f"{game.title or game.name}: the board", trapdoors=active)
     return Reveal(svg, summary(board), tuple(rounds))
@@ -289,12 +294,7 @@ def index_entries(session: Session, config: Config) -> list[IndexEntry]:
         round_ = opened.get(game.id) if game.state != GamePhase.OVER else None
         starts, join = "", ""
         if game.state == GamePhase.NEW and found is not None:
-            if found.starts_at is not None:
-                starts = show(found.starts_at, zone(game.timezone))
-            elif found.settings.starts == "when_full":
-                starts = "when full"
-            else:
-                starts = "when the referee starts it"
+            starts = starts_text(found, game.timezone)
             if found.settings.signup != "closed":
                 join = join_link(config.settings.mail.address, game.name)
         entries.append(
