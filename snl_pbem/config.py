@@ -41,6 +41,9 @@ from snl_pbem.errors import ConfigError, NotFound, no_such_game
 from snl_pbem.rules import Board, BoardError, GameSetupError
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, RulesetSettings, get_ruleset, ruleset_names
 from snl_pbem.rules.words import agree, counted
+from snl_pbem.i18n import DEFAULT as DEFAULT_LANGUAGE
+from snl_pbem.i18n import codes_text
+from snl_pbem.i18n import language as language_code
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 log = logging.getLogger("snl_pbem.config")
@@ -433,11 +436,26 @@ class DatabaseSettings(_Section):
         return url
 
 
+def _language_code(value: str) -> str:
+    code = language_code(value)
+    if code is None:
+        raise ValueError(f"{value!r} is not a language here (use one of: {codes_text()})")
+    return code
+
+
 class PlayerSettings(_Section):
     name: Annotated[str, Field(min_length=1, max_length=40)]
     email: Email
     key: Annotated[str, Field(min_length=6, max_length=64)] | None = None
     """The player's order key; generated and mailed at start when absent."""
+    language: str | None = None
+    """The language of the player's mail (default: the game's); they may change it by
+    mail (LANGUAGE)."""
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str | None) -> str | None:
+        return None if value is None else _language_code(value)
 
     @field_validator("name")
     @classmethod
@@ -463,6 +481,9 @@ class GameSettings(_Section):
     (``snl-pbem boards`` lists them; a file of the same name wins), or an inline table."""
     timezone: str | None = None
     """How this game's deadlines are read and shown (default: the top-level timezone)."""
+    language: str = DEFAULT_LANGUAGE
+    """The language of the players' mail, unless a player chose their own (snl_pbem.i18n:
+    "en", "zh-Hans", "th")."""
     first_deadline: str | datetime
     round_length: PositiveDuration | None = None
     deadlines: list[str | datetime] | None = None
@@ -554,6 +575,11 @@ class GameSettings(_Section):
         if value is not None:
             zone(value)
         return value
+
+    @field_validator("language")
+    @classmethod
+    def _language(cls, value: str) -> str:
+        return _language_code(value)
 
     @model_validator(mode="after")
     def _seats(self) -> GameSettings:

@@ -43,6 +43,7 @@ EXAMPLE_VALUES = {
     "games.round_length": "required unless deadlines are listed",
     "games.players": "a closed game needs its players: two, one with a key of its own",
     "games.players.key": "shows a key set in the config (the other player's is generated)",
+    "games.players.language": "shows a player's own language (the others take the game's)",
 }
 """Options whose value in the example is necessarily an example, and why."""
 

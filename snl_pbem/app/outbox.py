@@ -36,7 +36,9 @@ from snl_pbem.crashpoints import crash_point
 from snl_pbem.mail.compose import compose, new_message_id
 from snl_pbem.mail.dkim import sign as dkim_sign
 from snl_pbem.mail.ours import fingerprint, scrubbed
-from snl_pbem.mail.render import render
+from snl_pbem.i18n import DEFAULT as DEFAULT_LANGUAGE
+from snl_pbem.i18n import LANGUAGES
+from snl_pbem.mail.render import greeting, render
 from snl_pbem.mail.smtp import Sender, SendError
 from snl_pbem.procs import dead_here
 from snl_pbem.rules.errors import RulesetError
@@ -67,6 +69,7 @@ def mail_row(
     references: tuple[str, ...] = (),
     attachments: tuple[tuple[str, str, bytes], ...] = (),
     rules: Mapping[str, Any] | None = None,
+    language: str | None = None,
     **context: Any,
 ) -> dict[str, Any]:
     """Render ``template`` into the outbox row that sends it (its column values).
@@ -80,8 +83,13 @@ def mail_row(
     Every template gets ``hello``, the greeting line: mail to a seat's holder (``player``
     in the context, sent to its address) greets them by the name they go by, which after
     a REPLACE is not the seat's (``state.holder_name``); anything else "Hello,".
+
+    It is written in ``language`` when given (a stranger's HELP, in the language they
+    wrote in); else in the language of the ``player`` it goes to, or of the game
+    (:func:`mail_language`).
     """
     address = config.settings.mail.address
+    language = mail_language(config, game, to, template, context.get("player"), language)
     if "hello" not in context:  # (setdefault would look it up even when it is given)
         context["hello"] = _hello(session, game, to, context.get("player"))
     if rules:
@@ -94,7 +102,7 @@ def mail_row(
                 "rename them in the ruleset's views"
             )
         context = {**context, **rules}
-    subject, body = render(template, game=game, **context)
+    subject, body = render(template, language=language, game=game, **context)
     message_id = new_message_id(address.rpartition("@")[2])
     raw = compose(
         sender=address,
@@ -110,6 +118,7 @@ def mail_row(
         in_reply_to=in_reply_to,
         references=references,
         attachments=attachments,
+        language=language,
     )
     if not broadcast:  # the one it goes to may answer it: known as ours without a parse
         sentprints.remember(message_id, fingerprint(body))
@@ -133,6 +142,27 @@ def mail_row(
         "created_at": now,
         "secret": secret,
     }
+
+
+def mail_language(
+    config: Config,
+    game: Game | None,
+    to: str,
+    template: str,
+    player: object = None,
+    asked: str | None = None,
+) -> str:
+    """The language a mail from ``template`` to ``to`` is written in: English to the
+    referee (``referee/`` templates); ``asked`` when given; the player's own when it goes
+    to a player at their address; else the game's (its config table's ``language``)."""
+    if template.startswith("referee/"):
+        return DEFAULT_LANGUAGE
+    if asked in LANGUAGES:
+        return asked
+    if isinstance(player, Player) and player.language and player.email.lower() == to.lower():
+        return player.language
+    table = config.find(game.name) if game is not None else None
+    return table.settings.language if table is not None else DEFAULT_LANGUAGE
 
 
 class MailBatch:
@@ -192,7 +222,7 @@ def greetings(session: Session, game: Game, players: Sequence[Player]) -> dict[i
 
 
 def _greeting(name: str | None) -> str:
-    return f"Hello {name}," if name else "Hello,"
+    return greeting(name)
 
 
 # -- sending ------------------------------------------------------------------------------

@@ -59,12 +59,14 @@ def compose(
     in_reply_to: str | None = None,
     references: Sequence[str] = (),
     attachments: Sequence[tuple[str, str, bytes]] = (),
+    language: str | None = None,
 ) -> bytes:
     """A plain-text message as bytes, ready for SMTP (CRLF lines, UTF-8, quoted-printable).
 
     ``broadcast``: the same mail goes to every player of the game (list headers, see
     above); otherwise the message is personal.
     ``attachments`` are ``(filename, content type, bytes)``, sent base64 after the text.
+    ``language`` (a BCP 47 code: "en", "zh-Hans", "th") is the text's ``Content-Language``.
 
     Built directly rather than through ``EmailMessage``, which costs more than
     everything else a reply needs; every header value here is ours or cleaned.
@@ -98,6 +100,7 @@ def compose(
     text_headers = [
         ("Content-Type", 'text/plain; charset="utf-8"'),
         ("Content-Transfer-Encoding", "quoted-printable"),
+        *([("Content-Language", header_text(language, 35))] if language else []),
     ]
     if not attachments:
         fields += [("MIME-Version", "1.0"), *text_headers]

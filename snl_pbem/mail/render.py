@@ -8,13 +8,15 @@ Templates are plain text, named by audience and purpose (``player/notice.txt.j2`
 from __future__ import annotations
 
 from functools import lru_cache
+from gettext import NullTranslations
 from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_environment
 from jinja2.filters import do_wordwrap
 
-from snl_pbem.rules.words import agree, counted
+from snl_pbem.i18n import DEFAULT, LANGUAGES, catalog, current, speaking, wrap
+from snl_pbem.rules.words import Text, agree, counted, tr
 
 _EXTRA_FOLDERS: list[str] = []
 _GLOBALS: dict[str, Any] = {}
@@ -35,22 +37,47 @@ def add_template_folder(folder: str) -> None:
         environment.cache_clear()
 
 
-@lru_cache(maxsize=1)
-def environment() -> Environment:
+LEXING = {"trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
+"""How the templates are read; Babel's extraction (babel.cfg) reads them the same way, so
+that a ``{% trans %}`` block's message id is the one looked up."""
+
+
+@lru_cache(maxsize=len(LANGUAGES) + 1)
+def environment(language: str = DEFAULT) -> Environment:
+    """The templates, with the words of ``language``'s catalog (one environment each:
+    gettext is installed into an environment)."""
     folder = str(resources.files("snl_pbem.templates"))
     env = Environment(
         loader=FileSystemLoader([folder, *_EXTRA_FOLDERS]),
         undefined=StrictUndefined,  # a missing value is a bug, never a blank in a mail
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
         autoescape=False,  # plain text
         auto_reload=False,  # compiled once: no stat() of the template file per mail
+        extensions=["jinja2.ext.i18n"],
+        finalize=_shown,
+        **LEXING,
+    )
+    env.install_gettext_translations(  # type: ignore[attr-defined]
+        catalog(language) or NullTranslations(), newstyle=True
     )
     # every count's noun: {{ n|counted("snake") }} is "1 snake" or "2 snakes"
-    env.filters.update(counted=counted, agree=agree, wordwrap=_wordwrap)
+    env.filters.update(counted=counted, agree=agree, wordwrap=_wordwrap, paragraph=_paragraph)
     env.globals.update(_GLOBALS)
     return env
+
+
+def _shown(value: Any) -> Any:
+    """What ``{{ value }}`` writes: a ``Text`` or a ``When`` in the mail's language (Jinja
+    would write a ``str`` subclass's English value as it is)."""
+    if isinstance(value, str) and type(value) is not str:
+        return str(value)
+    return value
+
+
+def _paragraph(s: Any) -> str:
+    """The lines of ``s`` as one paragraph, to be wrapped (``|paragraph|wordwrap(72)``):
+    joined by a space, but in Chinese, which puts none between sentences, by nothing."""
+    lines = [line.strip() for line in str(s).strip().splitlines()]
+    return ("" if current() == "zh-Hans" else " ").join(line for line in lines if line)
 
 
 @pass_environment
@@ -64,9 +91,21 @@ def _wordwrap(
 ) -> str:
     """Jinja's ``wordwrap``, remembered: a round's reports wrap the same paragraphs for
     most of their readers, and textwrap was a fifth of rendering them."""
+    code = current()
     if type(s) is not str:  # Markup equals its str: never hand one the other's result
-        return do_wordwrap(env, s, width, break_long_words, wrapstring, break_on_hyphens)
+        s = str(s)
+    if code != DEFAULT:
+        return _wrapped_in(code, s, width, wrapstring or "\n")
     return _wrapped(env, s, width, break_long_words, wrapstring, break_on_hyphens)
+
+
+@lru_cache(maxsize=512)
+def _wrapped_in(code: str, s: str, width: int, wrapstring: str) -> str:
+    """``s`` wrapped where ``code``'s words allow (snl_pbem.i18n.wrap), paragraph by
+    paragraph, as Jinja's wordwrap keeps its line breaks."""
+    return wrapstring.join(
+        line for paragraph in s.splitlines() for line in wrap(paragraph, width, code)
+    )
 
 
 @lru_cache(maxsize=512)
@@ -81,8 +120,14 @@ def _wrapped(
     return do_wordwrap(env, s, width, break_long_words, wrapstring, break_on_hyphens)
 
 
-def render(template_name: str, /, **context: Any) -> tuple[str, str]:
-    """``(subject, body)`` of a template whose first line is ``Subject: ...``.
+def greeting(name: str | None) -> Text:
+    """The first line of a mail: "Hello <name>," or "Hello,"."""
+    return tr("Hello {name},", name=name) if name else tr("Hello,")
+
+
+def render(template_name: str, /, language: str | None = None, **context: Any) -> tuple[str, str]:
+    """``(subject, body)`` of a template whose first line is ``Subject: ...``, in
+    ``language`` (None: English; snl_pbem.i18n).
 
     ``hello`` is the greeting line; the outbox sets it to greet a seat's holder by their
     own name, and without it a mail greets its ``player`` by the seat's name."""
@@ -90,8 +135,9 @@ def render(template_name: str, /, **context: Any) -> tuple[str, str]:
     if "hello" not in context:
         player = context.get("player")
         seat = getattr(player, "name", None)
-        context["hello"] = f"Hello {seat}," if isinstance(seat, str) and seat else "Hello,"
-    text = environment().get_template(name).render(**context)
+        context["hello"] = greeting(seat if isinstance(seat, str) else None)
+    with speaking(language) as code:
+        text = environment(code).get_template(name).render(**context)
     first, _, body = text.partition("\n")
     if not first.startswith("Subject: "):
         raise ValueError(f"template {name} must start with a 'Subject: ' line")

@@ -147,6 +147,8 @@ class Player(Base):
     """ABSENT UNTIL: no reminders, and the no-orders default does not count against them."""
     absences: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """How many absences the player has declared in this game."""
+    language: Mapped[str | None] = mapped_column(String(16))
+    """The language of their mail (snl_pbem.i18n); None: the game's."""
 
     game: Mapped[Game] = relationship(back_populates="players")
 
@@ -373,6 +375,8 @@ class Signup(Base):
     decided_at: Mapped[datetime | None]
     decided_by: Mapped[str | None] = mapped_column(String(254))
     player_id: Mapped[int | None] = mapped_column(ForeignKey("players.id", ondelete="SET NULL"))
+    language: Mapped[str | None] = mapped_column(String(16))
+    """Asked for with JOIN (or the language the JOIN was written in); the seat takes it."""
 
 
 class Confirmation(Base):
@@ -410,6 +414,9 @@ class Observer(Base):
     email: Mapped[str] = mapped_column(String(254))
     since: Mapped[datetime]
     active: Mapped[bool] = mapped_column(Boolean, default=True)
+    language: Mapped[str | None] = mapped_column(String(16))
+    """The language of their reports (the one their OBSERVE was written in); None: the
+    game's."""
 
 
 class ServerKey(Base):
