@@ -48,7 +48,7 @@ from snl_pbem.mail.dsn import RETURNED_HEADERS, STATUS_PARTS, DeliveryReport, pa
 from snl_pbem.mail.flowed import unflow
 from snl_pbem.mail.htmltext import html_text
 from snl_pbem.mail.ours import without_ours
-from snl_pbem.mail.quotes import _INVISIBLE, read_lines
+from snl_pbem.mail.quotes import _INVISIBLE, read_lines, without_full_width
 
 MAX_HEADER_CHARS = 2000
 MAX_PARTS = 200
@@ -560,7 +560,9 @@ def keys_quoted_in(msg: Message) -> tuple[str, ...]:
         texts.append(text)
         if kind == "text/html":  # a tag between two lines ends a line, inside a word not
             texts += [_unmarked(text, "\n"), _unmarked(text)]
-    texts = [_INVISIBLE.sub("", text) for text in texts]
+    # as the order language reads a line (quotes.clean_line): a KEY line typed in
+    # full-width letters is a KEY line, and its key is found, to be redacted in every form
+    texts = [without_full_width(_INVISIBLE.sub("", text)) for text in texts]
     found: dict[str, None] = {}  # ordered, without duplicates
     for shape in (KEY_SENTENCE, _KEY_LINE, _GENERATED_KEY):  # a welcome's key: the config's
         for text in texts:

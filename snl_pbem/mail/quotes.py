@@ -40,6 +40,8 @@ COMMAND_WORDS = (
     "HISTORY",
     "OBSERVE",
     "UNOBSERVE",
+    "LANGUAGE",
+    "LANG",
     # the referee's commands (snl_pbem/app/commands/referee.py)
     "EXTEND",
     "PAUSE",
@@ -109,9 +111,30 @@ _HEADER_SENT = re.compile(
 )
 
 
+_FULL_WIDTH = {point: point - 0xFEE0 for point in range(0xFF01, 0xFF5F)}
+"""The full-width forms of ASCII (U+FF01-U+FF5E), which Chinese and Japanese input methods
+type, mapped to ASCII (U+0021-U+007E) for str.translate. Only that block: other digits
+(Thai, Arabic-Indic, Devanagari, superscripts, circled) stay as written, and the order
+language answers that they are not written with the digits 0 to 9."""
+_FULL_WIDTH_CHAR = re.compile("[\uff01-\uff5e]")
+
+
+def without_full_width(text: str) -> str:
+    """``text`` with its full-width forms of ASCII made ASCII (see _FULL_WIDTH); linear,
+    and nothing to do (no copy) for a text that has none."""
+    if text.isascii() or _FULL_WIDTH_CHAR.search(text) is None:
+        return text
+    return text.translate(_FULL_WIDTH)
+
+
 def clean_line(line: str) -> str:
-    """A line as a person meant it: invisible characters gone, odd spaces made plain."""
-    return _SPACES.sub(" ", _INVISIBLE.sub("", line)).strip()
+    """A line as a person meant it: invisible characters gone, odd spaces (the ideographic
+    space U+3000 among them) made plain, full-width forms made ASCII (a Chinese input
+    method's "DICE 4" in full-width letters and digits is DICE 4). Every line is read
+    through here (the quote rules, the order language, what the reply echoes, our own
+    mail recognised in a reply), so a key typed full-width is that key, and is redacted
+    as one."""
+    return _SPACES.sub(" ", without_full_width(_INVISIBLE.sub("", line))).strip()
 
 
 def _quoted(line: str) -> bool:
@@ -263,10 +286,14 @@ class _Scan:
         written an order line above it (``orders_above``), the address is not needed: a
         value with a year and a time of day is enough, since Outlook may show the names
         alone ("差出人: Snakes Referee" / "送信日時: 2026年11月30日 9:00" / "宛先: Ann Lee").
-        Clients leave a blank line below it; a run that goes straight on into an order
-        line ("DICE: 4") is the player's own list, whatever it looks like. The known words
-        of Outlook's "From:" and "Sent:" are a hint that lowers the bar: with them two
-        lines are enough, without an address or date ("From: cy" / "Sent: Monday")."""
+        Most clients leave a blank line below it, and a run that goes straight on into an
+        order line ("DICE: 4") is the player's own list, whatever it looks like, unless
+        the player's orders already stand above it and one of its values has a year and
+        a time of day: Foxmail puts the old message right below its block ("主题: ..." /
+        "GAME g1"), and a second order block under such a run is the old message's.
+        The known words of Outlook's "From:" and "Sent:" are a hint that lowers the bar:
+        with them two lines are enough, without an address or date ("From: cy" / "Sent:
+        Monday")."""
         lines, values = self.lines, self.values
         if values[start] is None or (start > 0 and values[start - 1] is not None):
             return 0, False  # a run is judged from its first line only
@@ -298,7 +325,7 @@ class _Scan:
             k += 1
         if len(labels) > MAX_BLOCK_LABELS or len(labels) < 2:
             return 0, False
-        if k < len(lines) and self.commands[k]:
+        if k < len(lines) and self.commands[k] and not timestamp:
             return 0, False  # it runs straight into an order line: the player's own list
         hinted = _HEADER_FROM.match(lines[start]) is not None and (
             _HEADER_SENT.match(lines[labels[1]]) is not None
@@ -472,7 +499,8 @@ def read_lines(text: str) -> tuple[list[str], int, str | None]:
       is three or more ``Label: value`` lines, none a command, naming an address and a
       date (two lines are enough right below a rule line). Once the player has written an
       order line above it, the address is not needed: a value with a year and a time of
-      day will do, for Outlook may show the names alone ("差出人: Snakes Referee").
+      day will do, for Outlook may show the names alone ("差出人: Snakes Referee"); such
+      a block may then run straight into the old message's orders, as Foxmail's does.
     - Below a rule line (``______``, ``-----Original Message-----``) such a block ends
       the reading whenever text follows it unmarked: a player does not draw one above
       her own lines. With no rule above it, a block known by its shape alone is treated
