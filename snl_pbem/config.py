@@ -38,12 +38,12 @@ from pydantic import (
 
 from snl_pbem.boards import UnknownBoard, bundled_table, locate
 from snl_pbem.errors import ConfigError, NotFound, no_such_game
-from snl_pbem.rules import Board, BoardError, GameSetupError
-from snl_pbem.rules.ruleset import DEFAULT_RULESET, RulesetSettings, get_ruleset, ruleset_names
-from snl_pbem.rules.words import agree, counted
 from snl_pbem.i18n import DEFAULT as DEFAULT_LANGUAGE
 from snl_pbem.i18n import codes_text
 from snl_pbem.i18n import language as language_code
+from snl_pbem.rules import Board, BoardError, GameSetupError
+from snl_pbem.rules.ruleset import DEFAULT_RULESET, RulesetSettings, get_ruleset, ruleset_names
+from snl_pbem.rules.words import agree, counted
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 log = logging.getLogger("snl_pbem.config")
@@ -737,6 +737,12 @@ class GameConfig:
     @property
     def tz(self) -> ZoneInfo:
         return self.schedule.tz
+
+    @cached_property
+    def player_languages(self) -> dict[str, str]:
+        """The languages the players table sets, by lower-cased name (a choice made by
+        mail, kept in the database, comes before it)."""
+        return {p.name.lower(): p.language for p in self.settings.players if p.language}
 
     @property
     def seed(self) -> int:

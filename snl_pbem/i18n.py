@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from zoneinfo import ZoneInfo
 
@@ -63,7 +63,18 @@ LANGUAGES: dict[str, Language] = {
             "zh_Hans",
             "简体中文",
             "y年M月d日 EEE HH:mm",
-            ("zh", "zh-cn", "zh-sg", "zh_cn", "zh_hans", "cn", "chinese", "中文", "简体中文", "汉语"),
+            (
+                "zh",
+                "zh-cn",
+                "zh-sg",
+                "zh_cn",
+                "zh_hans",
+                "cn",
+                "chinese",
+                "中文",
+                "简体中文",
+                "汉语",
+            ),
         ),
         Language("th", "th", "ไทย", "EEE d MMM y HH:mm", ("th-th", "thai", "ไทย", "ภาษาไทย")),
     )
@@ -88,7 +99,7 @@ def codes_text() -> str:
     return ", ".join(LANGUAGES)
 
 
-@lru_cache(maxsize=None)
+@cache
 def catalog(code: str) -> Translator | None:
     """The compiled catalog of ``code`` (None for English, whose words are the ids)."""
     lang = LANGUAGES.get(code, ENGLISH)

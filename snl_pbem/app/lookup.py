@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.txcache import remember
 from snl_pbem.config import Schedule
 from snl_pbem.errors import no_such_game
+from snl_pbem.i18n import When
 from snl_pbem.rules import Board
 from snl_pbem.rules.ruleset import FinishedGame, Ruleset, RulesetSettings, get_ruleset
 from snl_pbem.store import (
@@ -26,7 +27,7 @@ from snl_pbem.store import (
     RoundTally,
 )
 from snl_pbem.store.states import GamePhase, RoundPhase
-from snl_pbem.timeutil import show, wall_clock_add, zone
+from snl_pbem.timeutil import wall_clock_add, zone
 
 
 def audit(
@@ -77,9 +78,10 @@ def open_round_for_orders(session: Session, game: Game) -> Round | None:
     return remember(session, ("open round", game.id), lambda: open_round(session, game))
 
 
-def game_time(game: Game, when: datetime) -> str:
-    """A time as the game's players read it: in the game's zone, in the one format."""
-    return show(when, zone(game.timezone))
+def game_time(game: Game, when: datetime) -> When:
+    """A time as the game's players read it: in the game's zone, in the one format (its
+    ``str`` value, English); in a mail, in the mail's language (snl_pbem.i18n.When)."""
+    return When(when, zone(game.timezone))
 
 
 def ruleset_of(game: Game) -> Ruleset:

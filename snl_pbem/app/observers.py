@@ -38,19 +38,33 @@ def observe_refusal(session: Session, game: Game) -> str | None:
 
 
 def request_observe(
-    session: Session, game: Game, address: str, now: datetime, vouched: bool = False
+    session: Session,
+    game: Game,
+    address: str,
+    now: datetime,
+    vouched: bool = False,
+    language: str | None = None,
 ) -> str:
-    return ask_code(
-        session, game, Purpose.OBSERVE, address, now, {VOUCHED: "yes"} if vouched else {}
-    )
+    """A code for ``address`` to confirm it follows ``game``; ``language``: the one the
+    OBSERVE was written in (their reports')."""
+    payload: dict[str, str] = {VOUCHED: "yes"} if vouched else {}
+    if language is not None:
+        payload["language"] = language
+    return ask_code(session, game, Purpose.OBSERVE, address, now, payload)
 
 
-def observe(session: Session, game: Game, address: str, now: datetime) -> None:
+def observe(
+    session: Session, game: Game, address: str, now: datetime, language: str | None = None
+) -> None:
     found = observing(session, game, address)
     if found is None:
-        session.add(Observer(game_id=game.id, email=address.lower(), since=now, active=True))
+        session.add(
+            Observer(
+                game_id=game.id, email=address.lower(), since=now, active=True, language=language
+            )
+        )
     else:
-        found.active, found.since = True, now
+        found.active, found.since, found.language = True, now, language
     audit(session, now, address.lower(), "observe", game, via="mail")
 
 

@@ -33,11 +33,11 @@ from snl_pbem.app.state import holder_name, holder_names
 from snl_pbem.app.turns import sending_turn
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
+from snl_pbem.i18n import DEFAULT as DEFAULT_LANGUAGE
+from snl_pbem.i18n import LANGUAGES
 from snl_pbem.mail.compose import compose, new_message_id
 from snl_pbem.mail.dkim import sign as dkim_sign
 from snl_pbem.mail.ours import fingerprint, scrubbed
-from snl_pbem.i18n import DEFAULT as DEFAULT_LANGUAGE
-from snl_pbem.i18n import LANGUAGES
 from snl_pbem.mail.render import greeting, render
 from snl_pbem.mail.smtp import Sender, SendError
 from snl_pbem.procs import dead_here
@@ -153,15 +153,20 @@ def mail_language(
     asked: str | None = None,
 ) -> str:
     """The language a mail from ``template`` to ``to`` is written in: English to the
-    referee (``referee/`` templates); ``asked`` when given; the player's own when it goes
-    to a player at their address; else the game's (its config table's ``language``)."""
+    referee (``referee/`` templates); ``asked`` when given; to a player at their address,
+    the one they chose by mail (LANGUAGE, JOIN), else their config entry's; else the
+    game's (its config table's ``language``)."""
     if template.startswith("referee/"):
         return DEFAULT_LANGUAGE
     if asked in LANGUAGES:
         return asked
-    if isinstance(player, Player) and player.language and player.email.lower() == to.lower():
-        return player.language
     table = config.find(game.name) if game is not None else None
+    if isinstance(player, Player) and player.email.lower() == to.lower():
+        if player.language in LANGUAGES:
+            return player.language
+        entry = table.player_languages.get(player.name.lower()) if table is not None else None
+        if entry is not None:
+            return entry
     return table.settings.language if table is not None else DEFAULT_LANGUAGE
 
 

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.lookup import audit, game_by_name, game_time, open_round, ruleset_of
 from snl_pbem.app.outbox import enqueue_mail
-from snl_pbem.app.state import holder_names, observers
+from snl_pbem.app.state import holder_names, observers_languages
 from snl_pbem.config import Config
 from snl_pbem.store import (
     AuditEntry,
@@ -104,8 +104,8 @@ def _tell(
             **context,
             **(own(player.email, player) if own else {}),
         )
-    watchers = observers(session, game)
-    for address in watchers:
+    watchers = observers_languages(session, game)
+    for address, language in watchers:
         enqueue_mail(
             session,
             config,
@@ -113,6 +113,7 @@ def _tell(
             kind=MailKind.DEADLINE,
             to=address,
             now=now,
+            language=language,
             template=template,
             broadcast=True,
             player=None,

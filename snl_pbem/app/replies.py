@@ -13,6 +13,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import bindparam, func, insert, select
@@ -22,10 +23,12 @@ from snl_pbem.app.codes import VOUCHED
 from snl_pbem.app.lookup import ruleset_of
 from snl_pbem.app.outbox import mail_row
 from snl_pbem.config import Config, address_problem
+from snl_pbem.i18n import written_in
 from snl_pbem.mail import authresults
 from snl_pbem.mail.commands import Commands, LineProblem
 from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.ruleset import DEFAULT_RULESET
+from snl_pbem.rules.words import Text, tr
 from snl_pbem.store import Confirmation, Game, InboundMessage, OutboxMessage, Player
 from snl_pbem.store.states import MailKind, Purpose
 
@@ -77,6 +80,13 @@ class Context:
     now: datetime
     started: set[str] = field(default_factory=set)
     """The games (by name) this message started: a sign-up that filled one, or START."""
+
+    @cached_property
+    def written_in(self) -> str | None:
+        """The language the sender wrote this message in, where that is clear from its
+        letters (snl_pbem.i18n.written_in): the answers to a stranger are written in it
+        (None: the game's language, or English)."""
+        return written_in(" ".join((self.mail.subject or "", *self.mail.lines)))
 
 
 def registered(session: Session, game: Game | None, sender: str | None) -> Player | None:
@@ -250,7 +260,7 @@ def guest_notice(
         player.email,
         MailKind.GUEST_NOTICE,
         "player/notice.txt.j2",
-        subject=subject(owner, "About your message"),
+        subject=subject(owner, tr("About your message")),
         player=player,
         message=message,
         line_problems=redacted(line_problems, ctx.commands.order_keys),
@@ -285,7 +295,7 @@ def guest_help(ctx: Context, game: Game | None) -> None:
         address,
         MailKind.GUEST_HELP,
         help_template(game),
-        subject=subject(game, "How to send orders"),
+        subject=subject(game, tr("How to send orders")),
         player=player,
         other_sender=None,
     )
@@ -296,18 +306,21 @@ def help_template(game: Game | None) -> str:
     return f"{ruleset_of(game).name if game else DEFAULT_RULESET}/help.txt.j2"
 
 
-SUBJECTS: dict[str, str] = {
-    MailKind.ACK: "Orders received",
-    MailKind.NOTICE: "About your message",
-    MailKind.HELP: "How to send orders",
-    MailKind.STATUS: "Your status",
-    MailKind.MEMBERSHIP: "About your request",
+SUBJECTS: dict[str, Text] = {
+    MailKind.ACK: tr("Orders received"),
+    MailKind.NOTICE: tr("About your message"),
+    MailKind.HELP: tr("How to send orders"),
+    MailKind.STATUS: tr("Your status"),
+    MailKind.MEMBERSHIP: tr("About your request"),
 }
 
 
 def subject(game: Game | None, text: str) -> str:
-    """Our own subject line: never an echo of what the sender wrote."""
-    return f"[{game.name}] {text}" if game is not None else f"Snakes and Ladders: {text}"
+    """Our own subject line: never an echo of what the sender wrote. ``text`` may be
+    ``Text``: the subject is then written in the mail's language, the [game] tag kept."""
+    if game is not None:
+        return tr("[{game}] {subject}", game=game.name, subject=text)
+    return tr("Snakes and Ladders: {subject}", subject=text)
 
 
 _RECENT = (
@@ -353,7 +366,7 @@ def reply(
         return
     title = SUBJECTS[kind]
     if kind == MailKind.ACK and "round" in context and context["round"] is not None:
-        title = f"Orders received for round {context['round'].number}"
+        title = tr("Orders received for round {n}", n=context["round"].number)
     send(
         ctx,
         game,
@@ -374,6 +387,10 @@ def send(
     session (the outbox's ids keep the order the mail was written in)."""
     if any(isinstance(o, OutboxMessage) for o in ctx.session.new):
         ctx.session.flush()
+    if "language" not in context:  # to someone not (yet) a player: as they wrote, if clear
+        player = context.get("player")
+        if not (isinstance(player, Player) and player.email.lower() == to.lower()):
+            context["language"] = ctx.written_in
     row = mail_row(
         ctx.session,
         ctx.config,

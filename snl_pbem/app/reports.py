@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.links import page_url
 from snl_pbem.app.lookup import careers, game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import MailBatch, enqueue_mail, greetings
-from snl_pbem.app.state import RECEIPT_ORDER, observers
+from snl_pbem.app.state import RECEIPT_ORDER, observers_languages
 from snl_pbem.app.views import seat_lines
 from snl_pbem.config import Config
 from snl_pbem.rules import Board
@@ -307,7 +307,7 @@ def enqueue_round_mail(
             your_move=defaults.get(player.name),  # R19: the reader's own, nobody else's
             page=page,
         )
-    for address in observers(session, game):  # the public report only (R19)
+    for address, language in observers_languages(session, game):  # the public report (R19)
         batch.add(
             session,
             config,
@@ -315,6 +315,7 @@ def enqueue_round_mail(
             kind=MailKind.OBSERVER_REPORT,
             to=address,
             now=now,
+            language=language,
             template="player/observer_report.txt.j2",
             broadcast=True,
             round=round_.number,

@@ -211,10 +211,12 @@ def replace_seat(
     player.active, player.resigned_at, player.absent_until = True, None, None
     player.managed_by = ManagedBy.MAIL
     holder = None
+    player.language = None  # the old holder's choice: the new one's is their sign-up's
     for signup in signups(session, game, SignupState.STANDBY, SignupState.WAITING):
         if signup.email.lower() == email:
             signup.state, signup.player_id, signup.decided_at = SignupState.SEATED, player.id, now
             holder = signup.name
+            player.language = signup.language
     audit(
         session,
         now,

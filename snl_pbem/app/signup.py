@@ -96,12 +96,21 @@ def join_code_refusal(session: Session, game: Game, now: datetime) -> str | None
 
 
 def request_join(
-    session: Session, game: Game, address: str, name: str, now: datetime, vouched: bool = False
+    session: Session,
+    game: Game,
+    address: str,
+    name: str,
+    now: datetime,
+    vouched: bool = False,
+    language: str | None = None,
 ) -> str:
     """A code for ``address`` to confirm its sign-up (after ``join_refusal`` and
     ``join_code_refusal`` said None). Codes sent earlier stay good, under any name: the
-    first confirmed seats the address and voids the others (``void_other_joins``)."""
+    first confirmed seats the address and voids the others (``void_other_joins``).
+    ``language``: the one the joiner asked for, or wrote in (their seat's mail's)."""
     payload: dict[str, Any] = {"name": name}
+    if language is not None:
+        payload["language"] = language
     if vouched:
         payload[VOUCHED] = "yes"
     return ask_code(session, game, Purpose.JOIN, address, now, payload)
@@ -154,10 +163,12 @@ def complete_join(
     address: str,
     now: datetime,
     tell: Callable[[JoinOutcome], None],
+    language: str | None = None,
 ) -> JoinOutcome:
     """A confirmed sign-up: seated (a forming game with room), on the standby list (full,
     or already running), or waiting for the referee (signup = "approval"). ``tell`` queues
-    the joiner's answer, before the welcome when their seat starts the game."""
+    the joiner's answer, before the welcome when their seat starts the game. ``language``
+    is the joiner's (their seat's mail's; None: the game's)."""
     refusal = _address_taken(session, game, address) or _name_problem(session, game, name)
     if refusal is not None:
         raise LifecycleError(refusal + ".")
@@ -172,6 +183,7 @@ def complete_join(
         email=address.lower(),
         created_at=now,
         state=SignupState.WAITING if approval else SignupState.STANDBY,  # place_signup may seat it
+        language=language,
     )
     session.add(signup)
     if approval:
@@ -216,6 +228,7 @@ def place_signup(
             joined_at=now,
             order_key_source="generated",
             managed_by=ManagedBy.MAIL,
+            language=signup.language,
         )
         session.add(player)
         session.flush()

@@ -256,10 +256,15 @@ def holder_names(session: Session, game: Game, players: Sequence[Player]) -> dic
 
 
 def observers(session: Session, game: Game) -> list[str]:
-    return list(
-        session.scalars(
-            select(Observer.email)
-            .where(Observer.game_id == game.id, Observer.active)
-            .order_by(Observer.id)
-        )
+    return [address for address, _ in observers_languages(session, game)]
+
+
+def observers_languages(session: Session, game: Game) -> list[tuple[str, str | None]]:
+    """The game's observers' addresses, each with the language of their reports (None:
+    the game's)."""
+    rows = session.execute(
+        select(Observer.email, Observer.language)
+        .where(Observer.game_id == game.id, Observer.active)
+        .order_by(Observer.id)
     )
+    return [(address, language) for address, language in rows]

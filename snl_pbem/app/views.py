@@ -16,7 +16,8 @@ from snl_pbem.app.membership import game_config, seated, signups
 from snl_pbem.app.players import is_absent
 from snl_pbem.app.state import observers
 from snl_pbem.config import Config, GameConfig
-from snl_pbem.rules.words import counted
+from snl_pbem.i18n import When
+from snl_pbem.rules.words import counted, tr
 from snl_pbem.store import (
     Database,
     Game,
@@ -25,7 +26,7 @@ from snl_pbem.store import (
     TurnRecord,
 )
 from snl_pbem.store.states import GamePhase, SignupState
-from snl_pbem.timeutil import show, zone
+from snl_pbem.timeutil import zone
 
 
 @dataclass(frozen=True)
@@ -83,10 +84,10 @@ def listed_games(session: Session, config: Config) -> list[Listed]:
 def starts_text(found: GameConfig, timezone: str) -> str:
     """When a forming game starts, in words (LIST and the index page)."""
     if found.starts_at is not None:
-        return show(found.starts_at, zone(timezone))
+        return When(found.starts_at, zone(timezone))
     if found.settings.starts == "when_full":
-        return "when full"
-    return "when the referee starts it"
+        return tr("when full")
+    return tr("when the referee starts it")
 
 
 def standings_by_round(session: Session, game: Game) -> list[tuple[int, list[tuple[str, int]]]]:

@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from snl_pbem.i18n import codes_text, language
 from snl_pbem.mail.quotes import read_lines
+from snl_pbem.rules.words import tr
 
 PLAYER_ACTIONS = frozenset(
     (
@@ -43,6 +45,7 @@ PLAYER_ACTIONS = frozenset(
         "HISTORY",
         "OBSERVE",
         "UNOBSERVE",
+        "LANGUAGE",
     )
 )
 """The life-cycle commands (the registry's signup and player groups, as a test checks)."""
@@ -633,6 +636,24 @@ def _decide(word: str) -> Reader:
     return handler
 
 
+def _language(b: Builder, line: str, rest: str) -> None:
+    """LANGUAGE <code or name> (zh, zh-Hans, th, en, Chinese, ไทย...: snl_pbem.i18n), or
+    LANGUAGE alone (which asks which is in use); one word that is no language is a problem
+    named on its line; a sentence ("Language is no problem") is chat."""
+    words = rest.strip(" .!").split()
+    if not words:
+        return _action("LANGUAGE", (), b, line)
+    code = language(" ".join(words))
+    if code is not None:
+        return _action("LANGUAGE", (code,), b, line)
+    if len(words) == 1:
+        b.problems.append(
+            LineProblem(line, tr("not a language here: write one of {codes}", codes=codes_text()))
+        )
+        return None
+    return _chat(b, line)
+
+
 _READERS: dict[str, Reader] = {
     "LIST": _bare_or_game("LIST"),
     "JOIN": _join,
@@ -644,6 +665,8 @@ _READERS: dict[str, Reader] = {
     "HISTORY": _bare_or_game("HISTORY"),
     "OBSERVE": _one_game("OBSERVE"),
     "UNOBSERVE": _one_game("UNOBSERVE"),
+    "LANGUAGE": _language,
+    "LANG": _language,
     "EXTEND": _extend,
     "PAUSE": _bare_or_game("PAUSE"),
     "RESUME": _bare_or_game("RESUME"),

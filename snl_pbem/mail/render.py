@@ -37,11 +37,6 @@ def add_template_folder(folder: str) -> None:
         environment.cache_clear()
 
 
-LEXING = {"trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
-"""How the templates are read; Babel's extraction (babel.cfg) reads them the same way, so
-that a ``{% trans %}`` block's message id is the one looked up."""
-
-
 @lru_cache(maxsize=len(LANGUAGES) + 1)
 def environment(language: str = DEFAULT) -> Environment:
     """The templates, with the words of ``language``'s catalog (one environment each:
@@ -54,7 +49,11 @@ def environment(language: str = DEFAULT) -> Environment:
         auto_reload=False,  # compiled once: no stat() of the template file per mail
         extensions=["jinja2.ext.i18n"],
         finalize=_shown,
-        **LEXING,
+        # read as Babel's extraction reads them (babel.cfg), so that a {% trans %}
+        # block's message id is the one looked up
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
     )
     env.install_gettext_translations(  # type: ignore[attr-defined]
         catalog(language) or NullTranslations(), newstyle=True

@@ -68,7 +68,7 @@ class Text(str):
     words, with the same ``{name}`` values put in. Made by :func:`tr` and :func:`ntr`,
     which are the names Babel extracts."""
 
-    __slots__ = ("_msgid", "_plural", "_n", "_args")
+    __slots__ = ("_args", "_msgid", "_n", "_plural")
     _msgid: str
     _plural: str | None
     _n: int

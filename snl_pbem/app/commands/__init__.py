@@ -7,6 +7,7 @@ from __future__ import annotations
 from snl_pbem.app.commands import (  # noqa: F401 (each registers its commands)
     envelope,
     help,
+    language,
     orders,
     player,
     referee,

@@ -25,6 +25,7 @@ from snl_pbem.app.replies import (
     subject,
     verified_sender,
 )
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Confirmation, Game, Player
 from snl_pbem.store.states import MailKind, Purpose
 
@@ -34,7 +35,9 @@ NOTE_EVERY = timedelta(hours=1)
 """Each kind of note goes to one address at most this often (``note``)."""
 
 
-def send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) -> str:
+def send_code(
+    ctx: Context, game: Game, address: str, purpose: str, name: str, language: str | None = None
+) -> str:
     """A code for a JOIN or OBSERVE, or the reason none goes: a code for this very request
     already waits at the address (a reminder, no new code: a forged repeat can neither
     void the code nor spend the address's codes), the game's sign-ups are full for the
@@ -104,9 +107,9 @@ def send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) -
         remind(ctx, game, address, purpose, waiting, refused[1])
         return f"{purpose}: no code sent ({refused[0]}); reminded of the code waiting"
     if purpose == Purpose.JOIN:
-        code = signup.request_join(ctx.session, game, address, name, ctx.now, vouched)
+        code = signup.request_join(ctx.session, game, address, name, ctx.now, vouched, language)
     else:
-        code = observers.request_observe(ctx.session, game, address, ctx.now, vouched)
+        code = observers.request_observe(ctx.session, game, address, ctx.now, vouched, language)
     send(
         ctx,
         game,
@@ -118,6 +121,7 @@ def send_code(ctx: Context, game: Game, address: str, purpose: str, name: str) -
         code=code,
         days=codes.CODE_LIFETIME.days,
         secret=True,  # the code is stored only hashed: the sent copy is scrubbed too
+        **({"language": language} if language else {}),
     )
     return f"{purpose}: code sent" + (" (another waits)" if waiting is not None else "")
 
@@ -184,28 +188,41 @@ def resting_text(game: Game, until: datetime) -> str:
 
 
 def guest_reply(
-    ctx: Context, game: Game | None, address: str, message: str, next: str = ""
+    ctx: Context,
+    game: Game | None,
+    address: str,
+    message: str,
+    next: str = "",
+    language: str | None = None,
 ) -> None:
     if guest_budget(ctx, address, MailKind.GUEST_REPLY):
-        to_stranger(ctx, game, address, MailKind.GUEST_REPLY, message, next)
+        to_stranger(ctx, game, address, MailKind.GUEST_REPLY, message, next, language)
 
 
 def to_stranger(
-    ctx: Context, game: Game | None, address: str, kind: str, message: str, next: str
+    ctx: Context,
+    game: Game | None,
+    address: str,
+    kind: str,
+    message: str,
+    next: str,
+    language: str | None = None,
 ) -> None:
-    """An answer about a request, to the address that asked (its budget already checked)."""
+    """An answer about a request, to the address that asked (its budget already checked),
+    in ``language`` (None: the one the request was written in, if clear, or the game's)."""
     send(
         ctx,
         game,
         address,
         kind,
         "player/membership.txt.j2",
-        subject=subject(game, "About your request"),
+        subject=subject(game, tr("About your request")),
         player=None,
         name=None,
         message=message,
         next=next,
         line_problems=[],  # never echo a stranger's lines to an address it named
+        **({"language": language} if language else {}),
     )
 
 

@@ -20,6 +20,7 @@ from snl_pbem.app.commands.signup import run_in_keyed
 from snl_pbem.app.replies import Context, guest_budget, reply, send, subject
 from snl_pbem.errors import LifecycleError
 from snl_pbem.mail.commands import READERS, Action
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Game, Player
 from snl_pbem.store.states import GamePhase, MailKind, Purpose
 from snl_pbem.timeutil import zone
@@ -77,7 +78,7 @@ def run_new_key(ctx: Context, game: Game, player: Player, action: Action) -> str
         player.email,
         MailKind.MEMBERSHIP,
         "player/new_key.txt.j2",
-        subject=subject(game, "Your new order key"),
+        subject=subject(game, tr("Your new order key")),
         player=player,
         order_key=order_key,
         secret=True,  # scrubbed once sent, like a welcome
@@ -208,30 +209,30 @@ def _absent_until(game: Game, args: tuple[str, ...]) -> datetime:
         raise ValueError(wrong) from None
 
 
-for word, run, help_lines in (
-    ("HISTORY", run_history, ("HISTORY            everyone's position after each round so far",)),
+for word, run, help_text in (
+    ("HISTORY", run_history, tr("HISTORY            everyone's position after each round so far")),
     (
         "ABSENT",
         run_absent,
-        (
-            "ABSENT UNTIL 2026-12-24   away: no reminders, and rounds you miss",
-            "                   are not held against you (ABSENT OFF when back)",
+        tr(
+            "ABSENT UNTIL 2026-12-24   away: no reminders, and rounds you miss\n"
+            "                   are not held against you (ABSENT OFF when back)"
         ),
     ),
     (
         "NEW KEY",
         run_new_key,
-        ("NEW KEY            a new order key to your address; the old one stops",),
+        tr("NEW KEY            a new order key to your address; the old one stops"),
     ),
     (
         "ADDRESS",
         run_address,
-        (
-            "ADDRESS ann@new.example   move your mail (we mail a code there; send it",
-            "                   back from there with CONFIRM, GAME and KEY)",
+        tr(
+            "ADDRESS ann@new.example   move your mail (we mail a code there; send it\n"
+            "                   back from there with CONFIRM, GAME and KEY)"
         ),
     ),
-    ("RESIGN", run_resign, ("RESIGN             leave the game (we ask you to confirm)",)),
+    ("RESIGN", run_resign, tr("RESIGN             leave the game (we ask you to confirm)")),
 ):
     register(
         Command(
@@ -239,7 +240,7 @@ for word, run, help_lines in (
             who=Who.PLAYER,
             read=READERS[word.split()[0]],
             run=run,
-            help="\n".join(help_lines),
+            help=help_text,
             group="player",
         )
     )

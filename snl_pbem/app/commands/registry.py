@@ -190,8 +190,9 @@ def read(mail: ParsedMail) -> Commands:
 
 def help_lines(group: str) -> tuple[str, ...]:
     """The help of a group's commands, line by line, in help order (HELP's text:
-    templates/player/more_commands.txt.j2 calls it as ``command_help``)."""
-    return tuple(line for c in commands(group=group) for line in c.help.split("\n"))
+    templates/player/more_commands.txt.j2 calls it as ``command_help``), in the language of
+    the mail being written (a command's help may be ``Text``)."""
+    return tuple(line for c in commands(group=group) for line in str(c.help).split("\n"))
 
 
 __all__ = [

@@ -33,11 +33,14 @@ from snl_pbem.app.commands.answers import (
     resting_text,
     send_code,
 )
+from snl_pbem.app.commands.language import asked_language
 from snl_pbem.app.commands.registry import Command, Who, lookup, register
 from snl_pbem.app.replies import Context, guest_budget, guest_help, send, verified_sender
 from snl_pbem.config import address_problem
 from snl_pbem.errors import LifecycleError
+from snl_pbem.i18n import LANGUAGES, language
 from snl_pbem.mail.commands import READERS, Action
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Game, Player
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, Purpose
 
@@ -201,7 +204,7 @@ def run_join(ctx: Context, action: Action, address: str, player: Player | None) 
     game = _asked_game(ctx, action, address)
     if isinstance(game, str):
         return game
-    name = action.args[1] if len(action.args) > 1 else ""
+    name, asked = joined_as(action.args[1] if len(action.args) > 1 else "")
     if not name:
         guest_reply(
             ctx,
@@ -215,7 +218,20 @@ def run_join(ctx: Context, action: Action, address: str, player: Player | None) 
     if refusal is not None:
         guest_reply(ctx, game, address, refusal, "Send LIST for the games you can join.")
         return f"join refused: {refusal}"
-    return send_code(ctx, game, address, Purpose.JOIN, name)
+    language = asked or asked_language(ctx.commands.actions) or ctx.written_in
+    return send_code(ctx, game, address, Purpose.JOIN, name, language)
+
+
+def joined_as(text: str) -> tuple[str, str | None]:
+    """The name of a JOIN line, and the language it asks for at its end, if any: ``Ann
+    Lee LANGUAGE th`` is Ann Lee in Thai (a name ending in "language" and a word that is
+    no language stays whole)."""
+    words = text.split()
+    if len(words) >= 2 and words[-2].casefold() in ("language", "lang"):
+        code = language(words[-1])
+        if code is not None:
+            return " ".join(words[:-2]), code
+    return text, None
 
 
 def run_observe(ctx: Context, action: Action, address: str, player: Player | None) -> str:
@@ -234,7 +250,8 @@ def run_observe(ctx: Context, action: Action, address: str, player: Player | Non
     if refusal is not None:
         guest_reply(ctx, game, address, refusal)
         return "observe: refused (full)"
-    return send_code(ctx, game, address, Purpose.OBSERVE, "")
+    language = asked_language(ctx.commands.actions) or ctx.written_in
+    return send_code(ctx, game, address, Purpose.OBSERVE, "", language)
 
 
 def run_unobserve(ctx: Context, action: Action, address: str, player: Player | None) -> str:
@@ -318,8 +335,10 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
         return "confirm: wrong or expired code"
     game, confirmation = found.game, found.confirmation
     ctx.session.refresh(game, with_for_update=True)  # as a round close locks it
+    joiner = confirmation.payload.get("language")
+    joiner = joiner if joiner in LANGUAGES else None
     if confirmation.purpose == Purpose.OBSERVE:
-        observers.observe(ctx.session, game, address, ctx.now)
+        observers.observe(ctx.session, game, address, ctx.now, joiner)
         guest_reply(
             ctx,
             game,
@@ -327,6 +346,7 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
             f"You now follow {game.title or game.name}: each round's report (the positions, "
             "nothing secret) will come to this address.",
             f"Send UNOBSERVE {game.name} to stop.",
+            language=joiner,
         )
         return "observing"
     name = str(confirmation.payload.get("name", ""))
@@ -341,12 +361,22 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
             name=name,
             outcome=str(outcome.state),
             started=outcome.started,
+            language=joiner,
         )
 
     try:
-        outcome = signup.complete_join(ctx.session, ctx.config, game, name, address, ctx.now, tell)
+        outcome = signup.complete_join(
+            ctx.session,
+            ctx.config,
+            game,
+            name,
+            address,
+            ctx.now,
+            tell,
+            language=joiner,
+        )
     except LifecycleError as exc:
-        guest_reply(ctx, game, address, str(exc), "Send LIST for the games you can join.")
+        guest_reply(ctx, game, address, str(exc), "Send LIST for the games you can join.", joiner)
         return f"join refused: {exc}"
     codes.void_other_joins(ctx.session, game, address, ctx.now)
     if not outcome.started:
@@ -362,11 +392,11 @@ def _game(ctx: Context, game_name: str | None) -> Game | None:
 
 
 for word, run, help_line in (
-    ("LIST", run_list, "LIST               the games here you can join or follow"),
-    ("JOIN", run_join, 'JOIN spring26 Ann  ask for a seat as "Ann" (we mail you a code)'),
-    ("CONFIRM", run_confirm, "CONFIRM abcd-efgh  send the code back, from the same address"),
-    ("OBSERVE", run_observe, "OBSERVE spring26   get each round's report without playing"),
-    ("UNOBSERVE", run_unobserve, "UNOBSERVE spring26 stop getting them"),
+    ("LIST", run_list, tr("LIST               the games here you can join or follow")),
+    ("JOIN", run_join, tr('JOIN spring26 Ann  ask for a seat as "Ann" (we mail you a code)')),
+    ("CONFIRM", run_confirm, tr("CONFIRM abcd-efgh  send the code back, from the same address")),
+    ("OBSERVE", run_observe, tr("OBSERVE spring26   get each round's report without playing")),
+    ("UNOBSERVE", run_unobserve, tr("UNOBSERVE spring26 stop getting them")),
 ):
     register(
         Command(
