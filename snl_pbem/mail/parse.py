@@ -42,6 +42,7 @@ from email.utils import collapse_rfc2231_value, getaddresses
 from html.entities import html5
 from typing import Any
 
+from snl_pbem.i18n import LANGUAGES, catalog
 from snl_pbem.mail.autoreply import auto_reply_subject
 from snl_pbem.mail.commands import Commands, read_commands
 from snl_pbem.mail.dsn import RETURNED_HEADERS, STATUS_PARTS, DeliveryReport, parse_dsn
@@ -516,27 +517,50 @@ _KEY_LINE = re.compile(  # within one line: "\s" would run on over every blank l
 _GENERATED_KEY = re.compile(  # keys ignore case
     r"\b[a-z2-9]{4}-[a-z2-9]{4}-[a-z2-9]{4}-[a-z2-9]{4}\b", re.IGNORECASE
 )
-KEY_SENTENCE = re.compile(r"Your order key is ([^\s<]{6,64})[ \t\r]*$", re.IGNORECASE | re.M)
-"""How every mail we send that gives a key gives it (the welcome, a taken-over seat, a new
-key): a sentence ending the line, never a KEY line, so that no copy of our mail holds a
-complete order (the templates' examples say ``KEY (your order key)``)."""
+
+
+def _sentence(msgid: str, value: str, capture: str, flags: int = 0) -> re.Pattern[str]:
+    """How our mail gives a key or a code in every language (the template's ``msgid``,
+    ``%(value)s`` in it, in each catalog: snl_pbem.i18n), as a pattern whose one group is
+    the value: known by what we sent, in whichever language we sent it."""
+    shapes = []
+    for code in LANGUAGES:
+        catalog_ = catalog(code)
+        words = catalog_.gettext(msgid) if catalog_ is not None else msgid
+        before, _, after = without_full_width(words).partition(f"%({value})s")
+        shapes.append(re.escape(before.strip()) + r"\s*" + capture + re.escape(after.strip()))
+    return re.compile("|".join(f"(?:{shape})" for shape in dict.fromkeys(shapes)), flags)
+
+
+@functools.cache
+def key_sentence() -> re.Pattern[str]:
+    """How every mail we send that gives a key gives it (the welcome, a taken-over seat, a
+    new key), in any of the players' languages: a sentence ending the line, never a KEY
+    line, so that no copy of our mail holds a complete order (the templates' examples say
+    ``KEY (your order key)``)."""
+    return _sentence(
+        "Your order key is %(key)s", "key", r"([^\s<]{6,64})[ \t\r]*$", re.IGNORECASE | re.M
+    )
 
 
 def order_key_given(text: str) -> str | None:
-    """The order key one of our mails gives (see KEY_SENTENCE), or None."""
-    found = KEY_SENTENCE.search(text)
-    return found.group(1) if found else None
+    """The order key one of our mails gives (see key_sentence), or None."""
+    found = key_sentence().search(without_full_width(text))
+    return next((g for g in found.groups() if g), None) if found else None
 
 
-CODE_SENTENCE = re.compile(r"Your confirmation code is (\w{4}-\w{4})", re.IGNORECASE)
-"""How a code mail gives its code: in a sentence (its example line says ``CONFIRM (your
-code)``, so that no copy of our mail confirms anything)."""
+@functools.cache
+def code_sentence() -> re.Pattern[str]:
+    """How a code mail gives its code, in any of the players' languages: in a sentence (its
+    example line says ``CONFIRM (your code)``, so that no copy of our mail confirms
+    anything)."""
+    return _sentence("Your confirmation code is %(code)s", "code", r"(\w{4}-\w{4})", re.I)
 
 
 def code_given(text: str) -> str | None:
-    """The confirmation code one of our code mails gives (see CODE_SENTENCE), or None."""
-    found = CODE_SENTENCE.search(text)
-    return found.group(1) if found else None
+    """The confirmation code one of our code mails gives (see code_sentence), or None."""
+    found = code_sentence().search(without_full_width(text))
+    return next((g for g in found.groups() if g), None) if found else None
 
 
 def keys_quoted_in(msg: Message) -> tuple[str, ...]:
@@ -564,9 +588,12 @@ def keys_quoted_in(msg: Message) -> tuple[str, ...]:
     # full-width letters is a KEY line, and its key is found, to be redacted in every form
     texts = [without_full_width(_INVISIBLE.sub("", text)) for text in texts]
     found: dict[str, None] = {}  # ordered, without duplicates
-    for shape in (KEY_SENTENCE, _KEY_LINE, _GENERATED_KEY):  # a welcome's key: the config's
+    for shape in (key_sentence(), _KEY_LINE, _GENERATED_KEY):  # a welcome's key: the config's
         for text in texts:
-            found.update(dict.fromkeys(shape.findall(text)))
+            for hit in shape.findall(text):  # one group a language: the one that matched
+                found.update(
+                    dict.fromkeys([hit] if isinstance(hit, str) else [h for h in hit if h])
+                )
             if len(found) >= _KEYS_QUOTED:
                 return tuple(found)[:_KEYS_QUOTED]
     return tuple(found)

@@ -59,7 +59,9 @@ def environment(language: str = DEFAULT) -> Environment:
         catalog(language) or NullTranslations(), newstyle=True
     )
     # every count's noun: {{ n|counted("snake") }} is "1 snake" or "2 snakes"
-    env.filters.update(counted=counted, agree=agree, wordwrap=_wordwrap, paragraph=_paragraph)
+    env.filters.update(
+        counted=counted, agree=agree, wordwrap=_wordwrap, paragraph=_paragraph, bullet=_bullet
+    )
     env.globals.update(_GLOBALS)
     return env
 
@@ -77,6 +79,12 @@ def _paragraph(s: Any) -> str:
     joined by a space, but in Chinese, which puts none between sentences, by nothing."""
     lines = [line.strip() for line in str(s).strip().splitlines()]
     return ("" if current() == "zh-Hans" else " ").join(line for line in lines if line)
+
+
+def _bullet(s: Any, width: int = 72) -> str:
+    """``s`` as an item of a list: "- " and its lines, wrapped where the mail's language
+    allows, each after the first indented under the first's text."""
+    return "- " + "\n  ".join(wrap(_paragraph(s), width - 2, current()))
 
 
 @pass_environment
