@@ -16,13 +16,11 @@ put in, addresses and the examples of order lines.
 
 from __future__ import annotations
 
-import re
-
 import pytest
+from languagehelpers import english_left
 from templatehelpers import INCLUDED_ONLY, TEMPLATES, drawn, rendered
 
 from snl_pbem.i18n import LANGUAGES, width
-from snl_pbem.mail.quotes import COMMAND_WORDS
 
 PLAYERS_TEMPLATES = sorted(
     name
@@ -34,25 +32,6 @@ that only the referee gets, stay English)."""
 RENDERS = 120
 """Draws per template and language: each template's branches many times over."""
 WIDEST = 78
-PROTOCOL = {
-    *COMMAND_WORDS,
-    *("UNTIL", "OFF", "ROUND", "KEY", "ROLL"),
-    "Subject",  # the template's first line, read by render()
-}
-"""ASCII words a Chinese or Thai mail may hold: the command words (the protocol: the same
-in every language) and what the test puts in."""
-EXAMPLES = re.compile(
-    r"\S+@\S+|https?://\S+|\b[a-z0-9]+(?:-[a-z0-9]+)+\b|spring26|winter27|\bAnn\b|\bLee\b"
-    r"|\be\.g\.|\bv\b|\^"
-)
-"""Addresses, links, codes and keys, game ids and the example name of the help's JOIN."""
-
-
-def english_left(text: str) -> set[str]:
-    """The English words in ``text`` that are not the protocol or an example."""
-    body = text.partition("\n")[2]
-    words = set(re.findall(r"[A-Za-z]{2,}", EXAMPLES.sub(" ", body)))
-    return {w for w in words if w not in PROTOCOL}
 
 
 @pytest.mark.parametrize("name", PLAYERS_TEMPLATES)
