@@ -13,7 +13,9 @@ from importlib import resources
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, pass_environment
-from jinja2.filters import do_wordwrap
+from jinja2.filters import do_join, do_wordwrap, make_attrgetter
+from jinja2.nodes import EvalContext
+from jinja2.utils import pass_eval_context
 
 from snl_pbem.i18n import DEFAULT, LANGUAGES, catalog, current, speaking, wrap
 from snl_pbem.rules.words import Text, agree, counted, tr
@@ -62,6 +64,8 @@ def environment(language: str = DEFAULT) -> Environment:
     env.filters.update(
         counted=counted, agree=agree, wordwrap=_wordwrap, paragraph=_paragraph, bullet=_bullet
     )
+    # Jinja's own take a str subclass as the str it is (English): these show it first
+    env.filters.update(join=_join, string=_shown)
     env.globals.update(_GLOBALS)
     return env
 
@@ -72,6 +76,14 @@ def _shown(value: Any) -> Any:
     if isinstance(value, str) and type(value) is not str:
         return str(value)
     return value
+
+
+@pass_eval_context
+def _join(context: EvalContext, value: Any, d: str = "", attribute: Any = None) -> str:
+    """Jinja's ``join``, with each ``Text`` or ``When`` in the mail's language."""
+    if attribute is not None:
+        value = map(make_attrgetter(context.environment, attribute), value)
+    return str(do_join(context, [_shown(item) for item in value], _shown(d)))
 
 
 def _paragraph(s: Any) -> str:

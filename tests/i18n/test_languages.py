@@ -203,7 +203,8 @@ class Shouting:
     """A catalog for tests: every message in capitals."""
 
     def gettext(self, message: str) -> str:
-        return message.upper().replace("{N}", "{n}").replace("{WHO}", "{who}")
+        parts = re.split(r"(%\(\w+\)s|\{\w+\})", message)  # the placeholders as they are
+        return "".join(p if i % 2 else p.upper() for i, p in enumerate(parts))
 
     def ngettext(self, singular: str, plural: str, n: int) -> str:
         return self.gettext(singular if n == 1 else plural)
@@ -339,3 +340,26 @@ def test_a_bad_language_in_the_config_names_its_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_config(path)
     assert re.search(r"players\[1\]\.language|players.*language", str(raised.value)), raised.value
+
+
+def test_a_template_shows_text_in_its_language_through_filters(monkeypatch) -> None:
+    """``{{ x }}``, ``join``, ``string``, ``wordwrap`` and a trans block's values: Jinja takes
+    a str subclass as the (English) str it is; the mail's own filters show it first."""
+    import snl_pbem.mail.render as render
+
+    monkeypatch.setattr("snl_pbem.i18n.catalog", lambda code: Shouting() if code != "en" else None)
+    monkeypatch.setattr(render, "catalog", lambda code: Shouting() if code != "en" else None)
+    render.environment.cache_clear()
+    try:
+        source = (
+            "{{ one }}|{{ many|join('; ') }}|{{ one|string }}|{{ one|wordwrap(40) }}|"
+            "{% trans who=one %}to {{ who }}{% endtrans %}"
+        )
+        values = {"one": tr("the referee"), "many": [tr("a die"), tr("a snake")]}
+        with speaking("th") as code:
+            text = render.environment(code).from_string(source).render(**values)
+        assert text == "THE REFEREE|A DIE; A SNAKE|THE REFEREE|THE REFEREE|TO THE REFEREE"
+        english = render.environment("en").from_string(source).render(**values)
+        assert english == "the referee|a die; a snake|the referee|the referee|to the referee"
+    finally:
+        render.environment.cache_clear()
