@@ -43,6 +43,8 @@ def test_a_template_in_a_language(name: str, code: str) -> None:
         text = rendered(name, context, code)
         if english is None:
             continue
+        if text is None and None in context.values():
+            continue  # a missing value no caller leaves out (a count): gettext's plural needs it
         assert text is not None, f"{name} seed {seed}: renders in English, not in {code}"
         done += 1
         lines = text.split("\n")
@@ -52,6 +54,6 @@ def test_a_template_in_a_language(name: str, code: str) -> None:
         wide = [line for line in lines[1:] if width(line) > WIDEST]
         assert not wide, f"{name} seed {seed} in {code}: lines over {WIDEST} columns: {wide}"
         if code != "en":
-            left = english_left(text)
+            left = english_left(text) - {"None"}  # a value drawn as missing, as in English
             assert not left, f"{name} seed {seed} in {code}: English left {sorted(left)}:\n{text}"
     assert done >= RENDERS // 4, f"{name}: only {done} draws rendered"
