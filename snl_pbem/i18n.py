@@ -255,32 +255,37 @@ def _spaced(text: str) -> list[str]:
 
 
 _NO_BREAK_BEFORE = set("，。、；：？！）》」』】〕,.;:?!)")
+_NO_BREAK_AFTER = set("（《「『【〔(")
 
 
 def _cjk_pieces(text: str) -> list[str]:
-    """Chinese characters one by one (with a closing mark after one kept on it), and
-    words of other letters whole."""
+    """Pieces a Chinese line may break between: a break falls between two Chinese
+    characters (never before a closing mark such as "，" or "。", nor after an opening one
+    such as "（"), or after a space; digits and Latin letters written against a Chinese
+    character stay with it ("12月24日" is never cut)."""
     out: list[str] = []
-    for piece in _spaced(text):
-        run = ""
-        for ch in piece:
-            wide = unicodedata.east_asian_width(ch) in ("W", "F")
-            if wide and ch not in _NO_BREAK_BEFORE:
-                if run:
-                    out.append(run)
-                run = ch
-            elif ch in _NO_BREAK_BEFORE or not run or not _wide(run[-1]):
-                run += ch
-            else:
-                out.append(run)
-                run = ch
-        if run:
-            out.append(run)
+    piece = ""
+    for ch in text:
+        before = piece[-1:] if piece else ""
+        if before and (
+            (before == " " and ch != " ")
+            or (
+                _wide(before)
+                and _wide(ch)
+                and ch not in _NO_BREAK_BEFORE
+                and before not in _NO_BREAK_AFTER
+            )
+        ):
+            out.append(piece)
+            piece = ""
+        piece += ch
+    if piece:
+        out.append(piece)
     return out
 
 
 def _wide(ch: str) -> bool:
-    return unicodedata.east_asian_width(ch) in ("W", "F") and ch not in _NO_BREAK_BEFORE
+    return unicodedata.east_asian_width(ch) in ("W", "F")
 
 
 def _thai_words(text: str) -> list[str]:
