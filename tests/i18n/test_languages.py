@@ -363,3 +363,12 @@ def test_a_template_shows_text_in_its_language_through_filters(monkeypatch) -> N
         assert english == "the referee|a die; a snake|the referee|the referee|to the referee"
     finally:
         render.environment.cache_clear()
+
+
+@pytest.mark.parametrize("columns", range(12, 40))
+def test_a_chinese_date_is_never_cut_nor_a_line_left_on_an_opening_mark(columns: int) -> None:
+    text = "你已请假到 2026年12月24日 周四 23:59 GMT：这期间没有提醒（你没下指令也不算你缺席）。"
+    lines = wrap(text, columns, "zh-Hans")
+    assert "".join(lines).replace(" ", "") == text.replace(" ", "")
+    assert any("2026年12月24日" in line for line in lines)
+    assert not any(line.endswith("（") for line in lines)
