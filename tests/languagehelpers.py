@@ -10,6 +10,7 @@ from snl_pbem.mail.quotes import COMMAND_WORDS
 PROTOCOL = {
     *COMMAND_WORDS,
     *("UNTIL", "OFF", "ROUND", "KEY", "ROLL"),
+    *("en", "zh", "Hans", "th"),  # the language codes LANGUAGE takes
     "Subject",  # the template's first line, read by render()
 }
 """ASCII words a Chinese or Thai mail may hold: the command words (the protocol: the same
