@@ -75,6 +75,7 @@ def records(db) -> list[dict]:
 def test_a_classic_game_by_email_from_welcome_to_finishing_order(db, tmp_path) -> None:
     config = setup(db, tmp_path)
     [welcome] = mail_to(db, "ann@example.org", "welcome")
+    welcome = " ".join(welcome.split())  # the rules are a list of wrapped items
     for plain in (
         "You need a 6 to start, placed on square 1 (a snake or ladder there acts), and "
         "your turn ends there. A piece back at the start (down a snake to 0, bumped) needs "
