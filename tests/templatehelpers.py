@@ -135,5 +135,3 @@ def renderings(name: str, language: str = "en") -> Iterator[str]:
         done += 1
         yield text
     assert done >= RENDERS // 4, f"{name}: only {done} of {RENDERS} draws rendered"
-
-
