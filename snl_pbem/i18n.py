@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gettext
 import io
+import re
 import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -238,20 +239,8 @@ def wrap(text: str, columns: int, code: str) -> list[str]:
 
 
 def _spaced(text: str) -> list[str]:
-    """Words with the spaces after them."""
-    out: list[str] = []
-    word = ""
-    for ch in text:
-        if ch == " " and word and not word.endswith(" "):
-            word += ch
-            continue
-        if word.endswith(" ") and ch != " ":
-            out.append(word)
-            word = ""
-        word += ch
-    if word:
-        out.append(word)
-    return out
+    """Words with the spaces after them (and any spaces the text starts with, apart)."""
+    return re.findall(r"\S+ *| +", text)
 
 
 _NO_BREAK_BEFORE = set("，。、；：？！）》」』】〕,.;:?!)")

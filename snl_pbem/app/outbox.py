@@ -215,19 +215,15 @@ def _hello(session: Session, game: Game | None, to: str, player: object) -> str:
     """The greeting line of a mail to ``to``: "Hello <name>," for a seat's holder by the
     name they go by, "Hello," when the mail is not to a holder or they gave no name."""
     if game is None or not isinstance(player, Player) or player.email.lower() != to.lower():
-        return "Hello,"
-    return _greeting(holder_name(session, game, player))
+        return greeting(None)
+    return greeting(holder_name(session, game, player))
 
 
 def greetings(session: Session, game: Game, players: Sequence[Player]) -> dict[int, str]:
     """The greeting line of a mail to each of ``players`` at their own address, by id, in
     two queries: a round's reports pass theirs as ``hello`` (one look-up per mail made a
     close cost grow with the square of the players)."""
-    return {pid: _greeting(name) for pid, name in holder_names(session, game, players).items()}
-
-
-def _greeting(name: str | None) -> str:
-    return greeting(name)
+    return {pid: greeting(name) for pid, name in holder_names(session, game, players).items()}
 
 
 # -- sending ------------------------------------------------------------------------------
