@@ -51,3 +51,10 @@ def no_such_game(game_name: str, known: list[str], where: str = "") -> NotFound:
     listed = ", ".join(known) or "none"
     place = f" in {where}" if where else ""
     return NotFound(f"no game {game_name!r}{place} (games: {listed})")
+
+
+def said(exc: BaseException) -> str:
+    """What ``exc`` says, as it was written: a ``Text`` stays Text (shown in the reader's
+    language when a mail puts it in a sentence), where ``str(exc)`` is English for good."""
+    first = exc.args[0] if exc.args else None
+    return first if isinstance(first, str) else str(exc)

@@ -15,6 +15,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.config import Config
+from snl_pbem.rules.words import tr
 from snl_pbem.store import (
     Game,
     Player,
@@ -44,15 +45,16 @@ def _name_problem(session: Session, game: Game, name: str) -> str | None:
     digits, spaces and . ' _ - (no look-alike letters from other scripts, so nobody can
     pass for another player in the reports), at most MAX_NAME long (the reports' columns),
     and unique in the game by their skeleton (``name_skeleton``), among seats and the
-    sign-ups waiting or on standby."""
+    sign-ups waiting or on standby. A sentence, for the joiner."""
     if not name or len(name) > MAX_NAME or not _NAME.match(name) or "  " in name:
-        return (
-            f"A name is 1 to {MAX_NAME} plain letters (A to Z), digits, spaces, dots, "
-            "hyphens or apostrophes, e.g. JOIN spring26 Ann Lee"
+        return tr(
+            "A name is 1 to {most} plain letters (A to Z), digits, spaces, dots, hyphens or "
+            "apostrophes, e.g. JOIN spring26 Ann Lee.",
+            most=MAX_NAME,
         )
     skeleton = name_skeleton(name)
     if skeleton in {name_skeleton(reserved) for reserved in RESERVED_NAMES}:
-        return f"{name!r} cannot be a player's name here: choose another"
+        return tr("{name} cannot be a player's name here: choose another.", name=repr(name))
     names = list(session.scalars(select(Player.name).where(Player.game_id == game.id))) + list(
         session.scalars(
             select(Signup.name).where(
@@ -63,12 +65,18 @@ def _name_problem(session: Session, game: Game, name: str) -> str | None:
     )
     for taken in names:
         if taken.lower() == name.lower():
-            return f"The name {name!r} is taken in {game.name}: choose another"
+            return tr(
+                "The name {name} is taken in {game}: choose another.",
+                name=repr(name),
+                game=game.name,
+            )
         if name_skeleton(taken) == skeleton:
-            return (
-                f"The name {name!r} looks too like one taken in {game.name} (names must "
-                "differ in their letters, not only in case, spaces, punctuation or digits "
-                "that look like letters): choose another"
+            return tr(
+                "The name {name} looks too like one taken in {game} (names must differ in "
+                "their letters, not only in case, spaces, punctuation or digits that look "
+                "like letters): choose another.",
+                name=repr(name),
+                game=game.name,
             )
     return None
 
@@ -108,7 +116,8 @@ def same_domain(column: Any, address: str) -> Any:
 
 def _address_taken(session: Session, game: Game, address: str) -> str | None:
     """Why ``address`` cannot sign up for ``game``: its mailbox (``mailbox``) holds a
-    seat, or has signed up already, under this or another form of the address."""
+    seat, or has signed up already, under this or another form of the address. A
+    sentence, for the joiner."""
     box = mailbox(address)
     for player in session.scalars(
         select(Player).where(
@@ -116,11 +125,19 @@ def _address_taken(session: Session, game: Game, address: str) -> str | None:
         )
     ):
         if player.email.lower() == address.lower():
-            return f"{address} already plays in {game.name} (as {player.name})"
+            return tr(
+                "{address} already plays in {game} (as {name}).",
+                address=address,
+                game=game.name,
+                name=player.name,
+            )
         if mailbox(player.email) == box:
-            return (
-                f"{address} is another form of an address that already plays in "
-                f"{game.name} (as {player.name}): one seat per mailbox"
+            return tr(
+                "{address} is another form of an address that already plays in {game} (as "
+                "{name}): one seat per mailbox.",
+                address=address,
+                game=game.name,
+                name=player.name,
             )
     for waiting in session.scalars(
         select(Signup).where(
@@ -131,12 +148,39 @@ def _address_taken(session: Session, game: Game, address: str) -> str | None:
     ):
         if mailbox(waiting.email) != box:
             continue
-        where = "the standby list" if waiting.state == SignupState.STANDBY else "the referee's list"
+        standby = waiting.state == SignupState.STANDBY
         if waiting.email.lower() == address.lower():
-            return f"{address} has already signed up for {game.name} ({waiting.name}, on {where})"
+            return (
+                tr(
+                    "{address} has already signed up for {game} ({name}, on the standby list).",
+                    address=address,
+                    game=game.name,
+                    name=waiting.name,
+                )
+                if standby
+                else tr(
+                    "{address} has already signed up for {game} ({name}, on the referee's list).",
+                    address=address,
+                    game=game.name,
+                    name=waiting.name,
+                )
+            )
         return (
-            f"{address} is another form of an address that has signed up for {game.name} "
-            f"({waiting.name}, on {where}): one seat per mailbox"
+            tr(
+                "{address} is another form of an address that has signed up for {game} "
+                "({name}, on the standby list): one seat per mailbox.",
+                address=address,
+                game=game.name,
+                name=waiting.name,
+            )
+            if standby
+            else tr(
+                "{address} is another form of an address that has signed up for {game} "
+                "({name}, on the referee's list): one seat per mailbox.",
+                address=address,
+                game=game.name,
+                name=waiting.name,
+            )
         )
     return None
 

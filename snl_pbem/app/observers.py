@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.codes import VOUCHED, ask_code
 from snl_pbem.app.lookup import audit
 from snl_pbem.app.state import observers
+from snl_pbem.rules.words import tr
 from snl_pbem.store import (
     Game,
     Observer,
@@ -33,7 +34,7 @@ MAX_OBSERVERS_PER_GAME = 100
 
 def observe_refusal(session: Session, game: Game) -> str | None:
     if len(observers(session, game)) >= MAX_OBSERVERS_PER_GAME:
-        return f"{game.name} has as many observers as it can take; ask the referee."
+        return tr("{game} has as many observers as it can take; ask the referee.", game=game.name)
     return None
 
 

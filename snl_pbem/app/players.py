@@ -14,7 +14,7 @@ from snl_pbem.app.membership import game_config, mail_member
 from snl_pbem.config import Config, address_problem
 from snl_pbem.errors import LifecycleError
 from snl_pbem.keys import generate_key, hash_key
-from snl_pbem.rules.words import agree, counted
+from snl_pbem.rules.words import ntr, tr
 from snl_pbem.store import (
     AuditEntry,
     Confirmation,
@@ -45,22 +45,26 @@ def absent(
     if until is None:
         if player.absent_until is None or player.absent_until <= now:
             player.absent_until = None
-            return "You were not marked absent; nothing changed."
+            return tr("You were not marked absent; nothing changed.")
         player.absent_until = None
         audit(
             session, now, player.email.lower(), "absent-off", game, player=player.name, via="mail"
         )
-        return "You are back: reminders start again, and your orders are expected."
+        return tr("You are back: reminders start again, and your orders are expected.")
     if game.state == GamePhase.OVER:
-        raise LifecycleError(f"{game.name} is over.")
+        raise LifecycleError(tr("{game} is over.", game=game.name))
     limit = found.settings.max_absence if found else timedelta(days=14)
     most = found.settings.max_absent if found else 3
     if until <= now:
-        raise LifecycleError("That date has passed: give a date to come.")
+        raise LifecycleError(tr("That date has passed: give a date to come."))
     if until > now + limit:
         raise LifecycleError(
-            f"An absence may last at most {_days(limit)} in this game (until "
-            f"{game_time(game, now + limit)} at the latest). Ask the referee if you need longer."
+            tr(
+                "An absence may last at most {length} in this game (until {until} at the "
+                "latest). Ask the referee if you need longer.",
+                length=_days(limit),
+                until=game_time(game, now + limit),
+            )
         )
     others = session.scalar(
         select(func.count())
@@ -74,8 +78,14 @@ def absent(
     )
     if (others or 0) >= most:
         raise LifecycleError(
-            f"{counted(most, 'player')} of {game.name} {agree(most, 'is', 'are')} already absent, "
-            "the most this game allows at once. Send your orders as usual, or ask the referee."
+            ntr(
+                "{n} player of {game} is already absent, the most this game allows at once. "
+                "Send your orders as usual, or ask the referee.",
+                "{n} players of {game} are already absent, the most this game allows at once. "
+                "Send your orders as usual, or ask the referee.",
+                most,
+                game=game.name,
+            )
         )
     if player.absent_until is None or player.absent_until <= now:
         player.absences += 1
@@ -90,17 +100,25 @@ def absent(
         until=until.isoformat(),
         via="mail",
     )
-    return (
-        f"You are absent until {game_time(game, until)}: no reminders, and each round "
-        "without your orders is played by the no-orders default without counting against "
-        "you. Orders you send still count. Send ABSENT OFF when you are back early."
+    return tr(
+        "You are absent until {until}: no reminders, and each round without your orders is "
+        "played by the no-orders default without counting against you. Orders you send "
+        "still count. Send ABSENT OFF when you are back early.",
+        until=game_time(game, until),
     )
 
 
 def _days(delta: timedelta) -> str:
+    """``delta`` in days (``1.5 days``), or in hours when shorter than a day."""
     days = delta.total_seconds() / 86400
     hours = delta.total_seconds() / 3600
-    return f"{days:g} {agree(days, 'day')}" if days >= 1 else f"{hours:g} {agree(hours, 'hour')}"
+    if days >= 1:
+        if days == int(days):
+            return ntr("{n} day", "{n} days", int(days))
+        return tr("{n} days", n=format(days, "g"))  # 1.5 days: a fraction is "days", as in English
+    if hours == int(hours):
+        return ntr("{n} hour", "{n} hours", int(hours))
+    return tr("{n} hours", n=format(hours, "g"))
 
 
 def is_absent(player: Player, when: datetime) -> bool:
@@ -124,12 +142,19 @@ def new_key_refusal(session: Session, game: Game, player: Player, now: datetime)
         )
     ).all()
     if "address" in recent:
-        return (
-            f"Your address changed less than {NEW_KEY_AFTER_MOVE.days} days ago: a new key "
-            "can be asked for after that. Your key works as before."
+        return ntr(
+            "Your address changed less than {n} day ago: a new key can be asked for after "
+            "that. Your key works as before.",
+            "Your address changed less than {n} days ago: a new key can be asked for after "
+            "that. Your key works as before.",
+            NEW_KEY_AFTER_MOVE.days,
         )
     if sum(1 for action in recent if action == "new-key") >= NEW_KEYS_PER_DAY:
-        return f"You asked for {NEW_KEYS_PER_DAY} new keys lately: ask the referee."
+        return ntr(
+            "You asked for {n} new key lately: ask the referee.",
+            "You asked for {n} new keys lately: ask the referee.",
+            NEW_KEYS_PER_DAY,
+        )
     return None
 
 
@@ -155,11 +180,11 @@ def address_refusal(
     if problem is not None:
         return problem + "."
     if own_address(config, new):
-        return "That is one of the game's own addresses: give your own."
+        return tr("That is one of the game's own addresses: give your own.")
     if no_person(new):
-        return "Nobody reads mail at that address (it is a mail robot's): give your own."
+        return tr("Nobody reads mail at that address (it is a mail robot's): give your own.")
     if new == player.email.lower():
-        return "That is already your address."
+        return tr("That is already your address.")
     box = mailbox(new)
     for other in session.scalars(
         select(Player.email).where(
@@ -167,7 +192,7 @@ def address_refusal(
         )
     ):
         if mailbox(other) == box:
-            return "That address belongs to another player of this game."
+            return tr("That address belongs to another player of this game.")
     for waiting in session.scalars(
         select(Signup.email).where(
             Signup.game_id == game.id,
@@ -176,7 +201,7 @@ def address_refusal(
         )
     ):
         if mailbox(waiting) == box:
-            return "That address has signed up for this game."
+            return tr("That address has signed up for this game.")
     return None
 
 
@@ -196,14 +221,18 @@ def address_code_refusal(session: Session, game: Game, player: Player, now: date
     )
     mine = sum(1 for payload in sent if payload.get("player_id") == player.id)
     if mine >= ADDRESS_CODES_PER_PLAYER_PER_DAY:
-        return (
-            f"You asked for {mine} address codes in the last day, the most a player may: "
-            "try again tomorrow. Nothing changed."
+        return ntr(
+            "You asked for {n} address code in the last day, the most a player may: try "
+            "again tomorrow. Nothing changed.",
+            "You asked for {n} address codes in the last day, the most a player may: try "
+            "again tomorrow. Nothing changed.",
+            mine,
         )
     if len(sent) >= ADDRESS_CODES_PER_GAME_PER_DAY:
-        return (
-            f"{game.name} has sent as many address codes today as it may: try again "
-            "tomorrow, or ask the referee. Nothing changed."
+        return tr(
+            "{game} has sent as many address codes today as it may: try again tomorrow, or "
+            "ask the referee. Nothing changed.",
+            game=game.name,
         )
     return None
 

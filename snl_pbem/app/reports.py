@@ -13,6 +13,7 @@ A deadline notice holds the game, the round, the old and new deadline and why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,13 +25,13 @@ from snl_pbem.app.links import page_url
 from snl_pbem.app.lookup import careers, game_time, ruleset_of, settings_of
 from snl_pbem.app.outbox import MailBatch, enqueue_mail, greetings
 from snl_pbem.app.state import RECEIPT_ORDER, observers_languages
-from snl_pbem.app.views import seat_lines
+from snl_pbem.app.views import positions_line, seat_lines
 from snl_pbem.config import Config
 from snl_pbem.rules import Board
 from snl_pbem.rules.geometry import Position
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.ruleset import Adjudication, StoredRound
-from snl_pbem.rules.words import counted
+from snl_pbem.rules.words import joined, ntr, reread, tr
 from snl_pbem.store import (
     AuditEntry,
     Game,
@@ -136,7 +137,8 @@ def own_defaults(
             elif record[1]:
                 why = "withdrawn"
             else:
-                why, problems = "invalid", tuple(str(p) for p in record[2])
+                # kept as English: in the reader's words again (snl_pbem.rules.words)
+                why, problems = "invalid", tuple(reread(str(p)) for p in record[2])
         away = player.absent_until is not None and player.absent_until > round_.deadline
         found[name] = OwnDefaults(
             dice=tuple(move.die for move in moves),
@@ -232,13 +234,20 @@ def enqueue_round_mail(
         winners = decided.result.winners
         order = (decided.result.summary or {}).get("order")
         if order:  # the classic game's finish = "all": everyone's place
-            headline = "the finishing order is " + ", ".join(
-                f"{o['player']} (round {o['round']}, {counted(o['rolls'], 'roll')})" for o in order
+            places = (
+                tr(
+                    "{player} (round {round}, {rolls})",
+                    player=o["player"],
+                    round=o["round"],
+                    rolls=ntr("{n} roll", "{n} rolls", o["rolls"]),
+                )
+                for o in order
             )
+            headline = tr("the finishing order is {order}", order=joined(tr(", "), places))
         elif decided.result.is_draw:
-            headline = f"a draw between {', '.join(winners)}"
+            headline = tr("a draw between {names}", names=", ".join(winners))
         else:
-            headline = f"{winners[0]} wins"
+            headline = tr("{name} wins", name=winners[0])
     ruleset, settings = ruleset_of(game), settings_of(game)
     reveal: dict[str, Any] = {"reveal": False}
     attachments: tuple[tuple[str, str, bytes], ...] = ()
@@ -341,6 +350,7 @@ def enqueue_round_mail(
         next_deadline=next_deadline,
         headline=headline,
         batch=batch,
+        players=players,
     )
     batch.insert(session)
 
@@ -400,7 +410,9 @@ def enqueue_referee_summary(
     next_deadline: datetime | None,
     headline: str,
     batch: MailBatch | None = None,
+    players: Sequence[Player] = (),
 ) -> None:
+    """The referee's summary of everything; ``players``: each one's language is shown."""
     ruleset = ruleset_of(game)
     previous_close, failed_mail = session.execute(
         _PREVIOUS_CLOSE_AND_FAILED, {"game": game.id, "number": round_.number}
@@ -449,7 +461,7 @@ def enqueue_referee_summary(
         wrong_keys=wrong_keys,
         failed_mail=failed_mail,
         seats=seat_lines(session, game, now),
-        positions=", ".join(f"{r.name} {r.position}" for r in standings(dict(decided.positions))),
+        positions=positions_line(config, game, players, ranked(decided.positions)),
         result=headline,
         next_round=next_round,
         deadline=game_time(game, next_deadline) if next_deadline else "",

@@ -21,6 +21,7 @@ from snl_pbem.app.outbox import enqueue_mail, greetings
 from snl_pbem.app.players import is_absent
 from snl_pbem.app.state import awaiting, latest_orders, load_state
 from snl_pbem.config import Config
+from snl_pbem.rules.words import reread
 from snl_pbem.store import Database, Game, InboundMessage, OrderRecord, Player, Round
 from snl_pbem.store.models import MailboxState, PlanChange
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, RoundPhase
@@ -256,7 +257,8 @@ def send_reminders(db: Database, config: Config, game_name: str, number: int, no
                 hello=hello[player.id],
                 round=round_,
                 deadline=game_time(game, round_.deadline),
-                problems=list(mine.problems) if mine is not None else [],
+                # kept as English: in the reader's words again (snl_pbem.rules.words)
+                problems=[reread(str(p)) for p in mine.problems] if mine is not None else [],
                 rules=ruleset.player_view(settings, state, player.name),
             )
             sent += 1

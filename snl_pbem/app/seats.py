@@ -21,6 +21,7 @@ from snl_pbem.app.state import counting_orders, holder_name, player_state
 from snl_pbem.config import Config, address_problem
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.keys import generate_key, hash_key
+from snl_pbem.rules.words import tr
 from snl_pbem.store import (
     Confirmation,
     Game,
@@ -101,7 +102,7 @@ def resign_refusal(config: Config, game: Game, player: Player) -> str | None:
     listed = game_config(config, game)
     names = {p.name.lower() for p in listed.settings.players} if listed is not None else set()
     if game.state == GamePhase.NEW and player.name.lower() in names:
-        return (
+        return tr(
             "The referee listed you in the game's config: ask them to take you off before "
             "the game starts."
         )

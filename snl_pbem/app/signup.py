@@ -27,7 +27,7 @@ from snl_pbem.app.membership import (
 )
 from snl_pbem.config import Config
 from snl_pbem.errors import LifecycleError, NotFound
-from snl_pbem.rules.words import counted
+from snl_pbem.rules.words import counted, tr
 from snl_pbem.store import (
     AuditEntry,
     Confirmation,
@@ -54,15 +54,12 @@ def join_refusal(
     """Why ``address`` cannot ask to join ``game`` as ``name`` now (None: it may)."""
     mode = signup_mode(config, game)
     if mode == "closed":
-        return f"{game.name} does not take sign-ups by mail: ask the referee."
+        return tr("{game} does not take sign-ups by mail: ask the referee.", game=game.name)
     if game.state == GamePhase.OVER:
-        return f"{game.name} is over."
+        return tr("{game} is over.", game=game.name)
     if own_address(config, address) or no_person(address):
-        return "The game's own addresses, and robots' (postmaster, no-reply...), cannot join."
-    problem = _address_taken(session, game, address) or _name_problem(session, game, name)
-    if problem:
-        return problem + "."
-    return None
+        return tr("The game's own addresses, and robots' (postmaster, no-reply...), cannot join.")
+    return _address_taken(session, game, address) or _name_problem(session, game, name)
 
 
 def join_codes_sent(session: Session, game: Game, now: datetime) -> int:
@@ -89,9 +86,10 @@ def join_code_refusal(session: Session, game: Game, now: datetime) -> str | None
     once cannot both take the last place."""
     if join_codes_sent(session, game, now) < MAX_UNCONFIRMED_PER_GAME:
         return None
-    return (
-        f"{game.name} has had many sign-ups in the last hour, more than it takes at once. "
-        "Please send your JOIN again in an hour."
+    return tr(
+        "{game} has had many sign-ups in the last hour, more than it takes at once. Please "
+        "send your JOIN again in an hour.",
+        game=game.name,
     )
 
 
@@ -171,11 +169,13 @@ def complete_join(
     is the joiner's (their seat's mail's; None: the game's)."""
     refusal = _address_taken(session, game, address) or _name_problem(session, game, name)
     if refusal is not None:
-        raise LifecycleError(refusal + ".")
+        raise LifecycleError(refusal)
     if game.state == GamePhase.OVER:
-        raise LifecycleError(f"{game.name} is over.")
+        raise LifecycleError(tr("{game} is over.", game=game.name))
     if signup_mode(config, game) == "closed":  # closed since the code was sent
-        raise LifecycleError(f"{game.name} no longer takes sign-ups by mail: ask the referee.")
+        raise LifecycleError(
+            tr("{game} no longer takes sign-ups by mail: ask the referee.", game=game.name)
+        )
     approval = signup_mode(config, game) == "approval"
     signup = Signup(
         game_id=game.id,

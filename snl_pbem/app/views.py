@@ -4,7 +4,7 @@ the referee's view of the seats. Reads only.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -13,9 +13,11 @@ from sqlalchemy.orm import Session
 
 from snl_pbem.app.lookup import game_by_name, game_time, open_round
 from snl_pbem.app.membership import game_config, seated, signups
+from snl_pbem.app.outbox import mail_language
 from snl_pbem.app.players import is_absent
 from snl_pbem.app.state import observers
 from snl_pbem.config import Config, GameConfig
+from snl_pbem.i18n import DEFAULT as DEFAULT_LANGUAGE
 from snl_pbem.i18n import When
 from snl_pbem.rules.words import counted, tr
 from snl_pbem.store import (
@@ -135,6 +137,23 @@ def seat_lines(session: Session, game: Game, now: datetime) -> list[str]:
     if waiting:
         lines.append("waiting for your approval: " + ", ".join(s.name for s in waiting))
     return lines
+
+
+def positions_line(
+    config: Config, game: Game, players: Sequence[Player], positions: Iterable[tuple[str, int]]
+) -> str:
+    """Everyone's position (``positions``: name and position, in the standings' order) for
+    the referee's summary: a player whose mail is not in the game's language has its code
+    beside their name (``ann 38, chai (th) 38``; ``outbox.mail_language``)."""
+    table = game_config(config, game)
+    usual = table.settings.language if table is not None else DEFAULT_LANGUAGE
+    languages = {}
+    for player in players:
+        if player.active:
+            code = mail_language(config, game, player.email, "player/", player)
+            if code != usual:
+                languages[player.name] = f" ({code})"
+    return ", ".join(f"{name}{languages.get(name, '')} {position}" for name, position in positions)
 
 
 def in_game(

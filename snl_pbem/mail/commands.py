@@ -31,7 +31,7 @@ from types import MappingProxyType
 
 from snl_pbem.i18n import codes_text, language
 from snl_pbem.mail.quotes import read_lines
-from snl_pbem.rules.words import tr
+from snl_pbem.rules.words import joined, tr
 
 PLAYER_ACTIONS = frozenset(
     (
@@ -225,11 +225,7 @@ def read_commands(
         cut=cut,
         replaced=tuple(b.replaced),
         order_keys=tuple(values.get("keys", ())),  # type: ignore[arg-type]
-        conflict=(
-            "it has " + " and ".join(b.conflicts) + ", so it cannot be read as one order set"
-            if b.conflicts
-            else None
-        ),
+        conflict=_conflict(b.conflicts),
         actions=tuple(b.actions[:MAX_ACTIONS]),
         # capped like the actions, and once each: STATUS lines below the last command
         # obeyed show the same thing (one block, not one per line)
@@ -237,12 +233,31 @@ def read_commands(
     )
 
 
+def _conflict(conflicts: list[str]) -> str | None:
+    """Why a message is not one order set (``Builder.conflicts``: one or both of its
+    GAME and KEY lines differ), or None."""
+    if not conflicts:
+        return None
+    if len(conflicts) == 1:
+        return tr("it has {what}, so it cannot be read as one order set", what=conflicts[0])
+    return tr(
+        "it has {what} and {other}, so it cannot be read as one order set",
+        what=conflicts[0],
+        other=joined(tr(" and "), conflicts[1:]),
+    )
+
+
 def _unknown(b: Builder, line: str, word: str, table: Mapping[str, Reader]) -> None:
     close = _close_match(word, tuple(table)) if word else ()
     looks_like_command = bool(close) or bool(re.match(r"^[A-Za-z]+\s*[:=]?\s*\d", line))
     if looks_like_command and len(line.split()) <= 6:
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        b.problems.append(LineProblem(line, f"unknown command {word or line.split()[0]!r}{hint}"))
+        named = repr(word or line.split()[0])
+        reason = (
+            tr("unknown command {word} (did you mean {close}?)", word=named, close=close[0])
+            if close
+            else tr("unknown command {word}", word=named)
+        )
+        b.problems.append(LineProblem(line, reason))
     else:
         b.ignored.append(line)
 
@@ -262,9 +277,31 @@ def _not_ascii_digits(token: str) -> bool:
 
 
 def _number_problem(token: str, what: str) -> str:
-    if _not_ascii_digits(token):
-        return f"{token!r} is not written with the digits 0 to 9: write {what} with them"
-    return ""
+    """Why ``token`` is no number, when it is written with other digits than 0-9 (``what``:
+    which number, "round", "die" or "space"); "" otherwise."""
+    if not _not_ascii_digits(token):
+        return ""
+    if what == "round":
+        return tr(
+            "{token} is not written with the digits 0 to 9: write the round number with them",
+            token=repr(token),
+        )
+    if what == "die":
+        return tr(
+            "{token} is not written with the digits 0 to 9: write each die with them",
+            token=repr(token),
+        )
+    return tr(
+        "{token} is not written with the digits 0 to 9: write the space number with them",
+        token=repr(token),
+    )
+
+
+def _still_counts(reason: str, earlier: str | None) -> str:
+    """``reason``, and that the earlier line of the same word still counts, if any."""
+    if not earlier:
+        return reason
+    return tr('{reason}; your earlier line "{line}" still counts', reason=reason, line=earlier)
 
 
 def _chat(b: Builder, line: str) -> None:
@@ -283,11 +320,20 @@ def _game(b: Builder, line: str, rest: str) -> None:
         return _chat(b, line)
     token = words[0].strip("[]").lower() if words else ""
     if not re.fullmatch(r"[a-z0-9][a-z0-9_-]{0,31}", token):
-        b.problems.append(LineProblem(line, "GAME needs the game's id, e.g. GAME spring26"))
+        b.problems.append(LineProblem(line, tr("GAME needs the game's id, e.g. GAME spring26")))
         return None
-    b.conflict("game", token, f"two different GAME lines ({b.values.get('game')}, {token})")
+    b.conflict(
+        "game",
+        token,
+        tr("two different GAME lines ({one}, {other})", one=b.values.get("game"), other=token),
+    )
     b.values["game"] = token
     return None
+
+
+_OPENING = "([<\uff08\u3010\u300a"  # and the full-width parenthesis and brackets
+"""A bracket that opens a placeholder: the help's "(your order key)" is one word in Chinese
+and Thai, which write no spaces."""
 
 
 def _looks_like_key(token: str) -> bool:
@@ -297,12 +343,14 @@ def _looks_like_key(token: str) -> bool:
 def _key(b: Builder, line: str, rest: str) -> None:
     words = rest.split()
     if not words:
-        b.problems.append(LineProblem("KEY", "KEY needs your order key after it"))
+        b.problems.append(LineProblem("KEY", tr("KEY needs your order key after it")))
         return None
-    if len(words) > 1 and not _looks_like_key(words[0]):
-        return _chat(b, "KEY ...")  # a sentence; never echoed whole (it may hold a key)
+    if (len(words) > 1 or words[0][:1] in _OPENING) and not _looks_like_key(words[0]):
+        # a sentence, or the help's placeholder written in one word, "KEY (你的口令)";
+        # never echoed whole (it may hold a key)
+        return _chat(b, "KEY ...")
     key = words[0]
-    b.conflict("key_norm", key.lower(), "two different KEY lines")  # keys ignore case
+    b.conflict("key_norm", key.lower(), tr("two different KEY lines"))  # keys ignore case
     b.values["key_norm"] = key.lower()
     b.values.setdefault("keys", [])
     keys = b.values["keys"]
@@ -318,13 +366,8 @@ def _round(b: Builder, line: str, rest: str) -> None:
     if len(words) > 1:
         return _chat(b, line)
     if not (token.isascii() and token.isdigit()) or len(token) > 6:
-        reason = _number_problem(token, "the round number") or (
-            "ROUND needs a round number, e.g. ROUND 8"
-        )
-        earlier = b.last_line.get("ROUND")
-        if earlier:
-            reason += f'; your earlier line "{earlier}" still counts'
-        b.problems.append(LineProblem(line, reason))
+        reason = _number_problem(token, "round") or tr("ROUND needs a round number, e.g. ROUND 8")
+        b.problems.append(LineProblem(line, _still_counts(reason, b.last_line.get("ROUND"))))
         return None
     b.once("ROUND", line)
     b.values["round"] = int(token)
@@ -381,13 +424,15 @@ def _dice(b: Builder, line: str, rest: str) -> None:
     if comments:
         tokens = [t.strip(".!()") for t in _SPLIT.split(rest) if t.strip(".!()")]
     if not tokens:
-        b.problems.append(LineProblem(line, "DICE needs one value per turn, e.g. DICE 4 2"))
+        b.problems.append(LineProblem(line, tr("DICE needs one value per turn, e.g. DICE 4 2")))
         b.values["dice"] = ()
         return None
     values = []
     for token in tokens:
         if not (token.isascii() and token.isdigit()) or len(token) > 3:
-            reason = _number_problem(token, "each die") or f"{token!r} is not a die value (1 to 6)"
+            reason = _number_problem(token, "die") or tr(
+                "{value} is not a die value (1 to 6)", value=repr(token)
+            )
             b.problems.append(LineProblem(line, reason))
             b.values["dice"] = ()  # an unreadable die makes the dice invalid (R18)
             return None
@@ -415,13 +460,10 @@ def _trapdoor(b: Builder, line: str, rest: str) -> None:
         b.ignored.extend(remark)
         return None
     if not (token.isascii() and token.isdigit()) or len(token) > 6:
-        reason = _number_problem(token, "the space number") or (
+        reason = _number_problem(token, "space") or tr(
             "TRAPDOOR needs a space number, e.g. TRAPDOOR 37"
         )
-        earlier = b.last_line.get("TRAPDOOR")
-        if earlier:
-            reason += f'; your earlier line "{earlier}" still counts'
-        b.problems.append(LineProblem(line, reason))
+        b.problems.append(LineProblem(line, _still_counts(reason, b.last_line.get("TRAPDOOR"))))
         return None
     b.once("TRAPDOOR", line)
     b.values["trapdoor"] = int(token)
@@ -460,7 +502,7 @@ def _roll(b: Builder, line: str, rest: str) -> None:
     elif _NUMBERS.fullmatch(extra):
         b.values["roll"] = True
         b.problems.append(
-            LineProblem(line, "the numbers after ROLL are not read: the server throws the dice")
+            LineProblem(line, tr("the numbers after ROLL are not read: the server throws the dice"))
         )
     else:
         b.ignored.append(line)
@@ -511,7 +553,7 @@ def _join(b: Builder, line: str, rest: str) -> None:
     if game is None or len(words) > 4:
         if not words:
             b.problems.append(
-                LineProblem(line, "JOIN needs the game and your name: JOIN spring26 Ann")
+                LineProblem(line, tr("JOIN needs the game and your name: JOIN spring26 Ann"))
             )
             return None
         return _chat(b, line)
@@ -524,7 +566,9 @@ def _confirm(b: Builder, line: str, rest: str) -> None:
         return _action("CONFIRM", (words[0].replace("-", "").lower(),), b, line)
     if len(words) <= 1:
         b.problems.append(
-            LineProblem("CONFIRM", "CONFIRM needs the code we mailed you, e.g. CONFIRM abcd-efgh")
+            LineProblem(
+                "CONFIRM", tr("CONFIRM needs the code we mailed you, e.g. CONFIRM abcd-efgh")
+            )
         )
         return None
     return _chat(b, "CONFIRM ...")  # never echoed whole: it may hold a code
@@ -542,7 +586,9 @@ def _absent(b: Builder, line: str, rest: str) -> None:
         return _action("ABSENT", ("until", " ".join(words[1:])), b, line)
     if len(words) <= 3:
         b.problems.append(
-            LineProblem(line, "write ABSENT UNTIL 2026-12-24 (a date, year first) or ABSENT OFF")
+            LineProblem(
+                line, tr("write ABSENT UNTIL 2026-12-24 (a date, year first) or ABSENT OFF")
+            )
         )
         return None
     return _chat(b, line)
@@ -561,7 +607,7 @@ def _address(b: Builder, line: str, rest: str) -> None:
         return _action("ADDRESS", (words[0].strip("<>").lower(),), b, line)
     if len(words) <= 1:
         b.problems.append(
-            LineProblem(line, "ADDRESS needs your new address: ADDRESS ann@example.org")
+            LineProblem(line, tr("ADDRESS needs your new address: ADDRESS ann@example.org"))
         )
         return None
     return _chat(b, line)
@@ -595,7 +641,9 @@ def _extend(b: Builder, line: str, rest: str) -> None:
         return _chat(b, line)
     if len(words) >= 2 and _DURATION.match(" ".join(words[1:])):
         return _action("EXTEND", (game, " ".join(words[1:])), b, line)
-    b.problems.append(LineProblem(line, "write EXTEND spring26 BY 2d (a duration: 12h, 2d, 1w)"))
+    b.problems.append(
+        LineProblem(line, tr("write EXTEND spring26 BY 2d (a duration: 12h, 2d, 1w)"))
+    )
     return None
 
 
@@ -615,7 +663,7 @@ def _replace(b: Builder, line: str, rest: str) -> None:
     if game is not None and len(words) >= 3 and "@" in words[-1] and len(words) <= 6:
         return _action("REPLACE", (game, " ".join(words[1:-1]), words[-1].strip("<>")), b, line)
     if len(words) <= 6:
-        b.problems.append(LineProblem(line, "write REPLACE spring26 Ann new@example.org"))
+        b.problems.append(LineProblem(line, tr("write REPLACE spring26 Ann new@example.org")))
         return None
     return _chat(b, line)
 
@@ -629,7 +677,7 @@ def _decide(word: str) -> Reader:
         if game is not None and 2 <= len(words) <= 4:
             return _action(word, (game, " ".join(words[1:])), b, line)
         if len(words) <= 4:
-            b.problems.append(LineProblem(line, f"write {word} spring26 Ann"))
+            b.problems.append(LineProblem(line, tr("write {word} spring26 Ann", word=word)))
             return None
         return _chat(b, line)
 

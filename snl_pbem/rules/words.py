@@ -1,5 +1,7 @@
 """Words for people: English counts ("1 snake", "0 snakes", "2 snakes"), and text that a
-mail shows in its reader's language (:class:`Text`, made by :func:`tr` and :func:`ntr`).
+mail shows in its reader's language (:class:`Text`, made by :func:`tr` and :func:`ntr`; a
+list of them by :func:`joined`; a sentence the database kept as English found again by
+:func:`reread`).
 
 Every count a person reads (mail, command output, a message naming a problem) takes its
 noun, or a verb that agrees with it, from here; the templates have the same two as the
@@ -10,7 +12,7 @@ every other layer, the rules engine's own messages included, may use it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from typing import Protocol
 
@@ -117,3 +119,66 @@ def ntr(singular: str, plural: str, n: int, /, **args: object) -> Text:
     """The form for ``n`` of ``singular``/``plural`` in the reader's language; ``{n}`` is
     ``n``, and ``args`` fill the rest."""
     return Text(singular, plural, n, {"n": n, **args})
+
+
+def joined(separator: str, parts: Iterable[object]) -> str:
+    """``parts`` joined by ``separator`` (a list of names, of a move's events), each part
+    and the separator shown in the reader's language when they are ``Text``: never
+    ``separator.join(...)`` of Text, which is English for good. Its ``str`` value is the
+    English, as a Text's is."""
+    return Joined(separator, tuple(parts))
+
+
+class Joined(str):
+    """What :func:`joined` makes: shown in the reader's language, part by part."""
+
+    __slots__ = ("_parts", "_separator")
+    _separator: str
+    _parts: tuple[object, ...]
+
+    def __new__(cls, separator: str, parts: tuple[object, ...]) -> Joined:
+        self = super().__new__(cls, _english(separator).join(map(_english, parts)))
+        self._separator, self._parts = separator, parts
+        return self
+
+    def __str__(self) -> str:
+        if _TRANSLATOR.get() is None:
+            return str.__str__(self)
+        return str(self._separator).join(map(str, self._parts))
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Joined, (self._separator, self._parts))
+
+
+def _english(value: object) -> str:
+    """A value's English: a str's (a Text's) own value, anything else's ``str``."""
+    return str.__str__(value) if isinstance(value, str) else str(value)
+
+
+# -- sentences kept as English --------------------------------------------------------------
+
+_REREADERS: list[Callable[[str], Text | None]] = []
+
+
+def rereader(read: Callable[[str], Text | None]) -> Callable[[str], Text | None]:
+    """Register ``read``, which gives a sentence of its module back as ``Text`` from the
+    English the database kept of it (None: not one of its sentences). The problems of an
+    order set are stored as their English, and shown again later (a reminder, the report
+    of the referee's move): :func:`reread` finds their words again."""
+    _REREADERS.append(read)
+    return read
+
+
+def reread(kept: str) -> str:
+    """``kept`` (English, as stored) as the ``Text`` it was written as, so that a mail
+    shows it in its reader's language; ``kept`` itself when no module knows it."""
+    if isinstance(kept, Text):
+        return kept
+    for read in _REREADERS:
+        found = read(kept)
+        if found is not None:
+            return found
+    return kept

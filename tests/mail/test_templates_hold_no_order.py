@@ -45,6 +45,7 @@ from snl_pbem.app.reopened import notify_restored
 from snl_pbem.app.rounds import rollback_round
 from snl_pbem.app.schedule import hold_round, send_reminders
 from snl_pbem.config import Config, load_config
+from snl_pbem.i18n import catalog
 from snl_pbem.mail.commands import parse_commands
 from snl_pbem.mail.parse import keys_quoted_in, order_key_given
 from snl_pbem.mail.smtp import SendError
@@ -80,6 +81,7 @@ replies_per_hour = 1000
 [[games]]
 id = "g1"
 title = "Postal test"
+language = "{language}"
 board = {{ rows = 2, columns = 5 }}
 reveal_after_game = true
 first_deadline = "2029-12-04T18:00"
@@ -95,6 +97,7 @@ players = [
 [[games]]
 id = "c1"
 ruleset = "classic"
+language = "{language}"
 board = {{ rows = 2, columns = 6, ladders = {{ "3" = 8 }}, snakes = {{ "11" = 2 }} }}
 first_deadline = "2029-12-04T18:00"
 round_length = "1d"
@@ -107,6 +110,7 @@ players = [
 [[games]]
 id = "open4"
 title = "Open game"
+language = "{language}"
 board = "standard"
 first_deadline = "2029-12-04T18:00"
 round_length = "3d"
@@ -117,6 +121,7 @@ starts = "when_full"
 
 [[games]]
 id = "appr"
+language = "{language}"
 board = "standard"
 first_deadline = "2029-12-04T18:00"
 round_length = "3d"
@@ -127,8 +132,16 @@ max_players = 4
 KEY_GIVERS = {"postal/welcome.txt.j2", "classic/welcome.txt.j2", "player/seat.txt.j2"}
 KEY_GIVERS |= {"player/new_key.txt.j2"}
 """The templates whose mail gives an order key (in its sentence, once)."""
-PLACEHOLDERS = {"KEY (your order key)", "KEY (your referee key)"}
-"""How every KEY line of our mail starts (a description may follow, in a list)."""
+PLACEHOLDERS = ("(your order key)", "(your referee key)")
+"""How every KEY line of our mail goes on after ``KEY`` (a description may follow, in a
+list), in the mail's language."""
+
+
+def words(sent: Sent, msgid: str) -> str:
+    """``msgid`` as the mail ``sent`` says it: in its ``Content-Language``."""
+    code = email.message_from_bytes(sent.raw)["Content-Language"] or "en"
+    translations = catalog(code)
+    return translations.gettext(msgid) if translations is not None else msgid
 WATCHED = (OrderRecord, Player, Signup, Observer, Confirmation, Game, Round, RoundTally, ServerKey)
 """What a message can change when it is obeyed: a pasted copy of our mail must change none."""
 
@@ -230,13 +243,15 @@ def state(db: Database) -> dict[str, list[tuple[Any, ...]]]:
 class Server:
     """A server's database driven through its real flows, one clock, one message each."""
 
-    def __init__(self, tmp_path: Path, caught: Outbox) -> None:
+    def __init__(self, tmp_path: Path, caught: Outbox, language: str = "en") -> None:
         self.tmp_path, self.caught = tmp_path, caught
         self.path = tmp_path / "snl.db"
         self.db = Database(f"sqlite:///{self.path}")
         upgrade(self.db)
         config_path = tmp_path / "config.toml"
-        config_path.write_text(CONFIG.format(url=self.db.url, referee_key=REFEREE_KEY))
+        config_path.write_text(
+            CONFIG.format(url=self.db.url, referee_key=REFEREE_KEY, language=language)
+        )
         self.config: Config = load_config(config_path)
         self.now, self.n, self.checked, self.pastes = T0, 0, 0, 0
         self.keys: set[str] = {k.lower() for k in (*CONFIG_KEYS, REFEREE_KEY)}
@@ -303,7 +318,8 @@ class Server:
             # wrapped sentence), but never so that it reads as a KEY line, even a wrong one
             if re.match(r"\s*(KEY|PASSWORD)\b", line):
                 example = line.strip()
-                assert any(example.startswith(p) for p in PLACEHOLDERS), f"{what}: {line!r}"
+                starts = [f"KEY {words(sent, p)}" for p in PLACEHOLDERS]
+                assert any(example.startswith(p) for p in starts), f"{what}: {line!r}"
             assert parse_commands(line).order_key is None, f"{what}: {line!r}"
         lowered = sent.body.lower()
         codes = [c for c in self.codes if c in lowered.replace("-", "")]
@@ -311,7 +327,7 @@ class Server:
             code = code_in(sent.body)
             assert codes == [code.replace("-", "").lower()], what  # its own code, once
             [line] = [x for x in sent.body.splitlines() if code in x]
-            assert line == f"Your confirmation code is {code}", what
+            assert line == words(sent, "Your confirmation code is %(code)s") % {"code": code}
         else:
             assert codes == [], f"{what} shows a code"
         shown = [k for k in self.keys if k in lowered]
@@ -319,7 +335,7 @@ class Server:
             key = key_in(sent.body)
             assert shown == [key.lower()], what  # its own key, and no other
             [line] = [x for x in sent.body.splitlines() if key in x]
-            assert line == f"Your order key is {key}", what
+            assert line == words(sent, "Your order key is %(key)s") % {"key": key}, what
         else:
             assert shown == [], f"{what} shows a key"
 
@@ -361,9 +377,11 @@ class Server:
         assert not [k for k in self.keys if k.encode() in kept], what  # none kept in clear
 
 
-@pytest.fixture
-def server(tmp_path: Path, outbox: Outbox) -> Iterator[Server]:
-    running = Server(tmp_path, outbox)
+@pytest.fixture(params=["en", "zh-Hans", "th"])
+def server(tmp_path: Path, outbox: Outbox, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The flows in each language (every game's players' mail in it): a translated
+    example must authenticate and confirm nothing either (``KEY (你的口令)`` is one word)."""
+    running = Server(tmp_path, outbox, request.param)
     yield running
     running.db.dispose()
 

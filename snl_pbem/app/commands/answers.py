@@ -75,8 +75,10 @@ def send_code(
     if limit == "address":
         refused = (
             "budget: address",
-            "You asked for too many codes today; try again tomorrow. Codes already sent to "
-            "this address still work.",
+            tr(
+                "You asked for too many codes today; try again tomorrow. Codes already sent "
+                "to this address still work."
+            ),
         )
         if waiting is None:
             note(ctx, game, address, "codes-over-budget", refused[1])
@@ -93,11 +95,18 @@ def send_code(
             )
         refused = (
             f"budget: {limit}",
-            f"Many requests came from addresses at {domain} in the last hour, more than "
-            f"we answer at once: please send your {word} again in an hour."
+            tr(
+                "Many requests came from addresses at {domain} in the last hour, more than "
+                "we answer at once: please send your {word} again in an hour.",
+                domain=domain,
+                word=word,
+            )
             if limit == "domain"
-            else "We have sent as many codes as we may in the last hour: please send your "
-            f"{word} again in an hour.",
+            else tr(
+                "We have sent as many codes as we may in the last hour: please send your "
+                "{word} again in an hour.",
+                word=word,
+            ),
         )
         if waiting is None:
             note(ctx, game, address, "codes-busy", refused[1])
@@ -139,26 +148,35 @@ def remind(
     so the note says where to find it), or for a JOIN under another name when no code
     could go (``refused``: why)."""
     wanted = str(pending.payload.get("name", ""))
-    what = (
-        f"to join {game.name} as {wanted!r}"
-        if purpose == Purpose.JOIN
-        else f"to follow {game.name}"
-    )
-    waits = (
-        f"A code {what} was sent to this address on {game_time(game, pending.created_at)} "
-        f"and works until {game_time(game, pending.expires_at)}. Look for the message "
-        f'"[{game.name}] Your confirmation code" and send its CONFIRM line back from this '
-        "address."
-    )
+    sent, until = game_time(game, pending.created_at), game_time(game, pending.expires_at)
+    if purpose == Purpose.JOIN:
+        waits = tr(
+            "A code to join {game} as {name} was sent to this address on {sent} and works "
+            'until {until}. Look for the message "[{game}] Your confirmation code" and send '
+            "its CONFIRM line back from this address.",
+            game=game.name,
+            name=repr(wanted),
+            sent=sent,
+            until=until,
+        )
+    else:
+        waits = tr(
+            "A code to follow {game} was sent to this address on {sent} and works until "
+            '{until}. Look for the message "[{game}] Your confirmation code" and send its '
+            "CONFIRM line back from this address.",
+            game=game.name,
+            sent=sent,
+            until=until,
+        )
     told = note(
         ctx,
         game,
         address,
         f"code-pending {game.name}",
-        f"No code was sent for your new request: {refused} {waits}"
+        tr("No code was sent for your new request: {reason} {waits}", reason=refused, waits=waits)
         if refused
-        else f"{waits} No new code is sent while it waits.",
-        "If you did not ask for it, ignore it: nothing happens.",
+        else tr("{waits} No new code is sent while it waits.", waits=waits),
+        tr("If you did not ask for it, ignore it: nothing happens."),
     )
     return f"{purpose}: a code already waits (" + ("reminded)" if told else "reminded lately)")
 
@@ -180,10 +198,11 @@ def note(
 
 
 def resting_text(game: Game, until: datetime) -> str:
-    return (
+    return tr(
         "That code was not checked: too many wrong codes came from this address in the "
-        f"last hour, so its codes rest until {game_time(game, until)}. If yours is right, "
-        "send it again after that: it still works."
+        "last hour, so its codes rest until {until}. If yours is right, send it again "
+        "after that: it still works.",
+        until=game_time(game, until),
     )
 
 

@@ -12,6 +12,7 @@ from snl_pbem.app.lookup import game_time, open_round_for_orders, ruleset_of
 from snl_pbem.app.replies import Context, redact, redacted, reply
 from snl_pbem.app.rounds import submit_orders
 from snl_pbem.mail.commands import READERS, LineProblem
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Game, Player
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
 
@@ -25,28 +26,30 @@ def run(ctx: Context, game: Game, player: Player, other: str | None) -> tuple[st
     round_ = open_round_for_orders(session, game)
     refusal = None
     if game.state == GamePhase.PAUSED:
-        refusal = "The game is paused: orders cannot be accepted until the referee resumes it."
+        refusal = tr("The game is paused: orders cannot be accepted until the referee resumes it.")
+    elif game.state == GamePhase.OVER:
+        refusal = tr("The game is over: there is no round to send orders for.")
     elif game.state != GamePhase.RUNNING or round_ is None:
-        refusal = (
-            f"The game is {'over' if game.state == GamePhase.OVER else 'not running'}: "
-            "there is no round to send orders for."
-        )
+        refusal = tr("The game is not running: there is no round to send orders for.")
     elif commands.round is not None and commands.round != round_.number:
-        refusal = (
-            f"Your orders are for round {commands.round}, but the round open now is "
-            f"round {round_.number}. Send them again with ROUND {round_.number} (or "
-            "without a ROUND line)."
+        refusal = tr(
+            "Your orders are for round {sent}, but the round open now is round {open}. Send "
+            "them again with ROUND {open} (or without a ROUND line).",
+            sent=commands.round,
+            open=round_.number,
         )
     elif ctx.now + RECEIPT_RESOLUTION <= round_.opened_at:  # IMAP dates are whole seconds
-        refusal = (
-            f"Your message reached us before round {round_.number} opened, so it was meant "
-            f"for an earlier round, which is closed now. Send your orders for round "
-            f"{round_.number} again."
+        refusal = tr(
+            "Your message reached us before round {round} opened, so it was meant for an "
+            "earlier round, which is closed now. Send your orders for round {round} again.",
+            round=round_.number,
         )
     elif ctx.now > round_.deadline:
-        refusal = (
-            f"Your orders arrived after round {round_.number}'s deadline "
-            f"({game_time(game, round_.deadline)}), so they do not count."
+        refusal = tr(
+            "Your orders arrived after round {round}'s deadline ({deadline}), so they do not "
+            "count.",
+            round=round_.number,
+            deadline=game_time(game, round_.deadline),
         )
     if refusal is not None:
         reply(

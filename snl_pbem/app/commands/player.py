@@ -18,9 +18,9 @@ from snl_pbem.app.commands.answers import player_reply
 from snl_pbem.app.commands.registry import Command, Who, lookup, register
 from snl_pbem.app.commands.signup import run_in_keyed
 from snl_pbem.app.replies import Context, guest_budget, reply, send, subject
-from snl_pbem.errors import LifecycleError
+from snl_pbem.errors import LifecycleError, said
 from snl_pbem.mail.commands import READERS, Action
-from snl_pbem.rules.words import tr
+from snl_pbem.rules.words import joined, ntr, tr
 from snl_pbem.store import Game, Player
 from snl_pbem.store.states import GamePhase, MailKind, Purpose
 from snl_pbem.timeutil import zone
@@ -95,7 +95,11 @@ def run_resign(ctx: Context, game: Game, player: Player, action: Action) -> str:
             ctx,
             game,
             player,
-            f"Your RESIGN line names {named}, but your key is for {game.name}: nothing changed.",
+            tr(
+                "Your RESIGN line names {named}, but your key is for {game}: nothing changed.",
+                named=named,
+                game=game.name,
+            ),
         )
         return "resign: another game named"
     refusal = seats.resign_refusal(config, game, player)
@@ -109,27 +113,45 @@ def run_resign(ctx: Context, game: Game, player: Player, action: Action) -> str:
                 ctx,
                 game,
                 player,
-                f"You have left {game.title or game.name} before it started: your seat "
-                "is free for someone else. Send LIST to see other games.",
+                tr(
+                    "You have left {title} before it started: your seat is free for someone "
+                    "else. Send LIST to see other games.",
+                    title=game.title or game.name,
+                ),
             )
             return "left before the start"
         player_reply(
             ctx,
             game,
             player,
-            f"You have resigned from {game.title or game.name}. Your key no longer works "
-            "and you will get no more mail about this game. Your seat plays on by the "
-            "no-orders default until the referee gives it to someone. Thanks for playing.",
+            tr(
+                "You have resigned from {title}. Your key no longer works and you will get no "
+                "more mail about this game. Your seat plays on by the no-orders default until "
+                "the referee gives it to someone. Thanks for playing.",
+                title=game.title or game.name,
+            ),
         )
         return "resigned"
     player_reply(
         ctx,
         game,
         player,
-        f"To resign from {game.name}, send one more message within "
-        f"{seats.RESIGN_LIFETIME.days} days with these lines (nothing changes until "
-        "then):",
-        f"GAME {game.name}\nKEY (your order key)\nRESIGN {game.name}",
+        ntr(
+            "To resign from {game}, send one more message within {n} day with these lines "
+            "(nothing changes until then):",
+            "To resign from {game}, send one more message within {n} days with these lines "
+            "(nothing changes until then):",
+            seats.RESIGN_LIFETIME.days,
+            game=game.name,
+        ),
+        joined(  # the lines as written in every language; only the key's place is words
+            "\n",
+            (
+                f"GAME {game.name}",
+                joined(" ", ("KEY", tr("(your order key)"))),
+                f"RESIGN {game.name}",
+            ),
+        ),
     )
     return "resign: confirmation asked"
 
@@ -140,7 +162,7 @@ def run_absent(ctx: Context, game: Game, player: Player, action: Action) -> str:
         until = _absent_until(game, action.args) if action.args[0] == "until" else None
         message = players.absent(ctx.session, ctx.config, game, player, until, ctx.now)
     except (LifecycleError, ValueError) as exc:
-        player_reply(ctx, game, player, f"{exc} Nothing changed.")
+        player_reply(ctx, game, player, tr("{reason} Nothing changed.", reason=said(exc)))
         return f"absent refused: {exc}"
     player_reply(ctx, game, player, message)
     return "absent" if until else "absent off"
@@ -153,14 +175,19 @@ def run_address(ctx: Context, game: Game, player: Player, action: Action) -> str
     new = action.args[0]
     refusal = players.address_refusal(session, config, game, player, new)
     if refusal is not None:
-        player_reply(ctx, game, player, f"{refusal} Nothing changed.")
+        player_reply(ctx, game, player, tr("{reason} Nothing changed.", reason=refusal))
         return f"address refused: {refusal}"
     refusal = players.address_code_refusal(session, game, player, now)
     if refusal is not None:
         player_reply(ctx, game, player, refusal)
         return "address: no code sent (the player's or the game's codes for the day)"
     if not guest_budget(ctx, new, MailKind.ADDRESS_CODE):
-        player_reply(ctx, game, player, f"Too many codes went to {new} lately; try again tomorrow.")
+        player_reply(
+            ctx,
+            game,
+            player,
+            tr("Too many codes went to {address} lately; try again tomorrow.", address=new),
+        )
         return "address: no code sent (budget)"
     code = players.request_address(session, game, player, new, now)
     send(
@@ -179,8 +206,11 @@ def run_address(ctx: Context, game: Game, player: Player, action: Action) -> str
         ctx,
         game,
         player,
-        f"We mailed a code to {new}. Your mail moves there once you send the code back from "
-        "that address, with your order key. Until then nothing changes.",
+        tr(
+            "We mailed a code to {address}. Your mail moves there once you send the code back "
+            "from that address, with your order key. Until then nothing changes.",
+            address=new,
+        ),
     )
     return "address: code sent"
 
@@ -193,7 +223,7 @@ def _absent_until(game: Game, args: tuple[str, ...]) -> datetime:
     ABSENT UNTIL 2026-12-24 18:00; a month or day may have one digit."""
     text = args[1].strip()
     found = _WHEN.match(text)
-    wrong = f"{text!r} is not a date to come (write it year first: 2026-12-24)."
+    wrong = tr("{date} is not a date to come (write it year first: 2026-12-24).", date=repr(text))
     if found is None:
         raise ValueError(wrong)
     year, month, day, hour, minute = found.groups()

@@ -64,6 +64,7 @@ from snl_pbem.app.signup import approve_signup, refuse_signup, start_forming_gam
 from snl_pbem.errors import LifecycleError, NotFound
 from snl_pbem.mail.commands import READERS, Action, LineProblem
 from snl_pbem.rules.outcome import ranked
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Game
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
 from snl_pbem.timeutil import format_duration, parse_duration
@@ -71,7 +72,7 @@ from snl_pbem.timeutil import format_duration, parse_duration
 log = logging.getLogger("snl_pbem.referee_mail")
 
 REPLY_TEMPLATE = "referee/reply.txt.j2"
-NOT_YOURS = (
+NOT_YOURS = tr(
     "only the referee can give this command (from the referee's address, with the "
     "referee's key): not done"
 )

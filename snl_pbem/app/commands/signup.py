@@ -37,10 +37,10 @@ from snl_pbem.app.commands.language import asked_language
 from snl_pbem.app.commands.registry import Command, Who, lookup, register
 from snl_pbem.app.replies import Context, guest_budget, guest_help, send, verified_sender
 from snl_pbem.config import address_problem
-from snl_pbem.errors import LifecycleError
+from snl_pbem.errors import LifecycleError, said
 from snl_pbem.i18n import LANGUAGES, language
 from snl_pbem.mail.commands import READERS, Action
-from snl_pbem.rules.words import tr
+from snl_pbem.rules.words import joined, tr
 from snl_pbem.store import Game, Player
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind, Purpose
 
@@ -106,7 +106,12 @@ def _open_problems(ctx: Context) -> tuple[str, str] | None:
     address = usable_sender(ctx)
     if not reasons or address is None or ctx.commands.has_orders:
         return None
-    guest_reply(ctx, None, address, "Your message was not done: " + "; ".join(reasons) + ".")
+    guest_reply(
+        ctx,
+        None,
+        address,
+        tr("Your message was not done: {reasons}.", reasons=joined(tr("; "), reasons)),
+    )
     return InboundStatus.REJECTED, "sign-up line not understood"
 
 
@@ -123,8 +128,12 @@ def run_in_keyed(ctx: Context, game: Game, player: Player, action: Action) -> st
         ctx,
         game,
         player,
-        f"{action.word} {target} was not done: send it in a message of its own, "
-        "without your GAME and KEY lines.",
+        tr(
+            "{word} {game} was not done: send it in a message of its own, without your "
+            "GAME and KEY lines.",
+            word=action.word,
+            game=target,
+        ),
     )
     return f"{action.word} {target}: not done (another game)"
 
@@ -161,8 +170,10 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
             player,
             resting_text(*rest)
             if found is None and rest is not None
-            else "That code is not right, has expired, or is not for this address. Send "
-            "ADDRESS again to get a new one.",
+            else tr(
+                "That code is not right, has expired, or is not for this address. Send "
+                "ADDRESS again to get a new one."
+            ),
         )
         return "address code refused" + (" (codes resting)" if rest and found is None else "")
     old = players.move_address(ctx.session, ctx.config, game, player, address, ctx.now)
@@ -170,8 +181,13 @@ def confirm_address(ctx: Context, game: Game, player: Player) -> str | None:
         ctx,
         game,
         player,
-        f"Your mail for {game.name} now comes to this address, {address}. Your order key is "
-        f"unchanged. Your old address ({old}) has been told.",
+        tr(
+            "Your mail for {game} now comes to this address, {address}. Your order key is "
+            "unchanged. Your old address ({old}) has been told.",
+            game=game.name,
+            address=address,
+            old=old,
+        ),
     )
     return f"address moved to {address}"
 
@@ -210,13 +226,16 @@ def run_join(ctx: Context, action: Action, address: str, player: Player | None) 
             ctx,
             game,
             address,
-            f"Write your name after the game: JOIN {game.name} Ann Lee (the name others see "
-            "in the reports).",
+            tr(
+                "Write your name after the game: JOIN {game} Ann Lee (the name others see in "
+                "the reports).",
+                game=game.name,
+            ),
         )
         return "join: no name"
     refusal = signup.join_refusal(ctx.session, ctx.config, game, address, name, ctx.now)
     if refusal is not None:
-        guest_reply(ctx, game, address, refusal, "Send LIST for the games you can join.")
+        guest_reply(ctx, game, address, refusal, tr("Send LIST for the games you can join."))
         return f"join refused: {refusal}"
     language = asked or asked_language(ctx.commands.actions) or ctx.written_in
     return send_code(ctx, game, address, Purpose.JOIN, name, language)
@@ -240,11 +259,13 @@ def run_observe(ctx: Context, action: Action, address: str, player: Player | Non
     if isinstance(game, str):
         return game
     if game.state == GamePhase.OVER:
-        guest_reply(ctx, game, address, f"{game.name} is over: there is nothing to follow.")
+        guest_reply(
+            ctx, game, address, tr("{game} is over: there is nothing to follow.", game=game.name)
+        )
         return "observe: game over"
     current = observers.observing(ctx.session, game, address)
     if current is not None and current.active:
-        guest_reply(ctx, game, address, f"You already follow {game.name}.")
+        guest_reply(ctx, game, address, tr("You already follow {game}.", game=game.name))
         return "observe: already"
     refusal = observers.observe_refusal(ctx.session, game)
     if refusal is not None:
@@ -265,8 +286,10 @@ def run_unobserve(ctx: Context, action: Action, address: str, player: Player | N
             ctx,
             game,
             address,
-            f"You no longer get {game.name}'s reports. Send OBSERVE {game.name} to follow it "
-            "again.",
+            tr(
+                "You no longer get {game}'s reports. Send OBSERVE {game} to follow it again.",
+                game=game.name,
+            ),
         )
         return "unobserved"
     return "unobserve: was not observing"
@@ -283,10 +306,13 @@ def _asked_game(ctx: Context, action: Action, address: str) -> Game | str:
             ctx,
             None,
             address,
-            f"There is no game {game_name!r} on this server."
+            tr("There is no game {game} on this server.", game=repr(game_name))
             if game_name
-            else f"Which game? Write {action.word} and the game's id, e.g. {action.word} spring26.",
-            "Send LIST for the games you can join or follow.",
+            else tr(
+                "Which game? Write {word} and the game's id, e.g. {word} spring26.",
+                word=action.word,
+            ),
+            tr("Send LIST for the games you can join or follow."),
         )
         return f"{action.word}: unknown game {game_name!r}"
     ctx.session.refresh(game, with_for_update=True)
@@ -325,11 +351,11 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
         if rest is not None:  # the owner's right code may be among those not checked
             note(ctx, rest[0], address, "code-resting", resting_text(*rest))
             return "confirm: not checked (codes resting)"
-        text = (
+        text = tr(
             "That code is not right or has expired. A code works once, only from the address "
             "it was sent to, for a few days."
         )
-        again = "Ask again (JOIN or OBSERVE) for a new one."
+        again = tr("Ask again (JOIN or OBSERVE) for a new one.")
         # two answers an hour at most: a forger's wrong codes cannot silence the owner's
         any(note(ctx, None, address, about, text, again) for about in ("code-wrong", "re-wrong"))
         return "confirm: wrong or expired code"
@@ -343,9 +369,12 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
             ctx,
             game,
             address,
-            f"You now follow {game.title or game.name}: each round's report (the positions, "
-            "nothing secret) will come to this address.",
-            f"Send UNOBSERVE {game.name} to stop.",
+            tr(
+                "You now follow {title}: each round's report (the positions, nothing secret) "
+                "will come to this address.",
+                title=game.title or game.name,
+            ),
+            tr("Send UNOBSERVE {game} to stop.", game=game.name),
             language=joiner,
         )
         return "observing"
@@ -376,7 +405,9 @@ def _confirm(ctx: Context, address: str, code: str, locked: Game | None = None) 
             language=joiner,
         )
     except LifecycleError as exc:
-        guest_reply(ctx, game, address, str(exc), "Send LIST for the games you can join.", joiner)
+        guest_reply(
+            ctx, game, address, said(exc), tr("Send LIST for the games you can join."), joiner
+        )
         return f"join refused: {exc}"
     codes.void_other_joins(ctx.session, game, address, ctx.now)
     if not outcome.started:

@@ -9,6 +9,7 @@ from snl_pbem.app.lookup import career, game_time, open_round, ruleset_of, setti
 from snl_pbem.app.replies import Context, reply
 from snl_pbem.app.state import RECEIPT_ORDER, player_state
 from snl_pbem.mail.commands import READERS
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Game, OrderRecord, Player
 from snl_pbem.store.states import GamePhase, MailKind
 
@@ -27,10 +28,10 @@ def run(ctx: Context, game: Game, player: Player, other: str | None) -> None:
             .limit(1)
         )
     states: dict[str, str] = {
-        GamePhase.RUNNING: "running",
-        GamePhase.PAUSED: "paused by the referee",
-        GamePhase.OVER: "over",
-        GamePhase.NEW: "not started yet",
+        GamePhase.RUNNING: tr("running"),
+        GamePhase.PAUSED: tr("paused by the referee"),
+        GamePhase.OVER: tr("over"),
+        GamePhase.NEW: tr("not started yet"),
     }
     state_text = states[game.state]
     reply(

@@ -18,7 +18,7 @@ from snl_pbem.app.commands.referee import is_referee_mail
 from snl_pbem.app.commands.signup import confirm_address
 from snl_pbem.app.intake.commands import run_of
 from snl_pbem.app.intake.context import Message, Outcome
-from snl_pbem.app.intake.reply import cut_note
+from snl_pbem.app.intake.reply import noting_cut
 from snl_pbem.app.lookup import audit
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.replies import Context, guest_notice
@@ -26,6 +26,7 @@ from snl_pbem.app.txcache import peek, remember
 from snl_pbem.keys import hash_key
 from snl_pbem.mail.commands import Commands
 from snl_pbem.mail.parse import ParsedMail
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Game, InboundMessage, OutboxMessage, Player
 from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
 
@@ -55,14 +56,21 @@ def game(msg: Message) -> Outcome | None:
         if commands.game is not None and not commands.game_from_subject:
             guest_notice(
                 ctx,
-                "Your message's GAME line names a game that is not on this server: check "
-                "the game id in your welcome message.",
+                tr(
+                    "Your message's GAME line names a game that is not on this server: check "
+                    "the game id in your welcome message."
+                ),
             )
             return Outcome(InboundStatus.REJECTED, f"unknown game {commands.game!r}")
         guest_notice(
             ctx,
-            "Your message did not say which game it is for: add a "
-            "line GAME <id> (or put [id] in the subject)." + cut_note(commands),
+            noting_cut(
+                tr(
+                    "Your message did not say which game it is for: add a line GAME <id> (or "
+                    "put [id] in the subject)."
+                ),
+                commands,
+            ),
         )
         return Outcome(InboundStatus.REJECTED, "no game given")
     # The game row is locked, as a close locks it, and before anything that refers to it is
@@ -79,8 +87,11 @@ def game(msg: Message) -> Outcome | None:
     if commands.conflict is not None:
         guest_notice(
             ctx,
-            f"Your message was not applied: {commands.conflict}. Send one order set "
-            "per message, with one GAME and one KEY line.",
+            tr(
+                "Your message was not applied: {conflict}. Send one order set per message, "
+                "with one GAME and one KEY line.",
+                conflict=commands.conflict,
+            ),
             found,
         )
         return Outcome(InboundStatus.REJECTED, f"not one order set: {commands.conflict}")
@@ -138,11 +149,14 @@ def _other_address(mail: ParsedMail, player: Player) -> str | None:
     """The address the key was used from, when it is not plainly the player's own: another
     address, none we could read, or a From header whose name shows another address."""
     if mail.sender is None:
-        return f"an address we could not read ({mail.sender_doubt or 'no From address'})"
+        return tr(
+            "an address we could not read ({why})",
+            why=mail.sender_doubt or tr("no From address"),
+        )
     if mail.sender != player.email.lower():
         return mail.sender
     if mail.sender_doubt:
-        return f"{mail.sender} ({mail.sender_doubt})"
+        return tr("{address} ({why})", address=mail.sender, why=mail.sender_doubt)
     return None
 
 
@@ -165,13 +179,18 @@ def _not_authenticated(ctx: Context, game: Game) -> Outcome:
         )
         quiet = _key_guessing(ctx, game)
     if not quiet:
-        guest_notice(
-            ctx,
-            f"Your message had {'no' if commands.order_key is None else 'a wrong'} order key, so "
-            "nothing in it was applied. Every order needs the line KEY followed by your "
-            "order key (see your welcome message)." + cut_note(commands),
-            game,
+        said = (
+            tr(
+                "Your message had no order key, so nothing in it was applied. Every order "
+                "needs the line KEY followed by your order key (see your welcome message)."
+            )
+            if commands.order_key is None
+            else tr(
+                "Your message had a wrong order key, so nothing in it was applied. Every order "
+                "needs the line KEY followed by your order key (see your welcome message)."
+            )
         )
+        guest_notice(ctx, noting_cut(said, commands), game)
     return Outcome(InboundStatus.REJECTED, f"authentication failed ({reason})")
 
 

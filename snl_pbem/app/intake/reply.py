@@ -16,6 +16,7 @@ from snl_pbem.app.replies import redacted, reply
 from snl_pbem.config import Config
 from snl_pbem.mail.commands import Commands
 from snl_pbem.mail.parse import ParsedMail, redact_in_bytes
+from snl_pbem.rules.words import tr
 from snl_pbem.store import InboundMessage
 from snl_pbem.store.states import InboundStatus, MailKind
 
@@ -38,21 +39,28 @@ def final(msg: Message) -> Outcome:
         player,
         MailKind.NOTICE,
         "player/notice.txt.j2",
-        message=f"Your message had no orders {ruleset_of(game).no_orders}" + cut_note(commands),
+        message=no_orders(ruleset_of(game).no_orders, commands),
         line_problems=redacted(commands.problems, commands.order_keys),
         other_sender=msg.other,
     )
     return Outcome(InboundStatus.PROCESSED, "no orders in it")
 
 
-def cut_note(commands: Commands) -> str:
-    """Why lines were not read, for a notice (without echoing them: it may be forged)."""
+def no_orders(why: str, commands: Commands) -> str:
+    """The notice of a message without orders (``why``: the ruleset's ``no_orders``)."""
+    return noting_cut(tr("Your message had no orders {why}", why=why), commands)
+
+
+def noting_cut(message: str, commands: Commands) -> str:
+    """A notice's ``message``, and after it why lines were not read, if some were not
+    (without echoing them: the message may be forged)."""
     if commands.cut is None:
-        return ""
-    return (
-        ' (Reading stopped at a line that starts quoted text, such as "On ... wrote:"; '
-        "nothing below it was read. Write your orders above it, or below the quoted "
-        "lines marked with >.)"
+        return message
+    return tr(
+        '{message} (Reading stopped at a line that starts quoted text, such as "On ... '
+        'wrote:"; nothing below it was read. Write your orders above it, or below the '
+        "quoted lines marked with >.)",
+        message=message,
     )
 
 

@@ -19,6 +19,7 @@ from snl_pbem.app.replies import guest_notice
 from snl_pbem.config import Config
 from snl_pbem.crashpoints import crash_point
 from snl_pbem.mail.parse import clean_text, envelope_of, headers_only
+from snl_pbem.rules.words import tr
 from snl_pbem.store import Database, InboundMessage
 from snl_pbem.store.states import InboundStatus
 
@@ -289,8 +290,10 @@ def too_large(msg: Message) -> Outcome | None:
         return None
     guest_notice(
         msg.ctx,
-        "Your message was too large to read "
-        f"({msg.ctx.config.settings.mail.max_message_size // 1024} KiB at most), so nothing "
-        "in it was applied. Send your orders as plain text, without attachments.",
+        tr(
+            "Your message was too large to read ({size} KiB at most), so nothing in it was "
+            "applied. Send your orders as plain text, without attachments.",
+            size=msg.ctx.config.settings.mail.max_message_size // 1024,
+        ),
     )
     return Outcome(InboundStatus.REJECTED, msg.too_large, ())  # nothing read: no keys

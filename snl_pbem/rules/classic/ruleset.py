@@ -42,28 +42,45 @@ from snl_pbem.rules.ruleset import (
     RulesetSettings,
     StoredRound,
 )
+from snl_pbem.rules.words import joined, tr
 
 _SAID = {
-    LADDER: "up a ladder",
-    SNAKE: "down a snake",
-    BOUNCE: "bounced back off the end",
-    NO_MOVE: "too high to move",
-    WAITING: "waiting to enter",
-    ENTERED: "entered",
-    FORFEIT: "third maximum in a row: forfeit",
-    FINISHED: "FINISHED",
+    LADDER: tr("up a ladder"),
+    SNAKE: tr("down a snake"),
+    BOUNCE: tr("bounced back off the end"),
+    NO_MOVE: tr("too high to move"),
+    WAITING: tr("waiting to enter"),
+    ENTERED: tr("entered"),
+    FORFEIT: tr("third maximum in a row: forfeit"),
+    FINISHED: tr("FINISHED"),
 }
 
 
 def throw_line(throw: Throw) -> str:
-    """``ann threw 4+6: 12 -> 31 (up a ladder, bumped bob)``: one throw, in play order."""
+    """``ann threw 4+6: 12 -> 31 (up a ladder, bumped bob)``: one throw, in play order
+    (in the reader's language: the reports show it to every player)."""
     said = [
-        f"bumped {e[len(BUMPED) :]} back to the start" if e.startswith(BUMPED) else _SAID[e]
+        tr("bumped {player} back to the start", player=e[len(BUMPED) :])
+        if e.startswith(BUMPED)
+        else _SAID[e]
         for e in throw.events
     ]
     dice = "+".join(map(str, throw.dice))
-    return f"{throw.player} threw {dice}: {throw.start} -> {throw.end}" + (
-        f" ({', '.join(said)})" if said else ""
+    if said:
+        return tr(
+            "{player} threw {dice}: {start} -> {end} ({events})",
+            player=throw.player,
+            dice=dice,
+            start=throw.start,
+            end=throw.end,
+            events=joined(tr(", "), said),
+        )
+    return tr(
+        "{player} threw {dice}: {start} -> {end}",
+        player=throw.player,
+        dice=dice,
+        start=throw.start,
+        end=throw.end,
     )
 
 
@@ -74,7 +91,9 @@ class ClassicRuleset:
     option_keys: tuple[str, ...] = OPTION_KEYS
     throws_dice = True
     history_public = True  # C10: every throw is in every report
-    no_orders = "(no ROLL line); none are needed: the server throws for you at the deadline."
+    no_orders: str = tr(
+        "(no ROLL line); none are needed: the server throws for you at the deadline."
+    )
     order_words: tuple[OrderWord, ...] = (
         OrderWord("ROLL", 'ROLL               optional: "I am here" (the server throws the dice)'),
     )
@@ -83,12 +102,12 @@ class ClassicRuleset:
         """C12: "Dice values sent by a player are refused with a reply that explains the
         server throws"; the classic game has no trapdoors."""
         if word == "DICE":
-            return (
+            return tr(
                 "in this game the server throws everyone's dice at the deadline (rules C11 "
                 "and C12): you cannot choose them; send ROLL to say you are here, or nothing"
             )
         if word == "TRAPDOOR":
-            return "this game has no trapdoors"
+            return tr("this game has no trapdoors")
         return None
 
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -136,7 +155,7 @@ class ClassicRuleset:
         """C12: ROLL is the order (dice and trapdoors are refused before, refuse_word)."""
         finished = self.state(state).finished.get(player)
         valid = orders.roll or finished is not None  # a finished piece throws no more (C9)
-        problems = () if valid else ("no ROLL line (the server throws for you anyway)",)
+        problems = () if valid else (tr("no ROLL line (the server throws for you anyway)"),)
         return OrderReading(
             valid=valid,
             dice=(),
@@ -245,12 +264,13 @@ class ClassicRuleset:
         return (*header, "Finished"), tuple(rows)
 
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
-        lines = ["Round by round (every throw):"]
+        lines: list[str] = [tr("Round by round (every throw):")]
         for round_ in rounds:
             record = round_.record or {}
-            lines.append(f"  Round {round_.number}:")
+            lines.append(joined("", ("  ", tr("Round {round}:", round=round_.number))))
             lines.extend(
-                f"    {throw_line(_throw(t))}" for t in record.get("round", {}).get("throws", [])
+                joined("", ("    ", throw_line(_throw(t))))
+                for t in record.get("round", {}).get("throws", [])
             )
         return tuple(lines)
 

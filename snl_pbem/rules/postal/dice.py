@@ -8,11 +8,14 @@ turn numbers and the next turn of a player who has played n dice is n + 1.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from typing import TypeAlias
+
+from snl_pbem.rules.words import Text, ntr, rereader, tr
 
 Die: TypeAlias = int
 """A chosen die value, 1..6 when legal."""
@@ -60,21 +63,70 @@ class DiceProblem:
     """The values that were still open at that turn."""
 
     def __str__(self) -> str:
-        if self.kind is DiceProblemKind.WRONG_COUNT:
-            return (
-                f"this round needs {self.expected} {_dice(self.expected)}, one per turn; "
-                f"{self.value} given"
-            )
-        left = ", ".join(map(str, self.open)) if self.open else "none"
-        if self.kind is DiceProblemKind.NOT_A_DIE:
-            return f"{self.value} is not a die value (1 to 6)"
-        if self.kind is DiceProblemKind.ALREADY_USED:
-            return f"{self.value} is already used in this set of six (still open: {left})"
-        return f"{self.value} is given twice in one set of six (each value once per set)"
+        return str.__str__(self.text())  # English (the log, the store, the referee)
+
+    def text(self) -> Text:
+        """The problem in words, shown in the reader's language in a mail."""
+        return _text(self)
+
+    @classmethod
+    def from_text(cls, kept: str) -> DiceProblem | None:
+        """The problem whose English (as stored with the orders) ``kept`` is; None when it
+        is none of them (only the index is lost: the English does not say it)."""
+        found = _WRONG_COUNT.fullmatch(kept)
+        if found:
+            return cls(DiceProblemKind.WRONG_COUNT, value=int(found[2]), expected=int(found[1]))
+        found = _NOT_A_DIE.fullmatch(kept)
+        if found:
+            return cls(DiceProblemKind.NOT_A_DIE, int(found[1]))
+        found = _ALREADY_USED.fullmatch(kept)
+        if found:
+            left = () if found[2] == "none" else tuple(map(int, found[2].split(", ")))
+            return cls(DiceProblemKind.ALREADY_USED, int(found[1]), open=left)
+        found = _REPEATED.fullmatch(kept)
+        if found:
+            return cls(DiceProblemKind.REPEATED, int(found[1]))
+        return None
 
 
-def _dice(n: int | None) -> str:
-    return "die" if n == 1 else "dice"
+@lru_cache(maxsize=1024)  # (the same few problems come again and again)
+def _text(problem: DiceProblem) -> Text:
+    """:meth:`DiceProblem.text`: each problem's words made once."""
+    if problem.kind is DiceProblemKind.WRONG_COUNT:
+        return ntr(
+            "this round needs {n} die, one per turn; {given} given",
+            "this round needs {n} dice, one per turn; {given} given",
+            problem.expected or 0,
+            given=problem.value,
+        )
+    if problem.kind is DiceProblemKind.NOT_A_DIE:
+        return tr("{value} is not a die value (1 to 6)", value=problem.value)
+    if problem.kind is DiceProblemKind.ALREADY_USED:
+        left = ", ".join(map(str, problem.open)) if problem.open else tr("none")
+        return tr(
+            "{value} is already used in this set of six (still open: {left})",
+            value=problem.value,
+            left=left,
+        )
+    return tr(
+        "{value} is given twice in one set of six (each value once per set)",
+        value=problem.value,
+    )
+
+
+_WRONG_COUNT = re.compile(r"this round needs (\d+) (?:die|dice), one per turn; (\d+) given")
+_NOT_A_DIE = re.compile(r"(-?\d+) is not a die value \(1 to 6\)")
+_ALREADY_USED = re.compile(
+    r"(-?\d+) is already used in this set of six \(still open: (none|\d(?:, \d)*)\)"
+)
+_REPEATED = re.compile(r"(-?\d+) is given twice in one set of six \(each value once per set\)")
+
+
+@rereader
+def _reread(kept: str) -> Text | None:
+    """A dice problem stored as its English, in words again (snl_pbem.rules.words)."""
+    problem = DiceProblem.from_text(kept)
+    return problem.text() if problem is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from snl_pbem.rules.ruleset import (
     RulesetSettings,
     StoredRound,
 )
+from snl_pbem.rules.words import joined, tr
 
 
 def _values(values: tuple[int, ...]) -> str:
@@ -62,7 +63,7 @@ class PostalRuleset:
     option_keys: tuple[str, ...] = ()  # its options are the config's own keys (R7, R9)
     throws_dice = False
     history_public = False  # R19: told only after the game, and only if it reveals
-    no_orders = "(no DICE or TRAPDOOR line)."
+    no_orders: str = tr("(no DICE or TRAPDOOR line).")
     order_words: tuple[OrderWord, ...] = (
         OrderWord(
             "DICE",
@@ -74,7 +75,7 @@ class PostalRuleset:
 
     def refuse_word(self, word: str) -> str | None:
         if word == "ROLL":
-            return "in this game you choose your dice: send them on a DICE line"
+            return tr("in this game you choose your dice: send them on a DICE line")
         return None
 
     def read_options(self, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
@@ -123,35 +124,44 @@ class PostalRuleset:
         turns: int,
     ) -> OrderReading:
         last = settings.board.last
-        first = "first " if turns == 2 else ""
-        r16 = f"the space your {first}move lands on counts as your nomination (rule 16)"
+        if turns == 2:
+            r16 = tr("the space your first move lands on counts as your nomination (rule 16)")
+        else:
+            r16 = tr("the space your move lands on counts as your nomination (rule 16)")
         line_problems: list[tuple[str, str]] = []
         nomination = orders.nomination
         if nomination is not None and not 1 <= nomination <= last:  # R8: a nomination is a space
             line_problems.append(
                 (
                     f"TRAPDOOR {nomination}",
-                    f"there is no space {nomination}: the board's spaces are 1 to {last}, so "
-                    f"this is not a nomination; unless you send another, {r16}",
+                    tr(
+                        "there is no space {space}: the board's spaces are 1 to {last}, so "
+                        "this is not a nomination; unless you send another, {rule}",
+                        space=nomination,
+                        last=last,
+                        rule=r16,
+                    ),
                 )
             )
             nomination = None
         dice = orders.dice if orders.dice is not None else ()
         used = state.played[player]
         check = check_dice(used, dice, turns)  # R6, R18
-        problems = tuple(str(p) for p in check.problems)
-        shown = list(problems)
+        problems = tuple(p.text() for p in check.problems)  # stored as their English
+        shown: list[str] = list(problems)
         if orders.dice is None and not orders.clear:
             shown.insert(
                 0,
-                "no DICE line: this message replaces your earlier orders as a whole, so it "
-                "has no dice",
+                tr(
+                    "no DICE line: this message replaces your earlier orders as a whole, so "
+                    "it has no dice"
+                ),
             )
         if check.valid:
-            open_label = "Still open in your set of six after these dice"
+            open_label = tr("Still open in your set of six after these dice")
             still_open = open_values((*used, *dice))
         else:
-            open_label = "Open in your current set of six"
+            open_label = tr("Open in your current set of six")
             still_open = open_values(used)
         first_turn = state.turns_played + 1
         ack = {
@@ -159,7 +169,9 @@ class PostalRuleset:
             "dice_sent": " ".join(map(str, dice)),
             "turns": list(zip(range(first_turn, first_turn + len(dice)), dice, strict=False)),
             "dice_problems": shown,
-            "nomination_text": f"space {nomination}" if nomination is not None else f"none ({r16})",
+            "nomination_text": tr("space {space}", space=nomination)
+            if nomination is not None
+            else tr("none ({rule})", rule=r16),
             "open_label": open_label,
             "open_values": _values(still_open),
         }
@@ -274,13 +286,19 @@ class PostalRuleset:
     def history(self, rounds: Sequence[StoredRound]) -> tuple[str, ...]:
         """Every round's chosen dice and the trapdoors its tally made, for the reveal after
         the game (reveal_after_game): ``  Round 3: ann 4; bob 6 (trapdoors: 37)``."""
-        lines = ["Round by round (dice per turn; trapdoors active that round):"]
+        lines: list[str] = [tr("Round by round (dice per turn; trapdoors active that round):")]
         for round_ in rounds:
             dice = round_.dice
             played = "; ".join(f"{n} {' '.join(map(str, dice[n]))}" for n in sorted(dice))
             traps = list(round_.tally.get("trapdoors") or ()) if round_.tally else []
-            shown = ", ".join(map(str, traps)) or "none"
-            lines.append(f"  Round {round_.number}: {played} (trapdoors: {shown})")
+            shown = ", ".join(map(str, traps)) or tr("none")
+            said = tr(
+                "Round {round}: {dice} (trapdoors: {trapdoors})",
+                round=round_.number,
+                dice=played,
+                trapdoors=shown,
+            )
+            lines.append(joined("", ("  ", said)))
         return tuple(lines)
 
     def career(self, games: Sequence[FinishedGame]) -> Mapping[str, Any]:
