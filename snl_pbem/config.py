@@ -43,7 +43,7 @@ from snl_pbem.i18n import codes_text
 from snl_pbem.i18n import language as language_code
 from snl_pbem.rules import Board, BoardError, GameSetupError
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, RulesetSettings, get_ruleset, ruleset_names
-from snl_pbem.rules.words import agree, counted
+from snl_pbem.rules.words import agree, counted, tr
 from snl_pbem.timeutil import parse_duration, parse_time, wall_clock_add, zone
 
 log = logging.getLogger("snl_pbem.config")
@@ -84,32 +84,44 @@ def address_problem(address: str) -> str | None:
 
 
 def _not_ascii(address: str) -> str | None:
-    """Why an address with non-ASCII characters cannot be used, and how to write it."""
+    """Why an address with non-ASCII characters cannot be used, and how to write it (in
+    the reader's language when a mail shows it: snl_pbem.rules.words)."""
     if address.isascii():
         return None
     odd = list(dict.fromkeys(ch for ch in address if not ch.isascii()))
     chars = ", ".join(repr(ch) for ch in odd)
     local, at, domain = address.rpartition("@")
     if any(ch.isspace() or not ch.isprintable() for ch in odd):
-        return (
-            f"{address!r} has an invisible non-ASCII character ({chars}), perhaps copied from "
+        return tr(
+            "{address} has an invisible non-ASCII character ({chars}), perhaps copied from "
             "a web page or a document: write the address in ASCII (type it again); for an "
-            "internationalized domain use its xn-- form, e.g. 'ann@xn--mnchen-3ya.de'"
+            "internationalized domain use its xn-- form, e.g. 'ann@xn--mnchen-3ya.de'",
+            address=repr(address),
+            chars=chars,
         )
-    fix = (
-        "write the address in ASCII; for an internationalized domain use its xn-- form, "
-        "e.g. 'ann@xn--mnchen-3ya.de' for 'ann@münchen.de'"
-    )
     ascii_domain = _idna(domain) if at else None
     if local.isascii() and ascii_domain is not None:
-        fix = (
+        fix = tr(
             "write the address in ASCII; for an internationalized domain use its xn-- form, "
-            f"here {local + '@' + ascii_domain!r}"
+            "here {ascii}",
+            ascii=repr(local + "@" + ascii_domain),
         )
     elif at and not local.isascii():
-        fix += " (the part before the @ has no ASCII form: ask the player for another address)"
-    return (
-        f"{address!r} has non-ASCII characters ({chars}) and mail is sent without SMTPUTF8: " + fix
+        fix = tr(
+            "write the address in ASCII; for an internationalized domain use its xn-- form, "
+            "e.g. 'ann@xn--mnchen-3ya.de' for 'ann@münchen.de' (the part before the @ has "
+            "no ASCII form: ask the player for another address)"
+        )
+    else:
+        fix = tr(
+            "write the address in ASCII; for an internationalized domain use its xn-- form, "
+            "e.g. 'ann@xn--mnchen-3ya.de' for 'ann@münchen.de'"
+        )
+    return tr(
+        "{address} has non-ASCII characters ({chars}) and mail is sent without SMTPUTF8: {fix}",
+        address=repr(address),
+        chars=chars,
+        fix=fix,
     )
 
 
@@ -130,44 +142,59 @@ def _address_problem(address: str) -> str | None:
         at = address.index("@")
         if at <= 64 and len(address) - at - 1 <= 253:
             return None
-    bad = f"{address!r} is not an email address"
     if not address:
-        return f"{bad}: it is empty"
+        return _not_an_address(address, tr("it is empty"))
     control = [ch for ch in address if ord(ch) < 32 or ord(ch) == 127]
     if control:
-        return f"{bad}: it has a control character ({control[0]!r})"
+        return _not_an_address(
+            address, tr("it has a control character ({char})", char=repr(control[0]))
+        )
     if " " in address:
-        return f"{bad}: it has a space in it"
+        return _not_an_address(address, tr("it has a space in it"))
     if len(address) > 254:
-        return f"{bad}: it is longer than 254 characters"
+        return _not_an_address(address, tr("it is longer than 254 characters"))
     ats = address.count("@")
     if ats == 0:
-        return f"{bad}: it has no @ (write it as name@domain, e.g. ann@example.org)"
+        return _not_an_address(
+            address, tr("it has no @ (write it as name@domain, e.g. ann@example.org)")
+        )
     if ats > 1:
-        return f"{bad}: it has more than one @"
+        return _not_an_address(address, tr("it has more than one @"))
     local, domain = address.split("@")
     if not local:
-        return f"{bad}: nothing before the @"
+        return _not_an_address(address, tr("nothing before the @"))
     if not domain:
-        return f"{bad}: no domain after the @ (e.g. example.org)"
+        return _not_an_address(address, tr("no domain after the @ (e.g. example.org)"))
     wrong = [ch for ch in local if ch not in _ATEXT]
     if wrong:
-        return f"{bad}: {wrong[0]!r} cannot be used before the @"
+        return _not_an_address(
+            address, tr("{char} cannot be used before the @", char=repr(wrong[0]))
+        )
     if local.startswith(".") or local.endswith(".") or ".." in local:
-        return f"{bad}: the part before the @ cannot start or end with a dot, or have two together"
+        return _not_an_address(
+            address,
+            tr("the part before the @ cannot start or end with a dot, or have two together"),
+        )
     if len(local) > 64:
-        return f"{bad}: the part before the @ is longer than 64 characters"
+        return _not_an_address(address, tr("the part before the @ is longer than 64 characters"))
     problem = _domain_problem(domain)
-    return f"{bad}: {problem}" if problem else None
+    return _not_an_address(address, problem) if problem else None
+
+
+def _not_an_address(address: str, why: str) -> str:
+    return tr("{address} is not an email address: {why}", address=repr(address), why=why)
 
 
 def _domain_problem(domain: str) -> str | None:
     """Why a string is not a full ASCII domain name (``example.org``), or None."""
     labels = domain.split(".")
     if len(domain) > 253 or not all(_LABEL.match(label) for label in labels):
-        return f"{domain!r} is not a domain name (letters, digits and '-' between dots)"
+        return tr(
+            "{domain} is not a domain name (letters, digits and '-' between dots)",
+            domain=repr(domain),
+        )
     if len(labels) < 2:
-        return f"{domain!r} is not a full domain name (e.g. example.org)"
+        return tr("{domain} is not a full domain name (e.g. example.org)", domain=repr(domain))
     return None
 
 

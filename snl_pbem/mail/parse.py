@@ -50,6 +50,7 @@ from snl_pbem.mail.flowed import unflow
 from snl_pbem.mail.htmltext import html_text
 from snl_pbem.mail.ours import without_ours
 from snl_pbem.mail.quotes import _INVISIBLE, read_lines, without_full_width
+from snl_pbem.rules.words import tr
 
 MAX_HEADER_CHARS = 2000
 MAX_PARTS = 200
@@ -166,22 +167,26 @@ def sender_address(msg: Message) -> tuple[str | None, str | None]:
         raw = clean_text(_FOLD.sub(" ", str(msg.get("From") or ""))[:MAX_HEADER_CHARS])
         pairs = [(_decoded_words(n), a) for n, a in getaddresses([raw]) if a or n]
     except Exception:
-        return None, "unreadable From header"
+        return None, tr("unreadable From header")
     if not pairs:
-        return None, "no From address"
+        return None, tr("no From address")
     if len(pairs) > 1:
-        return None, "more than one From address"
+        return None, tr("more than one From address")
     name, address = pairs[0]
     address = address.strip().strip("<>")
     if address.count("@") != 1 or " " in address or len(address) > 254:
-        return None, f"From address without a domain ({address[:60]!r})"
+        return None, tr("From address without a domain ({address})", address=repr(address[:60]))
     local, domain = address.split("@")
     if not local or "." not in domain:
-        return None, f"From address without a domain ({address[:60]!r})"
+        return None, tr("From address without a domain ({address})", address=repr(address[:60]))
     address = f"{local}@{domain}".lower()
     for shown in _ADDRESS_IN_NAME.findall(name):
         if shown.strip(".,;:()[]").lower() != address:
-            return address, f"the From name shows {shown[:60]!r}, but the address is {address}"
+            return address, tr(
+                "the From name shows {shown}, but the address is {address}",
+                shown=repr(shown[:60]),
+                address=address,
+            )
     return address, None
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TypeAlias
 
-from snl_pbem.rules.words import counted
+from snl_pbem.rules.words import counted, joined, tr
 
 Space: TypeAlias = int
 """A numbered square of the board, 1..L."""
@@ -92,21 +92,25 @@ class Family:
         )
 
     def describe(self) -> str:
-        """The family in words, for a referee: ``ladder +10 on column 3``."""
-        parts = []
+        """The family in words, for a referee and the reveal after a game: ``ladder +10 on
+        column 3`` (in the reader's language when a mail shows it, snl_pbem.rules.words)."""
+        parts: list[str] = []
         if self.column is not None:
-            parts.append(f"column {self.column}")
+            parts.append(tr("column {n}", n=self.column))
         if self.row is not None:
-            parts.append(f"row {self.row}")
+            parts.append(tr("row {n}", n=self.row))
         if self.digit_sum is not None:
-            parts.append(f"digit sum {self.digit_sum}")
+            parts.append(tr("digit sum {n}", n=self.digit_sum))
         if self.last_digit is not None:
-            parts.append(f"last digit {self.last_digit}")
+            parts.append(tr("last digit {n}", n=self.last_digit))
         if self.multiple_of is not None:
-            parts.append(f"multiples of {self.multiple_of}")
+            parts.append(tr("multiples of {n}", n=self.multiple_of))
         if self.spaces is not None:
-            parts.append("spaces " + ", ".join(map(str, sorted(self.spaces))))
-        return f"{self.kind.value} {self.shift:+d} on " + " and ".join(parts)
+            parts.append(tr("spaces {list}", list=", ".join(map(str, sorted(self.spaces)))))
+        where = joined(tr(" and "), parts)
+        if self.kind is FeatureKind.LADDER:
+            return tr("ladder {shift} on {where}", shift=f"{self.shift:+d}", where=where)
+        return tr("snake {shift} on {where}", shift=f"{self.shift:+d}", where=where)
 
 
 Grid: TypeAlias = tuple[tuple[Space | None, ...], ...]

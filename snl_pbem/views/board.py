@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 from snl_pbem.rules import Board, FeatureKind, Space
-from snl_pbem.rules.geometry import LADDER_MARK, SNAKE_MARK, Position
-from snl_pbem.rules.words import counted
+from snl_pbem.rules.geometry import LADDER_MARK, SNAKE_MARK, Layout, Position
+from snl_pbem.rules.words import joined, ntr, tr
 
 
 def cell_label(board: Board, space: Space) -> str:
@@ -24,7 +24,8 @@ def cell_label(board: Board, space: Space) -> str:
 
 
 def render_text(board: Board) -> str:
-    """The grid, top row first, each cell its number and any snake (v) or ladder (^)."""
+    """The grid, top row first, each cell its number and any snake (v) or ladder (^); its
+    summary is in the reader's language when a mail shows it (snl_pbem.rules.words)."""
     labels = [[cell_label(board, s) if s is not None else "" for s in row] for row in board.grid]
     width = max(len(label) for row in labels for label in row)
     rule = "+" + "+".join("-" * (width + 2) for _ in range(board.columns)) + "+"
@@ -32,30 +33,48 @@ def render_text(board: Board) -> str:
     for row in labels:
         lines.append("|" + "|".join(f" {label:>{width}} " for label in row) + "|")
         lines.append(rule)
-    lines.append(summary(board))
-    return "\n".join(lines) + "\n"
+    return joined("", ("\n".join(lines) + "\n", summary(board), "\n"))
+
+
+_LAYOUTS = {
+    Layout.BOUSTROPHEDON: tr("boustrophedon layout"),
+    Layout.ROWS: tr("rows layout"),
+    Layout.GRID: tr("grid layout"),
+}
 
 
 def summary(board: Board) -> str:
     """A few lines saying what the board is: size, layout, every snake, ladder and family."""
-    lines = [
-        f"{counted(board.rows, 'row')} x {counted(board.columns, 'column')}, "
-        f"{board.layout.value} layout, "
-        f"last space {board.last}; {SNAKE_MARK} snake head, {LADDER_MARK} ladder foot"
+    lines: list[object] = [
+        tr(
+            "{rows} x {columns}, {layout}, last space {last}; {snake} snake head, "
+            "{ladder} ladder foot",
+            rows=ntr("{n} row", "{n} rows", board.rows),
+            columns=ntr("{n} column", "{n} columns", board.columns),
+            layout=_LAYOUTS[board.layout],
+            last=board.last,
+            snake=SNAKE_MARK,
+            ladder=LADDER_MARK,
+        )
     ]
-    for title, pairs in (("Ladders", board.ladders), ("Snakes", board.snakes)):
-        listed = ", ".join(f"{s}->{_dest(d, board.last)}" for s, d in pairs.items())
-        lines.append(f"{title} ({len(pairs)}): {listed or 'none'}")
+    for kind, pairs in ((FeatureKind.LADDER, board.ladders), (FeatureKind.SNAKE, board.snakes)):
+        listed = joined(", ", (joined("->", (s, _dest(d, board.last))) for s, d in pairs.items()))
+        what = (
+            tr("Ladders ({n}): {listed}", n=len(pairs), listed=listed or tr("none"))
+            if kind is FeatureKind.LADDER
+            else tr("Snakes ({n}): {listed}", n=len(pairs), listed=listed or tr("none"))
+        )
+        lines.append(what)
     for family in board.families:
-        lines.append(f"Family: {family.describe()}")
-    return "\n".join(lines)
+        lines.append(tr("Family: {family}", family=family.describe()))
+    return joined("\n", lines)
 
 
 def _dest(destination: Position, last: Space) -> str:
     if destination == 0:
-        return "0 (start)"
+        return tr("{space} (start)", space=destination)
     if destination > last:
-        return f"{destination} (past the end)"
+        return tr("{space} (past the end)", space=destination)
     return str(destination)
 
 
