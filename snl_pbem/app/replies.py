@@ -20,6 +20,7 @@ from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.codes import VOUCHED
+from snl_pbem.app.links import guide_urls
 from snl_pbem.app.lookup import ruleset_of
 from snl_pbem.app.outbox import mail_row
 from snl_pbem.config import Config, address_problem
@@ -298,6 +299,7 @@ def guest_help(ctx: Context, game: Game | None) -> None:
         subject=subject(game, tr("How to send orders")),
         player=player,
         other_sender=None,
+        guides=guide_urls(ctx.config),
     )
 
 

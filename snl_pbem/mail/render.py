@@ -67,6 +67,7 @@ def environment(language: str = DEFAULT) -> Environment:
     # Jinja's own take a str subclass as the str it is (English): these show it first
     env.filters.update(join=_join, string=_shown)
     env.globals.update(_GLOBALS)
+    env.globals["language"] = language  # the mail's (HELP links to its guide)
     return env
 
 

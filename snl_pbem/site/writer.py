@@ -44,6 +44,7 @@ from snl_pbem.ownership import make_dirs
 from snl_pbem.rules.words import counted
 from snl_pbem.site.chart import drawn_players, race_chart
 from snl_pbem.site.feed import atom_feed
+from snl_pbem.site.guides import guide_pages
 from snl_pbem.site.pages import GamePage, IndexEntry, game_page, index_entries
 from snl_pbem.store import Database, Game, Player, Round
 from snl_pbem.store.states import GamePhase, RoundPhase
@@ -260,6 +261,7 @@ class Site:
                     entries = index_entries(session, self.config)
                 self._write_index(entries, now)
                 self._forget_games(set(signed))
+            self._write_guides()
             if written != old or kept.get("build") != build:
                 self._write(
                     STAMPS, json.dumps({"build": build, "games": written}, sort_keys=True).encode()
@@ -389,6 +391,23 @@ class Site:
         if not (self.root / CSS).is_file() or (self.root / CSS).read_bytes() != css:
             self._write(CSS, css)
         self._write("index.html", html.encode())
+
+    def _write_guides(self) -> None:
+        """The players' guides, one page per language (HELP links to them), written when
+        they are not there or differ (an upgrade, or a GM's edit of the installed text)."""
+        address = self.config.settings.mail.address
+        for relative, (code, title, body) in guide_pages().items():
+            html = (
+                environment()
+                .get_template("web/guide.html.j2")
+                .render(
+                    title=title, body=body, lang=code, root="../", address=address, updated=""
+                )
+                .encode()
+            )
+            target = self.root / relative
+            if not target.is_file() or target.read_bytes() != html:
+                self._write(relative, html)
 
     def _write_game(self, page: GamePage) -> None:
         folder = page_path(page.name)

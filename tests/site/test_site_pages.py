@@ -41,6 +41,8 @@ def secrets_shown(root: Path) -> list[str]:
     it during a postal game): each finding names the file."""
     found = []
     for path, text in site_text(root).items():
+        if path.startswith("guide/"):
+            continue  # the players' guide: the rules in general, the same for every game
         if "board" in path:
             found.append(f"{path}: the board's picture")
         lowered = text.lower().replace("snakes and ladders", "the game")  # its name

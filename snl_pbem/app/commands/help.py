@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from snl_pbem.app.commands.registry import Command, Who, register
+from snl_pbem.app.links import guide_urls
 from snl_pbem.app.replies import Context, guest_help, help_template, reply
 from snl_pbem.mail.commands import READERS
 from snl_pbem.store import Game, Player
@@ -16,7 +17,15 @@ def run(ctx: Context, game: Game | None, player: Player | None, other: str | Non
         guest_help(ctx, game)
         return
     assert game is not None
-    reply(ctx, game, player, MailKind.HELP, help_template(game), other_sender=other)
+    reply(
+        ctx,
+        game,
+        player,
+        MailKind.HELP,
+        help_template(game),
+        other_sender=other,
+        guides=guide_urls(ctx.config),
+    )
 
 
 register(
