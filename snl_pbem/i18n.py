@@ -35,6 +35,8 @@ from functools import cache
 from importlib import resources
 from zoneinfo import ZoneInfo
 
+from pythainlp.util import Trie
+
 from snl_pbem.rules.words import Translator, reset_translator, set_translator
 from snl_pbem.timeutil import show
 
@@ -277,12 +279,34 @@ def _wide(ch: str) -> bool:
     return unicodedata.east_asian_width(ch) in ("W", "F")
 
 
+_THAI_PHRASES = frozenset(
+    ("ตาละแต้ม", "ไม่นาน", "ตามด้วย", "ชุดหกตา", "ประตูกล", "รหัสผ่าน", "กำหนดส่ง", "เชิงบันได")
+)
+"""The glossary's terms and set phrases a line must not cut (docs/glossary.md): words to
+PyThaiNLP's dictionary, so that "ตา|ละแต้ม" stays one piece."""
+
+
+@cache
+def _thai_dictionary() -> Trie:
+    from pythainlp.corpus.common import thai_words
+    from pythainlp.util import dict_trie
+
+    return dict_trie(set(thai_words()) | _THAI_PHRASES)
+
+
 def _thai_words(text: str) -> list[str]:
     from pythainlp.tokenize import word_tokenize
 
     out: list[str] = []
-    for token in word_tokenize(text, engine="newmm", keep_whitespace=True):
-        if token.isspace() and out:
+    for token in word_tokenize(
+        text, custom_dict=_thai_dictionary(), engine="newmm", keep_whitespace=True
+    ):
+        glued = out and (
+            token.isspace()
+            or token[0] in _NO_BREAK_BEFORE  # ")" stays with the word it closes
+            or (out[-1][-1] in _NO_BREAK_AFTER)  # "(" with the word it opens
+        )
+        if glued:
             out[-1] += token
         else:
             out.append(token)

@@ -178,7 +178,7 @@ def address_refusal(
     new = new.lower()
     problem = address_problem(new)
     if problem is not None:
-        return problem + "."
+        return tr("{problem}.", problem=problem)
     if own_address(config, new):
         return tr("That is one of the game's own addresses: give your own.")
     if no_person(new):

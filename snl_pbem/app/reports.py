@@ -245,7 +245,7 @@ def enqueue_round_mail(
             )
             headline = tr("the finishing order is {order}", order=joined(tr(", "), places))
         elif decided.result.is_draw:
-            headline = tr("a draw between {names}", names=", ".join(winners))
+            headline = tr("a draw between {names}", names=joined(tr(", "), winners))
         else:
             headline = tr("{name} wins", name=winners[0])
     ruleset, settings = ruleset_of(game), settings_of(game)

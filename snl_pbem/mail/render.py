@@ -62,7 +62,12 @@ def environment(language: str = DEFAULT) -> Environment:
     )
     # every count's noun: {{ n|counted("snake") }} is "1 snake" or "2 snakes"
     env.filters.update(
-        counted=counted, agree=agree, wordwrap=_wordwrap, paragraph=_paragraph, bullet=_bullet
+        counted=counted,
+        agree=agree,
+        wordwrap=_wordwrap,
+        paragraph=_paragraph,
+        bullet=_bullet,
+        ruleset_name=_ruleset_name,
     )
     # Jinja's own take a str subclass as the str it is (English): these show it first
     env.filters.update(join=_join, string=_shown)
@@ -85,6 +90,16 @@ def _join(context: EvalContext, value: Any, d: str = "", attribute: Any = None) 
     if attribute is not None:
         value = map(make_attrgetter(context.environment, attribute), value)
     return str(do_join(context, [_shown(item) for item in value], _shown(d)))
+
+
+_RULESETS: dict[str, Text] = {"postal": tr("postal"), "classic": tr("classic")}
+"""The built-in rulesets' names as a mail says them ("postal rules": zh 邮件版规则)."""
+
+
+def _ruleset_name(name: Any) -> Any:
+    """``{{ ruleset|ruleset_name }}``: a ruleset's name in the mail's language (a ruleset
+    kept outside the package: its own name)."""
+    return _RULESETS.get(str(name), name)
 
 
 def _paragraph(s: Any) -> str:

@@ -400,9 +400,7 @@ class Site:
             html = (
                 environment()
                 .get_template("web/guide.html.j2")
-                .render(
-                    title=title, body=body, lang=code, root="../", address=address, updated=""
-                )
+                .render(title=title, body=body, lang=code, root="../", address=address, updated="")
                 .encode()
             )
             target = self.root / relative
