@@ -142,6 +142,8 @@ def words(sent: Sent, msgid: str) -> str:
     code = email.message_from_bytes(sent.raw)["Content-Language"] or "en"
     translations = catalog(code)
     return translations.gettext(msgid) if translations is not None else msgid
+
+
 WATCHED = (OrderRecord, Player, Signup, Observer, Confirmation, Game, Round, RoundTally, ServerKey)
 """What a message can change when it is obeyed: a pasted copy of our mail must change none."""
 

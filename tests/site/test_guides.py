@@ -5,8 +5,8 @@ the site has an address, and to none without one."""
 from __future__ import annotations
 
 import email
-import html
 import email.policy
+import html
 import re
 from pathlib import Path
 
