@@ -56,7 +56,7 @@ def absent(
     limit = found.settings.max_absence if found else timedelta(days=14)
     most = found.settings.max_absent if found else 3
     if until <= now:
-        raise LifecycleError(tr("That date has passed: give a date to come."))
+        raise LifecycleError(tr("That date has passed: give a future date."))
     if until > now + limit:
         raise LifecycleError(
             tr(
@@ -182,7 +182,7 @@ def address_refusal(
     if own_address(config, new):
         return tr("That is one of the game's own addresses: give your own.")
     if no_person(new):
-        return tr("Nobody reads mail at that address (it is a mail robot's): give your own.")
+        return tr("Nobody reads mail at that address (it belongs to a mail robot): give your own.")
     if new == player.email.lower():
         return tr("That is already your address.")
     box = mailbox(new)

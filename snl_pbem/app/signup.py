@@ -58,7 +58,9 @@ def join_refusal(
     if game.state == GamePhase.OVER:
         return tr("{game} is over.", game=game.name)
     if own_address(config, address) or no_person(address):
-        return tr("The game's own addresses, and robots' (postmaster, no-reply...), cannot join.")
+        return tr(
+            "The game's own addresses and robot addresses (postmaster, no-reply...) cannot join."
+        )
     return _address_taken(session, game, address) or _name_problem(session, game, name)
 
 

@@ -223,7 +223,7 @@ def _absent_until(game: Game, args: tuple[str, ...]) -> datetime:
     ABSENT UNTIL 2026-12-24 18:00; a month or day may have one digit."""
     text = args[1].strip()
     found = _WHEN.match(text)
-    wrong = tr("{date} is not a date to come (write it year first: 2026-12-24).", date=repr(text))
+    wrong = tr("{date} is not a future date (write it year first: 2026-12-24).", date=repr(text))
     if found is None:
         raise ValueError(wrong)
     year, month, day, hour, minute = found.groups()

@@ -110,7 +110,9 @@ def _open_problems(ctx: Context) -> tuple[str, str] | None:
         ctx,
         None,
         address,
-        tr("Your message was not done: {reasons}.", reasons=joined(tr("; "), reasons)),
+        tr(
+            "Nothing in your message was carried out: {reasons}.", reasons=joined(tr("; "), reasons)
+        ),
     )
     return InboundStatus.REJECTED, "sign-up line not understood"
 
@@ -129,7 +131,7 @@ def run_in_keyed(ctx: Context, game: Game, player: Player, action: Action) -> st
         game,
         player,
         tr(
-            "{word} {game} was not done: send it in a message of its own, without your "
+            "{word} {game} was not carried out: send it in a message of its own, without your "
             "GAME and KEY lines.",
             word=action.word,
             game=target,
