@@ -20,6 +20,7 @@ line); at most ``MAX_WORKERS`` parse at once, the others wait their turn.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import multiprocessing
 import os
@@ -82,7 +83,14 @@ def _serve(conn: Connection, memory: int) -> None:
         except (EOFError, OSError):  # the server went away
             return
         except MemoryError:
-            operation, raw, argument = "too big", b"", None
+            # receiving it needed more than the limit: the rest of it is still in the pipe,
+            # so nothing after it can be read here. Say so and stop: the server reads this
+            # answer (its send fails when we are gone) and starts another worker. Reading
+            # on would take that rest for messages, and answer each 4 bytes of it, until the
+            # pipe back was full and both sides waited on each other for good.
+            with contextlib.suppress(EOFError, OSError):
+                conn.send(("error", "reading it needed more memory than the limit"))
+            return
         if operation == "parse many":  # a batch: one answer per message, as each is read
             address, sents = argument
             items = list(zip(raw, sents, strict=True))
@@ -91,8 +99,6 @@ def _serve(conn: Connection, memory: int) -> None:
             items = [(raw, sent)]
         for one, sent in items:
             try:
-                if operation == "too big":
-                    raise MemoryError
                 answer: tuple[str, Any] = ("ok", parse_message(one, address, sent))
             except MemoryError:
                 answer = ("error", "reading it needed more memory than the limit")
@@ -102,6 +108,18 @@ def _serve(conn: Connection, memory: int) -> None:
                 conn.send(answer)
             except (EOFError, OSError):
                 return
+
+
+def _last_word(worker: _Worker) -> str | None:
+    """What a worker that stopped reading a message said before it went (the error it
+    answered), or None when it said nothing."""
+    try:
+        if worker.conn.poll(1):
+            status, value = worker.conn.recv()
+            return str(value) if status == "error" else None
+    except (EOFError, OSError, ValueError):
+        pass
+    return None
 
 
 def _max_fd() -> int:
@@ -218,6 +236,7 @@ class Sandbox:
                 end += 1
             with self._slots:
                 worker = self._take()
+                failed = False
                 try:
                     batch = ("parse many", raws[start:end], (game_address, sents[start:end]))
                     worker.conn.send(batch)
@@ -235,12 +254,15 @@ class Sandbox:
                             results.append(value)
                         else:
                             results.append(ParseFailed(str(value)))
+                            failed = True
                     else:
-                        self._idle.put(worker)
+                        if failed:  # (a worker that ran out of memory may run out again)
+                            self._discard(worker)
+                        else:
+                            self._idle.put(worker)
                 except (EOFError, OSError) as exc:
                     self._discard(worker)
-                    failed = ParseFailed(f"the reading process died ({type(exc).__name__})")
-                    results.append(failed)
+                    results.append(ParseFailed(f"the reading process died ({type(exc).__name__})"))
                 except BaseException:
                     self._discard(worker)
                     raise
@@ -250,7 +272,13 @@ class Sandbox:
         with self._slots:
             worker = self._take()
             try:
-                worker.conn.send((operation, raw, argument))
+                try:
+                    worker.conn.send((operation, raw, argument))
+                except OSError:  # it stopped reading (too big for it): its last word says why
+                    said = _last_word(worker)
+                    if said is None:
+                        raise
+                    raise ParseFailed(said) from None  # (the worker is discarded below)
                 if not worker.conn.poll(self.seconds):
                     self._discard(worker)
                     raise ParseTimeout(f"reading it took longer than {self.seconds:g} s (stopped)")
@@ -261,7 +289,10 @@ class Sandbox:
             except BaseException:
                 self._discard(worker)
                 raise
-            self._idle.put(worker)
+            if status == "ok":
+                self._idle.put(worker)
+            else:  # a worker that failed (out of memory, say) is not trusted with more
+                self._discard(worker)
         if status != "ok":
             raise ParseFailed(str(value))
         return value

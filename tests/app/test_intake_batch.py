@@ -12,8 +12,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
+import pytest
 from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import event, select
 
@@ -158,6 +160,38 @@ def test_the_sandbox_reads_a_batch_and_one_failure_costs_only_that_message() -> 
     small = [f"From: p{i}@example.org\r\n\r\nDICE {i}\r\n".encode() for i in range(1, 4)]
     try:
         read = sandbox.parse_many([small[0], big, *small[1:]], "snl@example.org", [()] * 4)
+    finally:
+        sandbox.close()
+    assert isinstance(read[1], ParseFailed) and "more memory" in str(read[1])
+    assert [m.text.strip() for i, m in enumerate(read) if i != 1] == ["DICE 1", "DICE 2", "DICE 3"]
+
+
+@pytest.mark.parametrize("memory_mb", [8, 44, 48, 52, 56, 64])
+def test_a_message_too_big_to_receive_never_locks_the_pipe(memory_mb: int) -> None:
+    """A 48 MB message a worker cannot read within its memory: however far it gets (the
+    receive fails at once, or part way, with the rest of the message still in the pipe;
+    or the parse fails), it says so and is replaced, and the messages after it are read.
+    Before, a receive that failed part way (limits of 48 to 56 MB here) left the rest in
+    the pipe; the worker read it as more messages, answered each 4 bytes of it until the
+    pipe back was full, and both sides waited for good (seen in CI). The reading runs in
+    a thread given 5 minutes, far more than the second or so it takes."""
+    big = (
+        b"From: a@example.org\r\nContent-Type: text/plain\r\n"
+        b"Content-Transfer-Encoding: base64\r\n\r\n" + b"QUFB\r\n" * 8_000_000
+    )
+    small = [f"From: p{i}@example.org\r\n\r\nDICE {i}\r\n".encode() for i in range(1, 4)]
+    sandbox = Sandbox(memory=memory_mb * 1024 * 1024)
+    read: list[object] = []
+    reader = threading.Thread(
+        target=lambda: read.extend(
+            sandbox.parse_many([small[0], big, *small[1:]], "snl@example.org", [()] * 4)
+        ),
+        daemon=True,
+    )
+    try:
+        reader.start()
+        reader.join(300)
+        assert not reader.is_alive(), "the sandbox and its worker wait on each other"
     finally:
         sandbox.close()
     assert isinstance(read[1], ParseFailed) and "more memory" in str(read[1])
