@@ -9,7 +9,7 @@ from snl_pbem.mail.quotes import COMMAND_WORDS
 
 PROTOCOL = {
     *COMMAND_WORDS,
-    *("UNTIL", "OFF", "ROUND", "KEY", "ROLL"),
+    *("UNTIL", "OFF", "ROUND", "KEY", "ROLL", "BY"),
     *("en", "zh", "Hans", "th"),  # the language codes LANGUAGE takes
     "Subject",  # the template's first line, read by render()
 }

@@ -24,7 +24,7 @@ from snl_pbem.app.links import guide_urls
 from snl_pbem.app.lookup import ruleset_of
 from snl_pbem.app.outbox import mail_row
 from snl_pbem.config import Config, address_problem
-from snl_pbem.i18n import written_in
+from snl_pbem.i18n import LANGUAGES, written_in
 from snl_pbem.mail import authresults
 from snl_pbem.mail.commands import Commands, LineProblem
 from snl_pbem.mail.parse import ParsedMail
@@ -97,6 +97,19 @@ def registered(session: Session, game: Game | None, sender: str | None) -> Playe
     if game is not None:
         query = query.where(Player.game_id == game.id)
     return session.scalars(query.limit(1)).first()
+
+
+def chosen_language(session: Session, game: Game | None, address: str) -> str | None:
+    """The language a player at ``address`` chose by mail (LANGUAGE, JOIN ... LANGUAGE),
+    in ``game`` first, else in any game: what an answer to them as a stranger (a JOIN of a
+    game they play, say) is written in when their message does not make it clear."""
+    query = select(Player.language).where(
+        func.lower(Player.email) == address.lower(), Player.active, Player.language.is_not(None)
+    )
+    if game is not None:  # this game's seat first, then the others'
+        query = query.order_by((Player.game_id == game.id).desc(), Player.id)
+    found = session.scalars(query.limit(1)).first()
+    return found if found in LANGUAGES else None
 
 
 GUEST_LIMITS: dict[str, tuple[int, timedelta, int | None]] = {
@@ -392,7 +405,7 @@ def send(
     if "language" not in context:  # to someone not (yet) a player: as they wrote, if clear
         player = context.get("player")
         if not (isinstance(player, Player) and player.email.lower() == to.lower()):
-            context["language"] = ctx.written_in
+            context["language"] = ctx.written_in or chosen_language(ctx.session, game, to)
     row = mail_row(
         ctx.session,
         ctx.config,

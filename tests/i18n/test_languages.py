@@ -372,3 +372,63 @@ def test_a_chinese_date_is_never_cut_nor_a_line_left_on_an_opening_mark(columns:
     assert "".join(lines).replace(" ", "") == text.replace(" ", "")
     assert any("2026年12月24日" in line for line in lines)
     assert not any(line.endswith("（") for line in lines)
+
+
+# -- every answer a player meets, in their language ------------------------------------
+
+ANSWERED = (
+    "DICE 7",  # not a die value
+    "DICE ４",  # full-width: read as 4
+    "DICE ๔",  # Thai digit: named, with how to write it
+    "DICE 4 4",  # the wrong number of dice
+    "DICE 4\nTRAPDOOR 500",  # no such space
+    "TRAPDOOR 12",  # no DICE line
+    "ROUND 3\nDICE 4",  # not the round open now
+    "ROUND x\nDICE 4",
+    "DIEC 4",  # unknown command, with a guess
+    "STATUS",
+    "HISTORY",
+    "CLEAR",
+    "ABSENT UNTIL 2020-01-01",  # a date that has passed
+    "ABSENT UNTIL soon",
+    "ABSENT UNTIL 2029-12-24",
+    "ABSENT OFF",
+    "ADDRESS ann@example.org",  # another player's
+    "ADDRESS chai@exämple.org",  # non-ASCII
+    "ADDRESS postmaster@example.net",  # a robot
+    "ADDRESS",
+    "JOIN g1 Chai",  # already playing
+    "OBSERVE g1",
+    "LIST",
+    "HELP",
+    "CONFIRM abcd-efgh",  # no code waits
+    "CONFIRM",
+    "EXTEND g1 BY 2d",  # the referee's
+    "LANGUAGE klingon",
+    "KEY (你的口令)",
+    "NEW KEY",  # last: the key changes
+)
+
+
+@pytest.mark.parametrize("code", ["en", "zh-Hans", "th"])
+def test_every_answer_a_player_meets_is_in_their_language(post: Post, code: str) -> None:
+    """Each of the answers a player meets (refusals, problems on their lines, what a
+    command says) comes in the player's language with no English left but the protocol,
+    names and addresses: the code's own texts (snl_pbem.rules.words) are translated too."""
+    from languagehelpers import english_left
+
+    keyed = "GAME g1\nKEY chai-key-123\n"
+    post.send("chai@example.org", keyed + f"LANGUAGE {code}")
+    seen = len(post.mail("chai@example.org"))
+    for body in ANSWERED:
+        post.send("chai@example.org", keyed + body)
+    answers = post.mail("chai@example.org")[seen:]
+    assert len(answers) >= len(ANSWERED) - 3, [str(a["Subject"]) for a in answers]
+    names = ("ann", "bo", "chai", "Chai", "g1", "Three", "tongues", "klingon", "soon", "DIEC")
+    names += ("SMTPUTF", "xn")  # the address problem names the protocol: SMTPUTF8, xn--
+    for answer in answers:
+        text = answer.get_body(("plain",)).get_content()
+        assert language_of(answer) == code, text
+        left = english_left(f"{answer['Subject']}\n{text}", names, subject_line=False)
+        assert code == "en" or not left, (left, text)
+        assert all(width(line) <= 78 for line in text.splitlines()), text
