@@ -52,6 +52,7 @@ from typing import TextIO
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import Envelope, Session
+from sqlalchemy import func, select
 
 from snl_pbem.app.games import sync_games
 from snl_pbem.app.referee import status
@@ -65,9 +66,9 @@ from snl_pbem.rules.postal.dice import open_values, used_in_set
 from snl_pbem.rules.words import counted
 from snl_pbem.runners.server import Server, configure_logging
 from snl_pbem.site.writer import Site
-from snl_pbem.store import Database
+from snl_pbem.store import Database, OutboxMessage
 from snl_pbem.store.migrate import upgrade
-from snl_pbem.store.states import GamePhase
+from snl_pbem.store.states import GamePhase, MailKind, OutboxStatus
 
 MOST_PLAYERS = 8
 NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ida")
@@ -108,12 +109,10 @@ class Mailboxes:
 
     async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
         raw = envelope.original_content or b""
-        subject = re.search(rb"^Subject: (.*)$", raw, re.MULTILINE)
-        slug = re.sub(
-            r"[^a-z0-9]+",
-            "-",
-            (subject.group(1).decode(errors="replace") if subject else "message").lower(),
-        ).strip("-")[:50]
+        head = email.message_from_bytes(raw.partition(b"\r\n\r\n")[0], policy=email.policy.default)
+        # the subject as its reader sees it ("[demo] Round 3 report", "[demo] 第 3 轮战报")
+        slug = re.sub(r"[^\w\u0e00-\u0e7f]+", "-", str(head["Subject"] or "message").lower())
+        slug = slug.strip("-_")[:50]
         with self.lock:
             for rcpt in envelope.rcpt_tos:
                 self.count += 1
@@ -347,9 +346,7 @@ def run_demo(
         while seen_closes < len(closes):
             (_progress_classic if classic else _progress)(closes[seen_closes], last, out)
             seen_closes += 1
-        _wait_for_mail(
-            lambda: sum(1 for _ in (folder / "mail").rglob("*game-over*.eml")), len(names), 15
-        )
+        _wait_for_mail(lambda: _sent(db, MailKind.GAME_OVER), len(names), 15)
         site = Site(db, config, lambda: datetime.now(UTC))  # the server keeps the pages
         _wait_for_mail(lambda: int(not site.behind()), 1, 15)
     except DemoError as exc:
@@ -492,6 +489,14 @@ def _sign_up(mail: Mail, bots: list[Bot], db: Database, out: TextIO) -> None:
         if key is None:
             raise DemoError(f"{bot.name}'s welcome mail gives no order key")
         bot.key = key
+    if len(bots) >= 3:  # two choose their language (issue 25): all their mail from now on
+        for bot, code in ((bots[0], "th"), (bots[2], "zh")):
+            mail.send(bot.name, f"GAME demo\r\nKEY {bot.key}\r\nLANGUAGE {code}")
+        print(
+            f"  {bots[0].name} sends LANGUAGE th and {bots[2].name} LANGUAGE zh: their mail "
+            "is in Thai and Chinese from now on",
+            file=out,
+        )
     [game] = status(db, "demo")
     due = (game.deadline - datetime.now(UTC)).total_seconds() if game.deadline else 0.0
     print(
@@ -572,6 +577,20 @@ def _progress_classic(outcome: CloseOutcome, last: int, out: TextIO) -> None:
         filled = min(30, round(30 * position / last))
         print(f"  {name:<{width}} {position:>3} |{'#' * filled}{'.' * (30 - filled)}|", file=out)
     out.flush()
+
+
+def _sent(db: Database, kind: str) -> int:
+    """How many mails of ``kind`` the server has handed to the sink (each player's
+    game-over mail: in their language, so its file name says it in theirs)."""
+    with db.transaction() as session:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(OutboxMessage.kind == kind, OutboxMessage.status == OutboxStatus.SENT)
+            )
+            or 0
+        )
 
 
 def _wait_for_mail(count: Callable[[], int], expected: int, seconds: float) -> None:

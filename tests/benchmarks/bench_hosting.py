@@ -35,6 +35,7 @@ keeps what it measured; the tables come again at the end. Each storm is capped
 Run: .venv/bin/python tests/benchmarks/bench_hosting.py [--games 100,1000,5000]
        [--players 20] [--db sqlite,postgresql] [--servers 1,2,4] [--idle-seconds 60]
        [--timeout 1800] [--no-idle | --no-storm] [--seed-dir DIR] [--logs DIR] [--quick]
+       [--languages en|mix]
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ class Sink:
 
 
 GAMES_DIR = "games_dir" in Settings.model_fields
+LANGUAGES: tuple[str, ...] = ("en",)
+"""The players' languages, in turn (--languages mix: English, Chinese and Thai, a third
+each, from their config entries: every report in its reader's language)."""
 """One file per game (``games_dir``) where the config has it, as a host would write them."""
 
 
@@ -169,7 +173,9 @@ def write_config(
             'round_length = "1d"',
             "players = [",
             *(
-                f'  {{ name = "p{p:02d}", email = "g{g:05d}p{p:02d}@example.org" }},'
+                f'  {{ name = "p{p:02d}", email = "g{g:05d}p{p:02d}@example.org"'
+                + (f', language = "{LANGUAGES[p % len(LANGUAGES)]}"' if len(LANGUAGES) > 1 else "")
+                + " },"
                 for p in range(players)
             ),
             "]",
@@ -790,11 +796,20 @@ def parse_args() -> argparse.Namespace:
         help="keep each size's started games here and reuse them on later runs",
     )
     parser.add_argument("--logs", type=Path, help="keep the servers' logs in this folder")
+    parser.add_argument(
+        "--languages",
+        choices=("en", "mix"),
+        default="en",
+        help="the players' languages: all English, or a third each English, Chinese, Thai",
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check it runs")
     args = parser.parse_args()
     if args.quick:
         args.games, args.players, args.db, args.servers = "3,6", 5, "sqlite,postgresql", "2"
         args.idle_seconds, args.timeout = 2.0, 300.0
+    if args.languages == "mix":
+        global LANGUAGES
+        LANGUAGES = ("en", "zh-Hans", "th")
     args.sizes = [int(n) for n in args.games.split(",")]
     args.dbs = [d.strip() for d in args.db.split(",") if d.strip()]
     if unknown := set(args.dbs) - {"sqlite", "postgresql"}:
@@ -831,7 +846,7 @@ def main() -> None:
     print(
         f"bench_hosting: Python {platform.python_version()}, {os.cpu_count()} cores, SQLite "
         f"{sqlite3.sqlite_version}, {pg_note or 'no PostgreSQL'}\n"
-        f"{args.players} players a game, "
+        f"{args.players} players a game ({', '.join(LANGUAGES)}), "
         f"{'one file per game (games_dir)' if GAMES_DIR else 'every game in one config file'}; "
         "SMTP sink (aiosmtpd) in its own process\nno intake (no orders: R17 plays every "
         "player); one SMTP connection per server; SQLite backups at\ntheir default\n"

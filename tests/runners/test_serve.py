@@ -292,6 +292,31 @@ def _demo_signed_up_by_mail(folder: Path, text: str, round_length: int) -> None:
     assert sum(d == "join: code sent" for d in inbound) == 4 and "list sent" in inbound
     # round 1 has (nearly: the schedule's shift is whole seconds) a round after the start
     assert round_length - 1 < (deadline - started).total_seconds() <= round_length
+    # ann and cy chose Thai and Chinese by mail once seated: their last mail (the game's
+    # end) is in it; bob's stays English
+    assert "ann sends LANGUAGE th and cy LANGUAGE zh" in text
+    for who, code in (("ann", "th"), ("bob", "en"), ("cy", "zh-Hans")):
+        last = max((mail / who).glob("*.eml"), key=lambda path: path.stat().st_mtime_ns)
+        message = email.message_from_bytes(last.read_bytes(), policy=email.policy.default)
+        assert message.get_body(("plain",))["Content-Language"] == code, (who, last.name)
+
+
+def game_over_to(folder: Path) -> set[str]:
+    """Who the demo's server sent a game-over mail (each in their language: the file
+    names of ann's and cy's are in Thai and Chinese)."""
+    from snl_pbem.store import Database, OutboxMessage
+
+    db = Database(f"sqlite:///{folder / 'demo.db'}")
+    try:
+        with db.transaction() as s:
+            rows = s.scalars(
+                select(OutboxMessage.recipient).where(
+                    OutboxMessage.kind == "game-over", OutboxMessage.status == "sent"
+                )
+            ).all()
+    finally:
+        db.dispose()
+    return {row.split("@")[0] for row in rows}
 
 
 @pytest.mark.slow
@@ -309,7 +334,8 @@ def test_demo_plays_a_whole_game(tmp_path: Path) -> None:
     for who in ("ann", "bob", "cy", "referee"):
         files = sorted((mail / who).glob("*.eml"))
         assert files, who
-    assert any("game-over" in f.name for f in (mail / "ann").glob("*.eml"))
+    assert {"ann", "bob", "cy"} <= game_over_to(tmp_path / "demo")
+    assert any("game-over" in f.name for f in (mail / "bob").glob("*.eml"))  # in English
     assert "no orders received (R17)" in text and "invalid dice (R18)" in text
 
 
@@ -331,8 +357,7 @@ def test_demo_plays_a_whole_classic_game_through_serve(tmp_path: Path) -> None:
     assert rounds <= CLASSIC_MOST_ROUNDS
     _demo_signed_up_by_mail(tmp_path / "demo", text, CLASSIC_ROUND_LENGTH_S)
     mail = tmp_path / "demo" / "mail"
-    for who in ("ann", "bob", "cy"):
-        assert any("game-over" in f.name for f in (mail / who).glob("*.eml")), who
+    assert {"ann", "bob", "cy"} <= game_over_to(tmp_path / "demo")
     refusals = [
         email.message_from_bytes(f.read_bytes()).get_payload(decode=True).decode()
         for f in (mail / "bob").glob("*about-your-message*.eml")
