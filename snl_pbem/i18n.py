@@ -33,12 +33,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from importlib import resources
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
-
-from pythainlp.util import Trie
 
 from snl_pbem.rules.words import Translator, reset_translator, set_translator
 from snl_pbem.timeutil import show
+
+if TYPE_CHECKING:  # (PyThaiNLP is imported when a Thai line is first wrapped)
+    from pythainlp.util import Trie
 
 
 @dataclass(frozen=True)

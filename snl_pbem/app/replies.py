@@ -100,15 +100,19 @@ def registered(session: Session, game: Game | None, sender: str | None) -> Playe
 
 
 def chosen_language(session: Session, game: Game | None, address: str) -> str | None:
-    """The language a player at ``address`` chose by mail (LANGUAGE, JOIN ... LANGUAGE),
-    in ``game`` first, else in any game: what an answer to them as a stranger (a JOIN of a
-    game they play, say) is written in when their message does not make it clear."""
+    """The language a player at ``address`` chose by mail (LANGUAGE, JOIN ... LANGUAGE):
+    what an answer to them as a stranger (a JOIN of the game they play, a LIST) is written
+    in when their message does not make it clear. Among ``game``'s players (its index);
+    for mail naming no game, among all (a scan, but only for an answer the guests'
+    budgets let go: a few hundred an hour at most)."""
     query = select(Player.language).where(
-        func.lower(Player.email) == address.lower(), Player.active, Player.language.is_not(None)
+        func.lower(Player.email) == address.lower(),
+        Player.active,
+        Player.language.is_not(None),
     )
-    if game is not None:  # this game's seat first, then the others'
-        query = query.order_by((Player.game_id == game.id).desc(), Player.id)
-    found = session.scalars(query.limit(1)).first()
+    if game is not None:
+        query = query.where(Player.game_id == game.id)
+    found = session.scalars(query.order_by(Player.id).limit(1)).first()
     return found if found in LANGUAGES else None
 
 

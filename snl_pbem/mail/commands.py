@@ -345,8 +345,10 @@ def _key(b: Builder, line: str, rest: str) -> None:
     if not words:
         b.problems.append(LineProblem("KEY", tr("KEY needs your order key after it")))
         return None
-    if (len(words) > 1 or words[0][:1] in _OPENING) and not _looks_like_key(words[0]):
-        # a sentence, or the help's placeholder written in one word, "KEY (你的口令)";
+    placeholder = words[0][:1] in _OPENING and not words[0].isascii()
+    if (len(words) > 1 or placeholder) and not _looks_like_key(words[0]):
+        # a sentence, or the help's placeholder written in one word in Chinese or Thai,
+        # "KEY (你的口令)" (an ASCII key may start with a bracket: the config allows it);
         # never echoed whole (it may hold a key)
         return _chat(b, "KEY ...")
     key = words[0]

@@ -18,6 +18,7 @@ from jinja2.nodes import EvalContext
 from jinja2.utils import pass_eval_context
 
 from snl_pbem.i18n import DEFAULT, LANGUAGES, catalog, current, speaking, wrap
+from snl_pbem.mail.quotes import COMMAND_WORDS
 from snl_pbem.rules.words import Text, agree, counted, tr
 
 _EXTRA_FOLDERS: list[str] = []
@@ -68,6 +69,7 @@ def environment(language: str = DEFAULT) -> Environment:
         paragraph=_paragraph,
         bullet=_bullet,
         ruleset_name=_ruleset_name,
+        echoed=_echoed,
     )
     # Jinja's own take a str subclass as the str it is (English): these show it first
     env.filters.update(join=_join, string=_shown)
@@ -100,6 +102,29 @@ def _ruleset_name(name: Any) -> Any:
     """``{{ ruleset|ruleset_name }}``: a ruleset's name in the mail's language (a ruleset
     kept outside the package: its own name)."""
     return _RULESETS.get(str(name), name)
+
+
+def _echoed(line: Any, reason: Any, width: int = 72) -> str:
+    """``{{ p.line|echoed(p.reason) }}``: a line of the player's message and why it was not
+    obeyed (``"DICE 7": 7 is not a die value (1 to 6)``), wrapped where the mail's language
+    allows, each line after the first indented four spaces. No line of it starts with a
+    command word ("write ... e.g. ROUND 8"): a player who pastes part of our answer back
+    would send that command. The word before moves down with it."""
+    lines = wrap(f'"{line}": {reason}', width, current())
+    out = lines[:1]
+    for rest in lines[1:]:
+        while _commanding(rest) and " " in out[-1].strip():
+            head, _, last = out[-1].rstrip().rpartition(" ")
+            out[-1], rest = head, f"{last} {rest}"
+        out.append(rest if not _commanding(rest) else f"... {rest}")
+    return "\n    ".join(out)
+
+
+def _commanding(text: str) -> bool:
+    """Whether a line would be read as a command (its first word is one of the order
+    language's, in any case and with any punctuation after it)."""
+    words = text.split()
+    return bool(words) and words[0].rstrip(":=,.;").upper() in COMMAND_WORDS
 
 
 def _paragraph(s: Any) -> str:

@@ -48,8 +48,9 @@ START_SECONDS = 120.0
 SPLIT_AT = 8
 """A batch this long or longer is read by two workers at once (``parse_many``)."""
 BATCHED_BYTES = 1024 * 1024
-"""A larger message is sent to a worker alone, even within a batch (``parse_many``): a
-batch is received whole, and only a message alone may be too big to receive."""
+"""A larger message is sent to a worker alone, even within a batch (``parse_many``), and a
+batch holds at most this much: a batch is received whole, and only a message alone may be
+too big to receive."""
 
 
 class ParseFailed(Exception):
@@ -231,8 +232,9 @@ class Sandbox:
                 except (ParseTimeout, ParseFailed) as exc:
                     results.append(exc)
                 continue
-            end = start + 1
-            while end < len(raws) and len(raws[end]) <= BATCHED_BYTES:
+            end, size = start + 1, len(raws[start])
+            while end < len(raws) and size + len(raws[end]) <= BATCHED_BYTES:
+                size += len(raws[end])  # a batch, like a message, is received whole
                 end += 1
             with self._slots:
                 worker = self._take()

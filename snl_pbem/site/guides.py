@@ -5,19 +5,16 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
-from importlib import resources
 
 from markdown_it import MarkdownIt
 
-from snl_pbem.app.links import guide_path
-from snl_pbem.i18n import DEFAULT, LANGUAGES
+from snl_pbem.app.links import guide_file, guide_path, has_guide
+from snl_pbem.i18n import LANGUAGES
 
 
 def guide_source(code: str) -> str:
     """The guide's Markdown in language ``code`` (English: ``players.md``)."""
-    name = "players.md" if code == DEFAULT else f"players.{code}.md"
-    return (resources.files("snl_pbem.guides") / name).read_text(encoding="utf-8")
+    return guide_file(code).read_text(encoding="utf-8")
 
 
 _GUIDE_LINK = re.compile(r'href="players(\.[A-Za-z-]+)?\.md(#[^"]*)?"')
@@ -29,10 +26,10 @@ def _linked(html: str) -> str:
     return _GUIDE_LINK.sub(lambda m: f'href="players{m[1] or ""}.html{m[2] or ""}"', html)
 
 
-@lru_cache(maxsize=len(LANGUAGES))
 def guide_html(code: str) -> tuple[str, str]:
     """``(title, body)``: the guide's first heading as plain text and its body as HTML
-    (the Markdown holds no raw HTML: it is escaped, as any text would be)."""
+    (the Markdown holds no raw HTML: it is escaped, as any text would be). Read each time
+    (a few milliseconds a pass): a GM's edit of the installed text shows at the next."""
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     source = guide_source(code)
     tokens = md.parse(source)
@@ -44,6 +41,6 @@ def guide_html(code: str) -> tuple[str, str]:
 
 
 def guide_pages() -> dict[str, tuple[str, str, str]]:
-    """Every guide page: its path in the site, its language code, and its title and
-    body (``guide_html``)."""
-    return {guide_path(code): (code, *guide_html(code)) for code in LANGUAGES}
+    """Every guide page: its path in the site, its language code, and its title and body
+    (``guide_html``); a language without a guide has no page (HELP links to none)."""
+    return {guide_path(code): (code, *guide_html(code)) for code in LANGUAGES if has_guide(code)}

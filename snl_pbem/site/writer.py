@@ -261,11 +261,11 @@ class Site:
                     entries = index_entries(session, self.config)
                 self._write_index(entries, now)
                 self._forget_games(set(signed))
-            self._write_guides()
             if written != old or kept.get("build") != build:
                 self._write(
                     STAMPS, json.dumps({"build": build, "games": written}, sort_keys=True).encode()
                 )
+            self._write_guides()
         done = sum(
             1 for name in changed if name not in failed and written.get(name) == signed[name]
         )
@@ -396,7 +396,12 @@ class Site:
         """The players' guides, one page per language (HELP links to them), written when
         they are not there or differ (an upgrade, or a GM's edit of the installed text)."""
         address = self.config.settings.mail.address
-        for relative, (code, title, body) in guide_pages().items():
+        try:
+            pages = guide_pages()
+        except Exception as exc:  # a guide a GM saved unreadable: the games' pages stand
+            log.error("the players' guides could not be read (%s: %s)", type(exc).__name__, exc)
+            return
+        for relative, (code, title, body) in pages.items():
             html = (
                 environment()
                 .get_template("web/guide.html.j2")

@@ -113,7 +113,8 @@ def test_a_classic_game_by_email_from_welcome_to_finishing_order(db, tmp_path) -
     )
     assert result.detail == "orders for round 1 (ROLL)"
     [rolled] = mail_to(db, "cy@example.org", "ack")
-    assert '"ROLL 6 6": the numbers after ROLL are not read: the server throws the dice' in rolled
+    said = " ".join(rolled.split())  # (a line problem wraps under 78 columns)
+    assert '"ROLL 6 6": the numbers after ROLL are not read: the server throws the dice' in said
     ingest(db, config, mail("c2", "KEY cy-key-1234\r\nHello!", "cy@example.org"), T0, "t")
     [notice] = mail_to(db, "cy@example.org", "notice")
     assert "Your message had no orders (no ROLL line); none are needed" in notice

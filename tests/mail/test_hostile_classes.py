@@ -416,7 +416,7 @@ def test_an_off_board_nomination_is_refused_and_r16_explained(sqlite_intake, spa
     body = f"KEY ann-key-123\r\nDICE 4\r\nTRAPDOOR {space}"
     assert ingest(db, config, mail(body, tag=f"t{space}"), T0, "t").status == "processed"
     assert [(o.dice, o.nomination) for o in orders_of(db)] == [("4", None)]
-    reply = text_of(replies_to(db, "ann@example.org")[-1])
+    reply = " ".join(text_of(replies_to(db, "ann@example.org")[-1]).split())  # (wrapped)
     assert f"there is no space {space}" in reply and "spaces are 1 to 100" in reply
     assert "rule 16" in reply and f"Trapdoor: space {space}" not in reply
 

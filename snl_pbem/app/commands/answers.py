@@ -54,7 +54,7 @@ def send_code(
         ctx.session, game, address, ctx.now, purpose, name if purpose == Purpose.JOIN else None
     )
     if same is not None:
-        return remind(ctx, game, address, purpose, same)
+        return remind(ctx, game, address, purpose, same, language=language)
     waiting = codes.pending_code(ctx.session, game, address, ctx.now, purpose)
     refused: tuple[str, str] | None = None  # (why, the reason told)
     if purpose == Purpose.JOIN and not vouched:
@@ -69,7 +69,7 @@ def send_code(
             )
             refused = ("the game's sign-ups for the hour", refusal)
             if waiting is None:
-                note(ctx, game, address, f"signups-full {game.name}", refusal)
+                note(ctx, game, address, f"signups-full {game.name}", refusal, language=language)
                 return "join: no code sent (the game's sign-ups for the hour)"
     limit = None if refused else guest_limit(ctx, address, MailKind.CODE)
     if limit == "address":
@@ -81,7 +81,7 @@ def send_code(
             ),
         )
         if waiting is None:
-            note(ctx, game, address, "codes-over-budget", refused[1])
+            note(ctx, game, address, "codes-over-budget", refused[1], language=language)
             return f"{purpose}: no code sent (budget: address)"
     elif limit is not None:
         domain = address.rpartition("@")[2]
@@ -109,11 +109,11 @@ def send_code(
             ),
         )
         if waiting is None:
-            note(ctx, game, address, "codes-busy", refused[1])
+            note(ctx, game, address, "codes-busy", refused[1], language=language)
             return f"{purpose}: no code sent (budget: {limit})"
     if refused is not None:
         assert waiting is not None
-        remind(ctx, game, address, purpose, waiting, refused[1])
+        remind(ctx, game, address, purpose, waiting, refused[1], language=language)
         return f"{purpose}: no code sent ({refused[0]}); reminded of the code waiting"
     if purpose == Purpose.JOIN:
         code = signup.request_join(ctx.session, game, address, name, ctx.now, vouched, language)
@@ -142,6 +142,7 @@ def remind(
     purpose: str,
     pending: Confirmation,
     refused: str = "",
+    language: str | None = None,
 ) -> str:
     """A note that a code waits (at most once an hour): for a JOIN or OBSERVE repeated
     while its code waits (no new code: it cannot be sent again, being kept only hashed,
@@ -177,12 +178,19 @@ def remind(
         if refused
         else tr("{waits} No new code is sent while it waits.", waits=waits),
         tr("If you did not ask for it, ignore it: nothing happens."),
+        language,
     )
     return f"{purpose}: a code already waits (" + ("reminded)" if told else "reminded lately)")
 
 
 def note(
-    ctx: Context, game: Game | None, address: str, about: str, message: str, next: str = ""
+    ctx: Context,
+    game: Game | None,
+    address: str,
+    about: str,
+    message: str,
+    next: str = "",
+    language: str | None = None,
 ) -> bool:
     """A note to the address that asked, ``about`` one thing (a code pending, too many
     codes...), at most once per NOTE_EVERY each, within the notes' own budget and the
@@ -193,7 +201,7 @@ def note(
     if codes.noted(ctx.session, address, about, ctx.now, NOTE_EVERY):
         log.info("inbound %d: note %r sent to %s lately", ctx.row.id, about, address)
         return False
-    to_stranger(ctx, game, address, MailKind.GUEST_NOTE, message, next)
+    to_stranger(ctx, game, address, MailKind.GUEST_NOTE, message, next, language)
     return True
 
 

@@ -223,6 +223,9 @@ def run_join(ctx: Context, action: Action, address: str, player: Player | None) 
     if isinstance(game, str):
         return game
     name, asked = joined_as(action.args[1] if len(action.args) > 1 else "")
+    # every answer in the language asked for (JOIN ... LANGUAGE th, or a LANGUAGE line),
+    # else the one the message is written in: a refusal too
+    language = asked or asked_language(ctx.commands.actions) or ctx.written_in
     if not name:
         guest_reply(
             ctx,
@@ -233,13 +236,20 @@ def run_join(ctx: Context, action: Action, address: str, player: Player | None) 
                 "the reports).",
                 game=game.name,
             ),
+            language=language,
         )
         return "join: no name"
     refusal = signup.join_refusal(ctx.session, ctx.config, game, address, name, ctx.now)
     if refusal is not None:
-        guest_reply(ctx, game, address, refusal, tr("Send LIST for the games you can join."))
+        guest_reply(
+            ctx,
+            game,
+            address,
+            refusal,
+            tr("Send LIST for the games you can join."),
+            language=language,
+        )
         return f"join refused: {refusal}"
-    language = asked or asked_language(ctx.commands.actions) or ctx.written_in
     return send_code(ctx, game, address, Purpose.JOIN, name, language)
 
 
