@@ -467,3 +467,53 @@ def test_a_dice_problem_kept_as_english_is_read_back_in_every_language(problem: 
     for code in ("zh-Hans", "th"):
         with speaking(code):
             assert str(again) == str(made.text()) != kept, (code, kept)
+
+
+@pytest.mark.parametrize("code", ["en", "zh-Hans", "th"])
+def test_a_line_problem_never_wraps_to_a_line_a_paste_would_obey(code: str) -> None:
+    """A line problem's reason names commands ("write ABSENT UNTIL 2026-12-24 ... or
+    ABSENT OFF", "e.g. ROUND 8"): wrapped to fit the mail, no line of it may start with
+    a command word, since a player pasting part of our answer back would send it."""
+    from snl_pbem.mail.commands import read_commands
+    from snl_pbem.mail.quotes import COMMAND_WORDS
+    from snl_pbem.mail.render import environment
+
+    reasons = [
+        tr("write ABSENT UNTIL 2026-12-24 (a date, year first) or ABSENT OFF"),
+        tr("TRAPDOOR needs a space number, e.g. TRAPDOOR 37"),
+        tr("ROUND needs a round number, e.g. ROUND 8"),
+        tr("GAME needs the game's id, e.g. GAME spring26"),
+        tr("write EXTEND spring26 BY 2d (a duration: 12h, 2d, 1w)"),
+        tr("CONFIRM needs the code we mailed you, e.g. CONFIRM abcd-efgh"),
+    ]
+    echoed = environment(code).filters["echoed"]
+    for line in ("ABSENT zz", "TRAPDOOR abcdefghijklmnopq", "ROUND x", "GAME ??", "X" * 30):
+        for reason in reasons:
+            for columns in (40, 56, 72):
+                with speaking(code):
+                    text = echoed(line, reason, columns)
+                for shown in text.splitlines():
+                    first = shown.split()[0].rstrip(":=,.;").upper()
+                    assert first not in COMMAND_WORDS, (code, text)
+                read = read_commands(text.splitlines(), 0, None)
+                assert not read.actions and not read.problems, text
+                assert (read.game, read.round, read.dice, read.nomination) == (None,) * 4, text
+
+
+def test_an_ascii_key_may_start_with_a_bracket() -> None:
+    """The config allows any printable key without spaces: "(secret1)" is a key; only the
+    help's placeholder written in Chinese or Thai in one word is chat."""
+    from snl_pbem.mail.commands import read_commands
+
+    assert read_commands(["KEY (secret1)"], 0, None).order_keys == ("(secret1)",)
+    assert read_commands(["KEY <letmein>"], 0, None).order_keys == ("<letmein>",)
+    assert read_commands(["KEY (你的口令)"], 0, None).order_keys == ()
+    assert read_commands(["KEY (รหัสผ่านของคุณ)"], 0, None).order_keys == ()
+
+
+def test_a_join_refusal_is_in_the_language_the_join_asks_for(post: Post) -> None:
+    post.send("nok@else.example", "JOIN g1 chai LANGUAGE th")  # a name already taken
+    answer = post.last("nok@else.example")
+    assert language_of(answer) == "th"
+    post.send("lin@else.example", "JOIN g1 Lin!!?? LANGUAGE zh")  # no such name
+    assert language_of(post.last("lin@else.example")) == "zh-Hans"

@@ -85,3 +85,27 @@ def test_help_has_no_guide_link_without_the_sites_address(tmp_path: Path) -> Non
     game = started(tmp_path, f"sqlite:///{tmp_path / 'snl.db'}")
     text = help_reply(game, "GAME g1\r\nKEY ann-key-123\r\nHELP", "ann@example.org", "a")
     assert "How to send orders" in text and "guide/" not in text
+
+
+def test_a_guide_that_cannot_be_read_never_stops_the_games_pages(
+    tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """A guide a GM saved unreadable (not UTF-8, say): the pass writes the games' pages
+    and its stamps as always, logs the guide's error, and the next pass tries again."""
+    import snl_pbem.site.writer as writer
+
+    game = started(tmp_path, f"sqlite:///{tmp_path / 'snl.db'}", base_url=BASE)
+    root = game.config.settings.web.dir
+
+    def unreadable() -> dict[str, tuple[str, str, str]]:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    monkeypatch.setattr(writer, "guide_pages", unreadable)
+    report = game.site().update()
+    assert report.games == 1 and (root / ".stamps.json").is_file()
+    assert (root / "games/g1/index.html").is_file() and not (root / "guide").exists()
+    assert "the players' guides could not be read" in caplog.text
+    assert game.site().update().games == 0  # stamped: nothing to write again
+    monkeypatch.undo()
+    game.site().update()
+    assert (root / "guide" / "players.th.html").is_file()
