@@ -148,6 +148,25 @@ def test_installed_command_runs_as_the_service_user(place: Path, service_user: s
     assert shebang == f"#!{prefix}/bin/python", shebang
     assert (prefix / "share" / "snl-pbem" / "snl-pbem.service").is_file()
     assert (prefix / "share" / "snl-pbem" / "sysusers.d" / "snl-pbem.conf").is_file()
+    for guide in ("players.md", "players.zh-Hans.md", "players.th.md"):  # for the GM to read
+        assert (prefix / "share" / "snl-pbem" / guide).is_file(), guide
+    # and in the package, for the site to publish (issue 25)
+    pages = subprocess.run(
+        [
+            str(prefix / "bin" / "python"),
+            "-c",
+            "from snl_pbem.site.guides import guide_pages\nprint(sorted(guide_pages()))",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd="/",  # (the installed package, not this checkout's)
+    )
+    assert pages.stdout.split() == [
+        "['guide/players.html',",
+        "'guide/players.th.html',",
+        "'guide/players.zh-Hans.html']",
+    ], pages.stderr
 
     # an unprivileged user runs it
     helped = as_user(service_user, str(command), "--help")
