@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from markdown_it import MarkdownIt
 
@@ -28,10 +29,14 @@ def _linked(html: str) -> str:
 
 def guide_html(code: str) -> tuple[str, str]:
     """``(title, body)``: the guide's first heading as plain text and its body as HTML
-    (the Markdown holds no raw HTML: it is escaped, as any text would be). Read each time
-    (a few milliseconds a pass): a GM's edit of the installed text shows at the next."""
+    (the Markdown holds no raw HTML: it is escaped, as any text would be). Read each pass,
+    made again only when it changed: a GM's edit of the installed text shows at the next."""
+    return _html(guide_source(code))
+
+
+@lru_cache(maxsize=8)
+def _html(source: str) -> tuple[str, str]:
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
-    source = guide_source(code)
     tokens = md.parse(source)
     title = next(
         (tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"),
