@@ -169,3 +169,23 @@ def test_run_all_writes_the_report(tmp_path) -> None:
     for title in (*titles, "Hosting"):
         assert f"## {title}" in text
     assert "baseline" in text and "The benchmark failed" not in text, text
+
+
+def test_bench_languages_prints_each_language_beside_english() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_languages.py"),
+            *("--players", "6", "--rounds", "1", "--repeats", "1"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    found = {row[0]: row for row in rows if row[0] in ("en", "zh-Hans", "th")}
+    assert set(found) == {"en", "zh-Hans", "th"}, done.stdout
+    assert found["en"][4] == "1.00x" and all(row[4].endswith("x") for row in found.values())
+    assert int(found["th"][2]) == 7  # a report each and the referee's summary

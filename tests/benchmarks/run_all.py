@@ -73,6 +73,13 @@ BENCHES = [
         "idle scheduler's CPU per minute flat; start-up quick with thousands of games",
     ),
     (
+        "Players' languages: a round's mail in Chinese and Thai against English",
+        "bench_languages.py",
+        [],
+        ["--players", "100", "--rounds", "3", "--repeats", "2"],
+        "a Chinese or Thai round within 1.5x the English one",
+    ),
+    (
         "Game pages: the site pass after a round close at 1,000 games",
         "bench_site.py",
         [],
