@@ -278,6 +278,20 @@ class Claimed:
     message: bytes
 
 
+def sent_count(db: Database, kind: str) -> int:
+    """How many mails of ``kind`` have been handed to the mail server (the demo waits for
+    each player's game-over mail: its subject is in the player's language)."""
+    with db.transaction() as session:
+        return (
+            session.scalar(
+                select(func.count())
+                .select_from(OutboxMessage)
+                .where(OutboxMessage.kind == kind, OutboxMessage.status == OutboxStatus.SENT)
+            )
+            or 0
+        )
+
+
 def claim_due(db: Database, now: datetime, worker: str, limit: int) -> list[Claimed]:
     """Claim due messages: the oldest waiting for each recipient, then, with room left,
     the run of mail that follows it to the same recipient (``_runs``).

@@ -52,9 +52,9 @@ from typing import TextIO
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import Envelope, Session
-from sqlalchemy import func, select
 
 from snl_pbem.app.games import sync_games
+from snl_pbem.app.outbox import sent_count
 from snl_pbem.app.referee import status
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config
@@ -66,9 +66,9 @@ from snl_pbem.rules.postal.dice import open_values, used_in_set
 from snl_pbem.rules.words import counted
 from snl_pbem.runners.server import Server, configure_logging
 from snl_pbem.site.writer import Site
-from snl_pbem.store import Database, OutboxMessage
+from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
-from snl_pbem.store.states import GamePhase, MailKind, OutboxStatus
+from snl_pbem.store.states import GamePhase, MailKind
 
 MOST_PLAYERS = 8
 NAMES = ("ann", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ida")
@@ -346,7 +346,7 @@ def run_demo(
         while seen_closes < len(closes):
             (_progress_classic if classic else _progress)(closes[seen_closes], last, out)
             seen_closes += 1
-        _wait_for_mail(lambda: _sent(db, MailKind.GAME_OVER), len(names), 15)
+        _wait_for_mail(lambda: sent_count(db, MailKind.GAME_OVER), len(names), 15)
         site = Site(db, config, lambda: datetime.now(UTC))  # the server keeps the pages
         _wait_for_mail(lambda: int(not site.behind()), 1, 15)
     except DemoError as exc:
@@ -577,20 +577,6 @@ def _progress_classic(outcome: CloseOutcome, last: int, out: TextIO) -> None:
         filled = min(30, round(30 * position / last))
         print(f"  {name:<{width}} {position:>3} |{'#' * filled}{'.' * (30 - filled)}|", file=out)
     out.flush()
-
-
-def _sent(db: Database, kind: str) -> int:
-    """How many mails of ``kind`` the server has handed to the sink (each player's
-    game-over mail: in their language, so its file name says it in theirs)."""
-    with db.transaction() as session:
-        return (
-            session.scalar(
-                select(func.count())
-                .select_from(OutboxMessage)
-                .where(OutboxMessage.kind == kind, OutboxMessage.status == OutboxStatus.SENT)
-            )
-            or 0
-        )
 
 
 def _wait_for_mail(count: Callable[[], int], expected: int, seconds: float) -> None:
