@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from snl_pbem.app.intake import IngestResult, process_batch, process_now
+from snl_pbem.app.intake import IngestResult
+from snl_pbem.app.intake.batch import apply_batch, read_batch
 from snl_pbem.app.intake.store import Incoming, store_many
 from snl_pbem.app.mailbox_state import (
     ensure_state,
@@ -62,10 +63,6 @@ SETTLE_SECONDS = 6 * PARSE_SECONDS
 """How long a poll waits, at most, for what it stored to be read before it goes on to the
 next: ordinary mail is read in milliseconds and answered before, while a flood of slow
 messages is read on behind it (and a deadline ends the wait at once)."""
-LMTP_SETTLE_SECONDS = PARSE_SECONDS
-"""The same for one LMTP delivery, before its 250 (it is stored by then): no longer than
-the reading limit, so slow messages never hold the MTA's sessions longer than they did when
-each was read before its answer."""
 ALWAYS_AWAITED_BYTES = 256 * 1024
 """A close waits for every message of at most this size received before its deadline, however
 long the machine takes to read it: an order is a few hundred bytes, and reading grows
@@ -76,6 +73,9 @@ BATCH_MAX = 25
 """Messages processed in one transaction at most (``process_batch``): what has queued while
 the previous batch was written, so a batch adds no wait; bounded so that a close waiting for
 the game's lock, or another writer, waits for a short batch only."""
+READ_AHEAD = 2
+"""Batches read and waiting for their transaction (or in it) at most: the one being written
+and the next, read meanwhile."""
 BATCH_BYTES = 64 * 1024
 """Messages larger than this are read and processed alone (a large message may be slow to
 read: it must not hold small ones); an order is a few hundred bytes."""
@@ -93,6 +93,10 @@ class _Job:
     finished: float = 0.0
     close_since: float | None = None
     """When a close first waited for this message (monotonic): its wait counts once."""
+    turn: int = 0
+    """Its batch's place in the order batches were taken: transactions go in that order."""
+    read_at: float | None = None
+    """When its batch was read (parsed): from then on it waits for its turn to be written."""
     future: Future[IngestResult] = field(default_factory=Future)
 
 
@@ -122,7 +126,10 @@ class Readers:
     A reader takes, with the message these rules choose, the small messages queued behind
     it in the same order (up to ``batch``; ``_batch``), and processes them in one
     transaction: what queued while the previous batch was written, so no message waits
-    for a batch to fill.
+    for a batch to fill. A batch is read (parsed in the sandbox, no lock taken) before its
+    transaction, and the next batch is taken and read while one is written; for the rules
+    above a batch read counts as done, and the transactions go in the order the batches
+    were taken (``_turn_pause``), so ordinary mail is still applied in the order it came.
     """
 
     def __init__(
@@ -140,6 +147,7 @@ class Readers:
         self._running: dict[tuple[int, int], _Job] = {}
         self._workers: list[threading.Thread] = []
         self._names = itertools.count(1)
+        self._turns = itertools.count(1)
         self._paused = 0
 
     def submit(
@@ -273,7 +281,9 @@ class Readers:
         (``process_batch``). A large message is read alone (it may be slow: see the class)."""
         if self.batch <= 1 or not 0 < first.size <= BATCH_BYTES:  # 0: size not known
             return [first]
-        busy = {job.sender for job in self._running.values()}  # her next waits for it
+        # her next waits for one still being read (a batch read waits for its turn: one
+        # taken after it is written after it)
+        busy = {job.sender for job in self._running.values() if job.read_at is None}
         queued = [
             job
             for job in self._queued.values()
@@ -297,9 +307,12 @@ class Readers:
         if not self._queued or self._paused:
             return None, None
         now = time.monotonic()
+        written = {job.turn for job in self._running.values() if job.read_at is not None}
+        if len(written) >= READ_AHEAD:  # read batches wait for their turn: enough of them
+            return None, None
         fresh: dict[str, float] = {}  # sender: when her message read for under in_order began
         for job in self._running.values():
-            if now - job.started < self.in_order:
+            if job.read_at is None and now - job.started < self.in_order:
                 fresh[job.sender] = max(fresh.get(job.sender, job.started), job.started)
         urgent = [job for job in self._queued.values() if job.urgent]
         if urgent:  # a close waits: its messages at once, the small first, whoever sent them
@@ -319,10 +332,11 @@ class Readers:
                     self._cond.wait(pause)
                     jobs, pause = self._next()
                 now = time.monotonic()
+                turn = next(self._turns)
                 for job in jobs:
                     key = (id(job.db), job.inbound_id)
                     del self._queued[key]
-                    job.started = now
+                    job.started, job.turn = now, turn
                     self._running[key] = job
             outcomes = self._process(jobs)
             with self._cond:
@@ -344,18 +358,43 @@ class Readers:
                 else:
                     job.future.set_result(outcome)
 
-    @staticmethod
-    def _process(jobs: list[_Job]) -> dict[int, IngestResult | BaseException]:
-        """Each job's outcome: one message alone (``process_now``), several in one
-        transaction (``process_batch``); an exception: the database away, it stays new."""
+    def _process(self, jobs: list[_Job]) -> dict[int, IngestResult | BaseException]:
+        """Each job's outcome: the batch read (``read_batch``: parsed, no lock taken), then,
+        once every batch taken before it is written or slow to read, written in one
+        transaction (``apply_batch``; one message alone as ``process_now`` does). While a
+        batch is written the next is read: the sandbox's parse and the transaction overlap,
+        and the transactions still go in the order the batches were taken. An exception:
+        the database away, it stays new."""
         first = jobs[0]
         try:
-            if len(jobs) == 1:
-                return {first.inbound_id: process_now(first.db, first.config, first.inbound_id)}
-            ids = [job.inbound_id for job in jobs]
-            return dict(process_batch(first.db, first.config, ids))
+            read = read_batch(first.db, first.config, [job.inbound_id for job in jobs])
+            with self._cond:
+                now = time.monotonic()
+                for job in jobs:
+                    job.read_at = now
+                self._cond.notify_all()  # the next batch may be taken and read meanwhile
+                while (pause := self._turn_pause(first.turn)) != 0.0:
+                    self._cond.wait(pause)
+            return dict(apply_batch(first.db, first.config, read))
         except BaseException as exc:
             return {job.inbound_id: exc for job in jobs}
+
+    def _turn_pause(self, turn: int) -> float | None:
+        """0.0 when the batch taken as ``turn`` may be written: no batch taken before it is
+        still to be written, unless it is being read and has been for ``in_order`` (slow
+        mail never holds what comes after it); else how long to wait (None: until a batch
+        is done or read)."""
+        now = time.monotonic()
+        pause: float | None = 0.0
+        for job in self._running.values():
+            if job.turn >= turn:
+                continue
+            if job.read_at is not None:
+                return None
+            left = job.started + self.in_order - now
+            if left > 0:
+                pause = left if not pause else min(pause, left)
+        return pause
 
 
 _readers: Readers | None = None
@@ -704,16 +743,19 @@ def lmtp_receiver(
     through = intake or Intake(db, config)
 
     def deliver(raw: bytes, source: str) -> IngestResult:
-        """Store the message, then have it read; answer the MTA once it is read, or after
-        LMTP_SETTLE_SECONDS (it is stored: its reading goes on, judged by its receipt)."""
+        """Store the message and have it read; the MTA is answered (250) once it is
+        committed, as DESIGN's guarantee asks, not once it is read: a session that waited
+        for the reading as well delivered one message per store and reading, so an MTA's
+        few sessions held the intake to a small fraction of what the readers do with a
+        mailbox's fetch. Its reading goes on beside the next delivery, judged by its
+        receipt time; a close waits for it as for any message stored before its
+        deadline."""
         received = lmtp_receipt_time(config, raw, clock())
         result, future = through.store(raw, received, source)
         if not result.stored:
             raise RuntimeError("message not stored")
-        if not settle([future], LMTP_SETTLE_SECONDS):
-            future.add_done_callback(through.told)  # told when read
-            return result
-        return through.told(future) or result
+        future.add_done_callback(through.told)  # told once read (at once if known already)
+        return result
 
     handler = GameAddressHandler(
         config.settings.mail.address, deliver, lmtp=lmtp.protocol == "lmtp"

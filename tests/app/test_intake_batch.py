@@ -308,3 +308,51 @@ def test_a_batch_knows_what_is_stored_and_what_it_repeats(intake) -> None:
     assert sorted(rows) == sorted(
         [(old_id, 1), (uid2_id, 2), (ids[0], 10), (ids[4], 13), (ids[6], 13)]
     )
+
+
+def test_the_next_batch_is_read_while_one_is_written_and_they_are_written_in_order(
+    intake, monkeypatch
+) -> None:
+    """Reading a batch (the sandbox's parse, another process) and writing the one before it
+    overlap; the transactions still go in the order the batches were taken, so a sender's
+    later message is never applied before her earlier one (R1: the latest order counts)."""
+    import snl_pbem.runners.mailboxes as mailboxes
+
+    db, config = intake
+    events: list[tuple[str, tuple[int, ...]]] = []
+    second_read = threading.Event()
+    real_read, real_apply = mailboxes.read_batch, mailboxes.apply_batch
+
+    def reading(db, config, ids):
+        events.append(("read", tuple(ids)))
+        if sum(kind == "read" for kind, _ in events) == 2:
+            second_read.set()
+        return real_read(db, config, ids)
+
+    def applying(db, config, batch):
+        if not any(kind == "apply" for kind, _ in events):
+            # the first batch's transaction waits until the next batch is being read: with
+            # reading and writing one after the other, that never happens
+            assert second_read.wait(30), "the next batch was not read while one was written"
+        events.append(("apply", tuple(batch.ids)))
+        return real_apply(db, config, batch)
+
+    monkeypatch.setattr(mailboxes, "read_batch", reading)
+    monkeypatch.setattr(mailboxes, "apply_batch", applying)
+    entry = Intake(db, config, readers=Readers(threads=2, batch=4))
+    names = ("ann", "bob", "cy")
+    messages = [
+        mail(f"KEY {name}-key-123\nDICE {1 + i % 6}", f"{name}@example.org", f"o{i}")
+        for i, name in ((i, names[i % 3]) for i in range(12))
+    ]
+    stored = entry.store_many([(raw, T0, "t", None, None, None) for raw in messages])
+    for _, future in stored:
+        future.result(timeout=HANG)
+    reads = [ids for kind, ids in events if kind == "read"]
+    applies = [ids for kind, ids in events if kind == "apply"]
+    assert len(reads) >= 2 and applies == reads  # written in the order they were taken
+    assert sorted(i for ids in applies for i in ids) == [r.inbound_id for r, _ in stored]
+    # applied in the order the messages came: each player's last order is her last message's
+    assert [(o.player, o.dice) for o in orders_of(db)] == [
+        (names[i % 3], str(1 + i % 6)) for i in range(12)
+    ]

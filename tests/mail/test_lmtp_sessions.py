@@ -326,6 +326,8 @@ def test_idle_connections_cannot_keep_a_delivery_out(tmp_path: Path) -> None:
             with smtplib.LMTP("127.0.0.1", port, timeout=WAIT) as client:
                 assert client.sendmail("ann@example.org", ["snl@example.org"], MESSAGE) == {}
             stack.close()
+            # answered once stored; the order is read just after (the readers)
+            wait_for(lambda: orders_of(db), "ann's order read", log_path)
             assert [(o.player, o.dice, o.valid) for o in orders_of(db)] == [("ann", "4", True)]
         finally:
             server.terminate()

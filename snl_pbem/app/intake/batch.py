@@ -8,6 +8,7 @@ is committed before the whole batch is)."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
@@ -15,7 +16,7 @@ import snl_pbem.app.intake.dedupe as dedupe
 from snl_pbem.app import ahead, txcache
 from snl_pbem.app.intake.context import IngestResult
 from snl_pbem.app.intake.pipeline import _log_result, _process_in, _process_row
-from snl_pbem.app.intake.reading import _sent_to_many
+from snl_pbem.app.intake.reading import _read, _sent_to, _sent_to_many
 from snl_pbem.app.intake.store import TOO_LARGE
 from snl_pbem.config import Config
 from snl_pbem.mail import sandbox
@@ -26,21 +27,34 @@ from snl_pbem.store.states import InboundStatus
 log = logging.getLogger("snl_pbem.intake")
 
 
+@dataclass(eq=False)
+class ReadBatch:
+    """A batch read (``read_batch``) and waiting for its transaction (``apply_batch``).
+    Reading takes no lock and writes nothing, so the readers read the next batch while this
+    one is written (``snl_pbem.runners.mailboxes.Readers``)."""
+
+    ids: list[int]
+    known: dict[int, IngestResult] = field(default_factory=dict)
+    """Messages found handled already (another reader, another process)."""
+    todo: list[tuple[int, bytes, str | None]] = field(default_factory=list)
+    """(id, raw, note) of each message to process, in the order given."""
+    read: list[ParsedMail | str | Exception] = field(default_factory=list)
+    """Each one's reading, as ``todo``: the mail, or why it could not be read."""
+
+
 def process_batch(
     db: Database, config: Config, inbound_ids: list[int]
 ) -> dict[int, IngestResult | Exception]:
     """Process several stored messages in one transaction, a savepoint each, in the order
-    given: one commit for the batch instead of one per message, and the game, its round and
-    its players read once (the session keeps them). A message whose processing fails rolls
-    back its own savepoint only, and is processed again alone once the batch is committed
-    (``_process_row``: set aside with its traceback if it fails again), so it costs the
-    others nothing. If the batch cannot be committed, each is processed alone. Nothing is
-    committed before the batch is, so a crash part-way leaves all of them stored,
-    unprocessed (read again at the next start), none applied twice. Per message, its result,
-    or the exception that stopped it (the database away: it stays stored, unprocessed)."""
-    if len(inbound_ids) <= 1:
-        return {i: _process_alone(db, config, i) for i in inbound_ids}
-    results: dict[int, IngestResult | Exception] = {}
+    given: ``read_batch`` then ``apply_batch``."""
+    return apply_batch(db, config, read_batch(db, config, inbound_ids))
+
+
+def read_batch(db: Database, config: Config, inbound_ids: list[int]) -> ReadBatch:
+    """Read stored messages for their processing, outside any transaction that writes:
+    their rows, the fingerprints of what we sent their senders, and each one parsed in the
+    sandbox (one round trip for all). Raises only if the database is away."""
+    batch = ReadBatch(list(inbound_ids))
     with db.reading() as session:
         stored = {
             inbound_id: (status, raw, note, sender)
@@ -54,20 +68,53 @@ def process_batch(
                 ).where(InboundMessage.id.in_(inbound_ids))
             )
         }
-    todo: list[tuple[int, bytes, str | None]] = []
     senders: list[str | None] = []
     for inbound_id in inbound_ids:
         status, raw, note, sender = stored[inbound_id]
         if status != InboundStatus.NEW:
             handled = f"already handled: {status}"
-            results[inbound_id] = IngestResult(inbound_id, InboundStatus.DUPLICATE, handled)
+            batch.known[inbound_id] = IngestResult(inbound_id, InboundStatus.DUPLICATE, handled)
         else:
-            todo.append((inbound_id, raw, note))
+            batch.todo.append((inbound_id, raw, note))
             senders.append(None if note and note.startswith(TOO_LARGE) else sender)
+    if not batch.todo:
+        return batch
+    if len(inbound_ids) == 1:  # alone: read as ``_process_row`` reads (set aside if unread)
+        (_, raw, _), sender = batch.todo[0], senders[0]
+        batch.read = [_read(raw, config, _sent_to(db, config, sender))]
+        return batch
     sent = _sent_to_many(db, config, senders)
-    read = sandbox.parse_many(
-        [raw for _, raw, _ in todo], config.settings.mail.address, [sent[s] for s in senders]
+    batch.read = list(
+        sandbox.parse_many(
+            [raw for _, raw, _ in batch.todo],
+            config.settings.mail.address,
+            [sent[s] for s in senders],
+        )
     )
+    return batch
+
+
+def apply_batch(
+    db: Database, config: Config, batch: ReadBatch
+) -> dict[int, IngestResult | Exception]:
+    """Process a batch read by ``read_batch`` in one transaction, a savepoint each, in the
+    order given: one commit for the batch instead of one per message, and the game, its
+    round and its players read once (the session keeps them). Each row is locked and its
+    status checked again here: a message another reader or process handled since it was
+    read is not applied twice. A message whose processing fails rolls back its own
+    savepoint only, and is processed again alone once the batch is committed
+    (``_process_row``: set aside with its traceback if it fails again), so it costs the
+    others nothing. If the batch cannot be committed, each is processed alone. Nothing is
+    committed before the batch is, so a crash part-way leaves all of them stored,
+    unprocessed (read again at the next start), none applied twice. Per message, its result,
+    or the exception that stopped it (the database away: it stays stored, unprocessed).
+    A single message is processed as ``process_now`` does (set aside if it fails)."""
+    results: dict[int, IngestResult | Exception] = dict(batch.known)
+    todo, read = batch.todo, batch.read
+    if len(batch.ids) == 1:
+        for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
+            results[inbound_id] = _process_alone(db, config, inbound_id, (raw, note), mail)
+        return results
     done: list[IngestResult] = []
     alone: list[int] = []
     try:
@@ -115,18 +162,27 @@ def process_batch(
         _log_result(found)
     for inbound_id in alone:
         results[inbound_id] = _process_alone(db, config, inbound_id)
-    return {inbound_id: results[inbound_id] for inbound_id in inbound_ids}
+    return {inbound_id: results[inbound_id] for inbound_id in batch.ids}
 
 
-def _process_alone(db: Database, config: Config, inbound_id: int) -> IngestResult | Exception:
+def _process_alone(
+    db: Database,
+    config: Config,
+    inbound_id: int,
+    stored: tuple[bytes, str | None] | None = None,
+    mail: ParsedMail | str | Exception | None = None,
+) -> IngestResult | Exception:
     try:
-        return _process_row(db, config, inbound_id)
+        read = None if mail is None else _as_read(mail)
+        return _process_row(db, config, inbound_id, stored, read)
     except Exception as exc:  # the database away: it stays stored, unprocessed
         return exc
 
 
-def _as_read(read: ParsedMail | Exception) -> ParsedMail | str:
+def _as_read(read: ParsedMail | str | Exception) -> ParsedMail | str:
     """A batch's reading as ``_read`` gives one: the mail, or why it could not be read."""
+    if isinstance(read, str):  # read alone: ``_read`` said why
+        return read
     if isinstance(read, ParseTimeout):
         return f"set aside: {read}"
     if isinstance(read, Exception):

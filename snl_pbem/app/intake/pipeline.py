@@ -97,13 +97,12 @@ def ingest(
     size: int | None = None,
     process: bool = True,
 ) -> IngestResult:
-    """Store, then process, one message. Raises only if it could not be stored at all
-    (the database is down): a message the database refuses as it is, is stored as a
-    stub and set aside, so that no message stops the mailbox. ``size``: ``raw`` is only
-    the header of a message that large (the IMAP poller never fetches one over the
-    limit whole). ``process=False`` only stores it (status ``new``): the intakes have it
-    read by parallel workers (``snl_pbem.runners.mailboxes.Readers``), so a slow message
-    never holds the ones after it."""
+    """Store, then process, one message. Raises only if it could not be stored at all (the
+    database is down): a message the database refuses as it is, is stored as a stub and set
+    aside, so that no message stops the mailbox. ``size``: ``raw`` is only the header of a
+    message that large (the IMAP poller never fetches one over the limit whole).
+    ``process=False`` only stores it (status ``new``): the intakes have it read by parallel
+    workers (``snl_pbem.runners.mailboxes.Readers``), so a slow one never holds the next."""
     result, kept = store.store(
         db, config, raw, received_at, source, uidvalidity=uidvalidity, uid=uid, size=size
     )
@@ -115,11 +114,10 @@ def ingest(
 def process_pending(
     db: Database, config: Config, workers: int = sandbox.MAX_WORKERS
 ) -> list[IngestResult]:
-    """Process messages stored but not processed (the server stopped in between).
-
-    Several senders' messages are read at once (``workers``), each sender's one at a time
-    in the order they came: a slow message holds one worker, not the start-up, and a
-    player's later message still replaces their earlier one. Results in stored order."""
+    """Process messages stored but not processed (the server stopped in between). Several
+    senders' messages are read at once (``workers``), each sender's one at a time in the
+    order they came: a slow message holds one worker, not the start-up, and a player's
+    later message still replaces their earlier one. Results in stored order."""
     with db.transaction() as session:
         rows = session.execute(
             select(InboundMessage.id, InboundMessage.sender)
@@ -194,17 +192,21 @@ def retry_set_aside(
 
 
 def _process_row(
-    db: Database, config: Config, inbound_id: int, stored: tuple[bytes, str | None] | None = None
+    db: Database,
+    config: Config,
+    inbound_id: int,
+    stored: tuple[bytes, str | None] | None = None,
+    mail: ParsedMail | str | None = None,
 ) -> IngestResult:
     """Process one stored message; any failure is recorded on it, never raised.
 
-    The message is read (parsed) first, outside any transaction, so no lock is held
-    while a hostile message is taken apart. Then the row is locked and its status
-    checked in the processing transaction, so that a message is processed once even
-    when two processes reach it together (one server's poller and another's start-up
-    ``process_pending``, or a referee's ``ingest``). That same transaction keeps the
-    message as it may be kept (``reply.kept_after_reading``). ``stored``: the row's raw bytes
-    and note, when the caller has just stored them (no need to read them back)."""
+    The message is read (parsed) first, outside any transaction, so no lock is held while a
+    hostile message is taken apart. Then the row is locked and its status checked in the
+    processing transaction, so that a message is processed once even when two processes
+    reach it together (one server's poller and another's start-up ``process_pending``, or a
+    referee's ``ingest``). That same transaction keeps the message as it may be kept
+    (``reply.kept_after_reading``). ``stored``: the row's raw bytes and note, ``mail``: its
+    reading, when the caller has them already (``batch.read_batch``)."""
     if stored is None:
         with db.reading() as session:
             row = session.get(InboundMessage, inbound_id)
@@ -214,9 +216,10 @@ def _process_row(
             return IngestResult(inbound_id, InboundStatus.DUPLICATE, f"already handled: {status}")
     else:
         raw, note = stored
-    too_large = bool(note and note.startswith(TOO_LARGE))
-    sender = None if too_large else envelope_of(raw)[1]  # as ingest stored it on the row
-    mail = _read(raw, config, _sent_to(db, config, sender))
+    if mail is None:
+        too_large = bool(note and note.startswith(TOO_LARGE))
+        sender = None if too_large else envelope_of(raw)[1]  # as ingest stored it on the row
+        mail = _read(raw, config, _sent_to(db, config, sender))
     try:
         with db.transaction() as session:
             found = _process_in(session, config, inbound_id, raw, note, mail)
