@@ -44,6 +44,7 @@ from snl_pbem.procs import dead_here
 from snl_pbem.rules.errors import RulesetError
 from snl_pbem.rules.words import agree
 from snl_pbem.store import Database, Game, OutboxMessage, Player
+from snl_pbem.store.bulk import among
 from snl_pbem.store.states import MailKind, OutboxStatus
 
 log = logging.getLogger("snl_pbem.outbox")
@@ -356,7 +357,9 @@ def _claim(
             OutboxMessage.id > after, *waiting
         )
         if seen and len(seen) <= SEEN_SKIPPED:  # (past it: looked at again, never wrong)
-            later = later.where(OutboxMessage.recipient.not_in(sorted(seen)))
+            later = later.where(
+                among(OutboxMessage.recipient, sorted(seen), sqlite=sqlite, negate=True)
+            )
         window = session.execute(later.order_by(OutboxMessage.id).limit(max(2 * limit, 50))).all()
         if not window:
             break
@@ -370,7 +373,11 @@ def _claim(
             for recipient, row_id in session.execute(
                 select(OutboxMessage.recipient, func.min(OutboxMessage.id))
                 .where(
-                    OutboxMessage.recipient.in_({recipient for _, recipient in window}),
+                    among(
+                        OutboxMessage.recipient,
+                        sorted({recipient for _, recipient in window}),
+                        sqlite=sqlite,
+                    ),
                     OutboxMessage.status == OutboxStatus.PENDING,
                     OutboxMessage.id <= after,
                     or_(
@@ -390,7 +397,7 @@ def _claim(
             continue
         lock = (
             select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
-            .where(OutboxMessage.id.in_(chosen), *waiting)
+            .where(among(OutboxMessage.id, chosen, sqlite=sqlite), *waiting)
             .order_by(OutboxMessage.id)
         )
         if not sqlite:  # another sender's: skipped, as are the later ones to its recipient
@@ -406,7 +413,7 @@ def _claim(
     if claimed:
         session.execute(
             update(OutboxMessage)
-            .where(OutboxMessage.id.in_([item.id for item in claimed]))
+            .where(among(OutboxMessage.id, [item.id for item in claimed], sqlite=sqlite))
             .values(claimed_by=worker, claim_until=now + CLAIM)
             .execution_options(synchronize_session=False)
         )
@@ -438,7 +445,7 @@ def _runs(
         window = session.execute(
             select(OutboxMessage.id, OutboxMessage.recipient, is_waiting)
             .where(
-                OutboxMessage.recipient.in_(sorted(open_runs)),
+                among(OutboxMessage.recipient, sorted(open_runs), sqlite=sqlite),
                 OutboxMessage.status == OutboxStatus.PENDING,
                 OutboxMessage.id > after,
                 holds,
@@ -462,7 +469,7 @@ def _runs(
         return []
     lock = (
         select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
-        .where(OutboxMessage.id.in_([row_id for row_id, _ in taken]), *waiting)
+        .where(among(OutboxMessage.id, [row_id for row_id, _ in taken], sqlite=sqlite), *waiting)
         .order_by(OutboxMessage.id)
     )
     if not sqlite:
@@ -640,7 +647,10 @@ def _book(
         if release:
             session.execute(
                 update(OutboxMessage)
-                .where(OutboxMessage.id.in_(release), OutboxMessage.claimed_by == worker)
+                .where(
+                    among(OutboxMessage.id, release, sqlite=db.is_sqlite),
+                    OutboxMessage.claimed_by == worker,
+                )
                 .values(claimed_by=None, claim_until=None)
                 .execution_options(synchronize_session=False)
             )
@@ -676,6 +686,7 @@ def _record(
     """Write a batch's results; ``untried`` are handed back as they were (the server was
     ``down``, not their fault, or the batch ran out of claim time)."""
     sent = [item.id for item, error in results if error is None]
+    sqlite = session.get_bind().dialect.name == "sqlite"
     if untried:
         expired: set[int] = set()
         if down is not None:  # waited too long: they fail with the server, not one per try
@@ -691,7 +702,7 @@ def _record(
         session.execute(
             update(OutboxMessage)
             .where(
-                OutboxMessage.id.in_([i for i in untried if i not in expired]),
+                among(OutboxMessage.id, [i for i in untried if i not in expired], sqlite=sqlite),
                 OutboxMessage.claimed_by == worker,
             )
             .values(claimed_by=None, claim_until=None)
@@ -700,7 +711,7 @@ def _record(
     if sent:  # marked sent only after the server's 250
         session.execute(
             update(OutboxMessage)
-            .where(OutboxMessage.id.in_(sent), OutboxMessage.claimed_by == worker)
+            .where(among(OutboxMessage.id, sent, sqlite=sqlite), OutboxMessage.claimed_by == worker)
             .values(
                 status=OutboxStatus.SENT,
                 sent_at=now,
@@ -713,7 +724,9 @@ def _record(
         )
         report.sent += len(sent)
         secret = session.scalars(
-            select(OutboxMessage).where(OutboxMessage.id.in_(sent), OutboxMessage.secret)
+            select(OutboxMessage).where(
+                among(OutboxMessage.id, sent, sqlite=sqlite), OutboxMessage.secret
+            )
         ).all()
         for scrub in secret:  # the player has the key now: the database forgets it
             # (keeping a fingerprint of what it said, which holds no key: a copy of it

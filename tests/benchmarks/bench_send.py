@@ -9,7 +9,7 @@ The three runs take turns ``--repeats`` times (a busy machine slows them alike),
 and each figure is the best of its runs, beside every pair's own ratio.
 
 Run: .venv/bin/python tests/benchmarks/bench_send.py [--messages 5000] [--connections 4]
-[--repeats 3]
+[--repeats 3] [--db sqlite|postgresql]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from pgserver import PostgresServer
 from smtpsink import free_port
 from sqlalchemy import func, select, update
 
@@ -73,7 +74,9 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
     args = parser.parse_args()
+    postgres = PostgresServer().start() if args.db == "postgresql" else None
     port = free_port()
     sink = subprocess.Popen(
         [sys.executable, "-c", SINK, str(port)],
@@ -85,8 +88,9 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "c.toml"
+            url = postgres.url(postgres.create_database()) if postgres else f"sqlite:///{tmp}/b.db"
             path.write_text(
-                f'[database]\nurl = "sqlite:///{tmp}/b.db"\n[mail]\n'
+                f'[database]\nurl = "{url}"\n[mail]\n'
                 'address = "snl@example.org"\nreferee = "ref@example.org"\n'
             )
             config = load_config(path)
@@ -132,12 +136,15 @@ def main() -> None:
             db.dispose()
     finally:
         sink.communicate("", timeout=10)
+        if postgres is not None:
+            postgres.stop()
     n = args.messages
     base_s = min(r[0][0] for r in runs)
     base_cpu = min(r[0][1] for r in runs)
     print(
         f"bench_send: Python {platform.python_version()}, {n} messages, aiosmtpd sink in "
-        f"its own process, SQLite outbox, best of {args.repeats} runs taking turns"
+        f"its own process, {'PostgreSQL' if postgres else 'SQLite'} outbox, best of "
+        f"{args.repeats} runs taking turns"
     )
     print(
         f"  baseline: bare smtplib loop, one connection: {base_s:6.2f} s = {n / base_s:7.0f} msg/s"
