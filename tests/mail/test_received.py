@@ -3,6 +3,7 @@ sender could write; and no round closes before the MTA's redelivery grace after 
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -149,6 +150,10 @@ def test_the_receiver_stores_the_mta_receipt_time(tmp_path: Path) -> None:
     with db.transaction() as s:
         stored = s.scalars(select(InboundMessage.received_at)).all()
     assert [t.replace(tzinfo=UTC) if t.tzinfo is None else t for t in stored] == [AT]
+    # answered once stored; the readers read it just after (a hang detector, not a speed)
+    until = time.monotonic() + 60
+    while not orders_of(db) and time.monotonic() < until:
+        time.sleep(0.02)
     assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "3")]
     db.dispose()
 
