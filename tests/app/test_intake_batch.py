@@ -81,9 +81,50 @@ def test_one_bad_message_in_a_batch_sets_only_itself_aside(intake, monkeypatch, 
     assert [r.recipient for r in replies_since(db, T0)] == ["ann@example.org", "cy@example.org"]
     with db.transaction() as s:
         assert "bob's message breaks after its order" in s.get(InboundMessage, ids[1]).error
-    said = [r.getMessage() for r in caplog.records]
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert sum("failed in a batch" in line for line in said) == 1  # bob's, alone after
     assert not any("could not be committed" in line for line in said)  # the others held
+
+
+def test_a_batch_is_written_without_savepoints_until_a_message_fails(
+    intake, monkeypatch, caplog
+) -> None:
+    """A batch is first written with no savepoint (two statements a message saved). When
+    bob's message fails there, the whole transaction is undone (his order and answer with
+    it) and the batch is written again with a savepoint each: ann's and cy's orders count
+    once, bob's is set aside, and nothing of the first attempt is left."""
+    db, config = intake
+    statements: list[str] = []
+    event.listen(db.engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0]))
+    results = process_batch(db, config, three(db, config))
+    assert [r.status for r in results.values()] == ["processed"] * 3
+    assert "SAVEPOINT" not in statements
+    assert statements.count("INSERT") >= 6  # three orders and three answers: it wrote
+
+    statements.clear()
+    names = ("ann", "bob", "cy")
+    raws = [mail(f"KEY {n}-key-123\nDICE 5", f"{n}@example.org", f"again-{n}") for n in names]
+    stored = store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
+    ids = [result.inbound_id for result, _ in stored]
+
+    def failing(msg: Message):
+        outcome = original(msg)
+        if msg.ctx.mail.sender == "bob@example.org":
+            raise RuntimeError("bob's message breaks after its order")
+        return outcome
+
+    original = dict(pipeline.STEPS)["commands: keyed"]
+    steps = tuple((n, failing if n == "commands: keyed" else s) for n, s in pipeline.STEPS)
+    monkeypatch.setattr(pipeline, "STEPS", steps)
+    with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
+        results = process_batch(db, config, ids)
+    assert [results[i].status for i in ids] == ["processed", "set-aside", "processed"]
+    assert statements.count("SAVEPOINT") >= 3  # the second writing: a savepoint each
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("the batch is written again" in line for line in said) == 1
+    latest = {o.player: o.dice for o in orders_of(db)}  # each one's latest order
+    assert latest == {"ann": "5", "bob": "3", "cy": "5"}  # bob's earlier order holds
+    assert len(orders_of(db)) == 5 and len(replies_since(db, T0)) == 5
 
 
 def test_a_crash_mid_batch_loses_nothing_and_applies_nothing_twice(intake, tmp_path) -> None:

@@ -1,6 +1,7 @@
-"""Batches: several stored messages processed in one transaction, a savepoint each (the
-readers' batches, ``snl_pbem.runners.mailboxes``). One commit for the batch instead of one
-per message, and what the messages share (the game, its round, its players) read once.
+"""Batches: several stored messages processed in one transaction (the readers' batches,
+``snl_pbem.runners.mailboxes``); should one fail, written again with a savepoint each.
+One commit for the batch instead of one per message, and what the messages share (the
+game, its round, its players) read once.
 Each message's guarantees are those of ``pipeline``: processed once (its row locked and its
 status checked), and a crash at any point loses nothing and applies nothing twice (nothing
 is committed before the whole batch is)."""
@@ -8,6 +9,7 @@ is committed before the whole batch is)."""
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -45,8 +47,8 @@ class ReadBatch:
 def process_batch(
     db: Database, config: Config, inbound_ids: list[int]
 ) -> dict[int, IngestResult | Exception]:
-    """Process several stored messages in one transaction, a savepoint each, in the order
-    given: ``read_batch`` then ``apply_batch``."""
+    """Process several stored messages in one transaction, in the order given:
+    ``read_batch`` then ``apply_batch``."""
     return apply_batch(db, config, read_batch(db, config, inbound_ids))
 
 
@@ -97,12 +99,14 @@ def read_batch(db: Database, config: Config, inbound_ids: list[int]) -> ReadBatc
 def apply_batch(
     db: Database, config: Config, batch: ReadBatch
 ) -> dict[int, IngestResult | Exception]:
-    """Process a batch read by ``read_batch`` in one transaction, a savepoint each, in the
-    order given: one commit for the batch instead of one per message, and the game, its
-    round and its players read once (the session keeps them). Each row is locked and its
-    status checked again here: a message another reader or process handled since it was
-    read is not applied twice. A message whose processing fails rolls back its own
-    savepoint only, and is processed again alone once the batch is committed
+    """Process a batch read by ``read_batch`` in one transaction, in the order given: one
+    commit for the batch instead of one per message, and the game, its round and its
+    players read once (the session keeps them). Each row is locked and its status checked
+    again here: a message another reader or process handled since it was read is not
+    applied twice. Should a message's processing fail, the transaction is rolled back and
+    the batch written again with a savepoint each (a failure is rare: the savepoints cost
+    two statements a message, always paid otherwise); there a failure rolls back its own
+    savepoint only, and that message is processed again alone once the batch is committed
     (``_process_row``: set aside with its traceback if it fails again), so it costs the
     others nothing. If the batch cannot be committed, each is processed alone. Nothing is
     committed before the batch is, so a crash part-way leaves all of them stored,
@@ -115,44 +119,16 @@ def apply_batch(
         for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
             results[inbound_id] = _process_alone(db, config, inbound_id, (raw, note), mail)
         return results
-    done: list[IngestResult] = []
-    alone: list[int] = []
     try:
-        with db.transaction() as session:
-            # every row locked at once, before the first savepoint (held to the commit), in
-            # id order: two batches sharing messages wait for each other, never deadlock
-            ids = [inbound_id for inbound_id, _, _ in todo]
-            rows = session.scalars(  # kept referenced: the session's map holds them weakly
-                select(InboundMessage)
-                .where(InboundMessage.id.in_(ids))
-                .order_by(InboundMessage.id)
-                .with_for_update()
-            ).all()
-            parsed = [m for m in read if isinstance(m, ParsedMail)]
-            dedupe.look_up(session, [m.message_id for m in parsed])
-            ahead.senders(session, [m.sender for m in parsed])  # read ahead in each game
-            for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
-                try:  # a savepoint per message: a failure undoes this message only
-                    with session.begin_nested():
-                        found = _process_in(
-                            session, config, inbound_id, raw, note, _as_read(mail), locked=True
-                        )
-                except Exception as exc:
-                    # a savepoint rolled back releases the row locks taken in it (PostgreSQL)
-                    session.info.pop("games locked", None)
-                    txcache.forget(session)  # what it read may be undone with it
-                    log.warning(
-                        "inbound %d failed in a batch (%s: %s): processed again alone",
-                        inbound_id,
-                        type(exc).__name__,
-                        exc,
-                    )
-                    alone.append(inbound_id)
-                else:
-                    done.append(found)
-                    if isinstance(mail, ParsedMail):
-                        dedupe.processed(session, mail.message_id, inbound_id, found.status)
-            del rows
+        try:  # first without savepoints: one failure undoes the batch, then written again
+            done, alone = _write(db, config, todo, read, savepoints=False)
+        except _Failed as failed:
+            log.info(
+                "inbound %d failed in a batch (%s): the batch is written again, a savepoint each",
+                failed.inbound_id,
+                failed.__cause__,
+            )
+            done, alone = _write(db, config, todo, read, savepoints=True)
     except Exception as exc:  # the batch was not committed: nothing of it holds
         log.warning("a batch of %d could not be committed (%s): each alone", len(todo), exc)
         done, alone = [], [inbound_id for inbound_id, _, _ in todo]
@@ -163,6 +139,68 @@ def apply_batch(
     for inbound_id in alone:
         results[inbound_id] = _process_alone(db, config, inbound_id)
     return {inbound_id: results[inbound_id] for inbound_id in batch.ids}
+
+
+class _Failed(Exception):
+    """A message of a batch written without savepoints failed: the batch is undone."""
+
+    def __init__(self, inbound_id: int) -> None:
+        super().__init__(inbound_id)
+        self.inbound_id = inbound_id
+
+
+def _write(
+    db: Database,
+    config: Config,
+    todo: list[tuple[int, bytes, str | None]],
+    read: list[ParsedMail | str | Exception],
+    *,
+    savepoints: bool,
+) -> tuple[list[IngestResult], list[int]]:
+    """One transaction for the batch, committed: each message's result, and those to be
+    processed again alone. Without ``savepoints`` (two statements a message, and a third of
+    the ORM's work around them, saved) the first failure raises ``_Failed`` and the
+    transaction is rolled back; with them a failure undoes its own message only."""
+    done: list[IngestResult] = []
+    alone: list[int] = []
+    with db.transaction() as session:
+        # every row locked at once, before the first message (held to the commit), in id
+        # order: two batches sharing messages wait for each other, never deadlock
+        ids = [inbound_id for inbound_id, _, _ in todo]
+        rows = session.scalars(  # kept referenced: the session's map holds them weakly
+            select(InboundMessage)
+            .where(InboundMessage.id.in_(ids))
+            .order_by(InboundMessage.id)
+            .with_for_update()
+        ).all()
+        parsed = [m for m in read if isinstance(m, ParsedMail)]
+        dedupe.look_up(session, [m.message_id for m in parsed])
+        ahead.senders(session, [m.sender for m in parsed])  # read ahead in each game
+        for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
+            try:
+                with session.begin_nested() if savepoints else nullcontext():
+                    found = _process_in(
+                        session, config, inbound_id, raw, note, _as_read(mail), locked=True
+                    )
+            except Exception as exc:
+                if not savepoints:
+                    raise _Failed(inbound_id) from exc
+                # a savepoint rolled back releases the row locks taken in it (PostgreSQL)
+                session.info.pop("games locked", None)
+                txcache.forget(session)  # what it read may be undone with it
+                log.warning(
+                    "inbound %d failed in a batch (%s: %s): processed again alone",
+                    inbound_id,
+                    type(exc).__name__,
+                    exc,
+                )
+                alone.append(inbound_id)
+            else:
+                done.append(found)
+                if isinstance(mail, ParsedMail):
+                    dedupe.processed(session, mail.message_id, inbound_id, found.status)
+        del rows
+    return done, alone
 
 
 def _process_alone(
