@@ -428,30 +428,58 @@ only when reading took less than this (a real message takes milliseconds); other
 
 
 def redact_in_bytes(raw: bytes, secrets: list[str] | tuple[str, ...]) -> bytes:
-    """Every secret replaced in the bytes as they stand (cheap; encoded parts untouched).
-    One pattern for all the keys (see ``_trie``): linear in the message whatever the
-    keys."""
+    """Every secret replaced in the bytes as they stand (cheap; encoded parts untouched),
+    ASCII case ignored, the longest where several start at the same place. A message's
+    usual few keys (its sender's, one or two quoted) are looked for as they are
+    (``_few_replaced``); more, with one pattern for all (see ``_trie``): linear in the
+    message whatever the keys."""
     keys = _considered(secrets)
     if not keys:
         return raw
-    # the keys' bytes, one character each (latin-1), as one pattern
-    written = {k.encode("utf-8", "surrogateescape").decode("latin-1") for k in keys}
-    ordered = tuple(sorted(written))
-    pattern = _few_keys_pattern(ordered) if len(ordered) <= 4 else _bytes_pattern(ordered)
-    return pattern.sub(REDACTED.encode(), raw)
+    # the keys' bytes, ASCII in lower case (as the search folds it: a tree of keys that
+    # differ in case only would take the first branch, not the longest key), one
+    # character each (latin-1) for the pattern
+    written = {k.encode("utf-8", "surrogateescape").lower() for k in keys}
+    if len(written) <= _FEW_KEYS:
+        return _few_replaced(raw, sorted(written), REDACTED.encode())
+    ordered = tuple(sorted(k.decode("latin-1") for k in written))
+    return _bytes_pattern(ordered).sub(REDACTED.encode(), raw)
+
+
+_FEW_KEYS = 4
+"""Up to this many keys are looked for one by one (``bytes.find``): a pattern made for
+each new sender cost more than the whole search (the intake's batches, issue 23)."""
+
+
+def _few_replaced(raw: bytes, keys: list[bytes], by: bytes) -> bytes:
+    """``raw`` with every one of a few ``keys`` replaced by ``by``, as ``_bytes_pattern``
+    replaces them: the leftmost first, the longest where several start there, ASCII case
+    ignored (``bytes.lower`` folds ASCII only, as a bytes pattern's IGNORECASE does)."""
+    low = raw.lower()
+    keys = [k.lower() for k in keys]
+    found = {k: low.find(k) for k in keys}
+    parts: list[bytes] = []
+    done = 0
+    while True:
+        live = [(at, -len(k), k) for k, at in found.items() if at >= 0]
+        if not live:
+            break
+        at, _, key = min(live)
+        parts += (raw[done:at], by)
+        done = at + len(key)
+        for k, where in found.items():
+            if 0 <= where < done:
+                found[k] = low.find(k, done)
+    if not parts:
+        return raw
+    parts.append(raw[done:])
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=64)
 def _bytes_pattern(keys: tuple[str, ...]) -> re.Pattern[bytes]:
     # ASCII case ignored, as the keys may be written
     return re.compile(_trie(keys).encode("latin-1"), re.IGNORECASE)
-
-
-@functools.lru_cache(maxsize=4096)
-def _few_keys_pattern(keys: tuple[str, ...]) -> re.Pattern[bytes]:
-    """``_bytes_pattern`` of a message's usual keys (its sender's, one or two quoted): each
-    player's, made once, however many players write (a pattern of a few keys is small)."""
-    return _bytes_pattern.__wrapped__(keys)
 
 
 _MAX_SECRETS = 2000

@@ -12,6 +12,7 @@ import contextlib
 import email
 import html
 import quopri
+import random
 import re
 import unicodedata
 from email.header import decode_header, make_header
@@ -24,7 +25,14 @@ from mailhelpers import T0, orders_of
 from snl_pbem.app.intake import ingest, retry_set_aside
 from snl_pbem.app.intake import pipeline as intake_module
 from snl_pbem.cli.main import main
-from snl_pbem.mail.parse import MAX_PARTS, REDACTED, parse_message, redact_secrets
+from snl_pbem.mail.parse import (
+    MAX_PARTS,
+    REDACTED,
+    _bytes_pattern,
+    parse_message,
+    redact_in_bytes,
+    redact_secrets,
+)
 from snl_pbem.store import InboundMessage
 from snl_pbem.store.states import InboundStatus
 
@@ -507,3 +515,36 @@ def test_key_shaped_decoys_never_push_a_quoted_key_out() -> None:
     assert read.redacted is not None
     for key in ("bob-key-777", "cy-key-123", "zzzz-zzzz-zzzz-zzzz", KEY, *decoys):
         assert_no_key(read.redacted, key)
+
+
+def test_a_few_keys_are_replaced_in_the_bytes_as_the_pattern_replaces_them() -> None:
+    """A message's few keys are looked for one by one, not with a pattern made for each
+    new sender (issue 23); what is replaced is the pattern's: the leftmost, the longest
+    where several start at the same place, ASCII case ignored (not other letters'), keys
+    that begin alike or overlap, or differ in case only (the pattern of the keys as written
+    took "AAaA" in "aaAAa-" for a key "aAAAA-" and left "a-" of it). 3,000 random texts
+    of keys, their beginnings and single characters, in either case, so that keys meet,
+    overlap and repeat."""
+    rng = random.Random(23)
+    alphabet = "aAbB-\u00e9\u00c9"
+    for _ in range(3000):
+        keys = tuple(
+            {"".join(rng.choice(alphabet) for _ in range(rng.randint(3, 6))) for _ in range(4)}
+        )
+        pieces = [*keys, *(key[: rng.randint(1, len(key))] for key in keys), *alphabet, " "]
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 20)))
+        text = "".join(c.swapcase() if rng.random() < 0.3 else c for c in text)
+        raw = text.encode("utf-8")
+        given = list(reversed(keys))
+        considered: dict[str, str] = {}  # as redact_in_bytes: the first of each, case ignored
+        for key in given:
+            considered.setdefault(key.lower(), key)
+        expected = _bytes_pattern(
+            tuple(sorted({k.encode().lower().decode("latin-1") for k in considered.values()}))
+        ).sub(REDACTED.encode(), raw)
+        assert redact_in_bytes(raw, given) == expected, (text, given)
+    assert redact_in_bytes(b"aaAAa-B", ["AAaA", "aAAAA-"]) == b"****B"
+    many = ["AAaA", "aAAAA-", "bbbb", "cccc", "dddd"]  # more than a few: the pattern
+    assert redact_in_bytes(b"aaAAa-B", many) == b"****B"
+    assert redact_in_bytes(b"x ANN-key-123 y ann-KEY-1234", ["ann-key-123"]) == (b"x **** y ****4")
+    assert redact_in_bytes(b"\xc3\x89a-key", ["\u00e9a-key"]) == b"\xc3\x89a-key"  # not ASCII
