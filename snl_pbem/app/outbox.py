@@ -28,7 +28,7 @@ from typing import Any, Concatenate, ParamSpec
 from sqlalchemy import and_, func, insert, or_, select, update
 from sqlalchemy.orm import Session
 
-from snl_pbem.app import sentprints
+from snl_pbem.app import sentprints, txcache
 from snl_pbem.app.state import holder_name, holder_names
 from snl_pbem.app.turns import sending_turn
 from snl_pbem.config import Config
@@ -171,6 +171,18 @@ def mail_language(
     return table.settings.language if table is not None else DEFAULT_LANGUAGE
 
 
+RECENT = "snl_pbem.outbox.recent"
+"""txcache: the addresses counted, and {(recipient, kind): mail of that kind to it in the
+last hour} (a reply's rate limit, ``snl_pbem.app.replies``), counted once in a transaction
+and kept up to date by the replies it writes; any other mail written to the outbox forgets
+it (``written``)."""
+
+
+def written(session: Session) -> None:
+    """Mail was written to the outbox other than as a reply: counts kept are read anew."""
+    txcache.put(session, RECENT, None)
+
+
 class MailBatch:
     """Outbox rows enqueued together (a round's reports), inserted with one statement: the
     ORM's per-row flush (one INSERT each on SQLite) was a third of a close's SQL."""
@@ -189,6 +201,7 @@ class MailBatch:
             return
         session.flush()
         session.connection().execute(insert(OutboxMessage), self.rows)
+        written(session)
         self.rows = []
 
 
@@ -202,6 +215,7 @@ def _stored(
         outbox row."""
         row = OutboxMessage(**make(session, config, *args, **kwargs))
         session.add(row)
+        written(session)
         return row
 
     return enqueue

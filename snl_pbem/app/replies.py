@@ -16,13 +16,15 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app import txcache
+from snl_pbem.app.ahead import SENDERS
 from snl_pbem.app.codes import VOUCHED
 from snl_pbem.app.links import guide_urls
 from snl_pbem.app.lookup import ruleset_of
-from snl_pbem.app.outbox import mail_row
+from snl_pbem.app.outbox import RECENT, mail_row
 from snl_pbem.config import Config, address_problem
 from snl_pbem.i18n import LANGUAGES, written_in
 from snl_pbem.mail import authresults
@@ -31,6 +33,7 @@ from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.ruleset import DEFAULT_RULESET
 from snl_pbem.rules.words import Text, tr
 from snl_pbem.store import Confirmation, Game, InboundMessage, OutboxMessage, Player
+from snl_pbem.store.bulk import among
 from snl_pbem.store.states import MailKind, Purpose
 
 log = logging.getLogger("snl_pbem.intake")
@@ -342,18 +345,6 @@ def subject(game: Game | None, text: str) -> str:
     return tr("Snakes and Ladders: {subject}", subject=text)
 
 
-_RECENT = (
-    select(func.count())
-    .select_from(OutboxMessage)
-    .where(
-        OutboxMessage.recipient == bindparam("to"),
-        OutboxMessage.kind.in_(bindparam("kinds", expanding=True)),
-        OutboxMessage.created_at > bindparam("since"),
-    )
-)
-"""Mail of these kinds to this address since then (a reply's rate limit)."""
-
-
 def reply(
     ctx: Context,
     game: Game | None,
@@ -369,15 +360,7 @@ def reply(
     kinds: tuple[str, ...] = REPLY_KINDS
     if always:  # an acknowledgement: counted apart, so other replies never use it up
         limit, kinds = ACKS_PER_HOUR, (kind,)
-    if any(isinstance(o, OutboxMessage) for o in ctx.session.new):
-        ctx.session.flush()  # mail of this message waits to be written: it counts
-    recent = (  # on the connection: the session has nothing else to write first
-        ctx.session.connection().scalar(
-            _RECENT,
-            {"to": player.email, "kinds": list(kinds), "since": ctx.now - timedelta(hours=1)},
-        )
-        or 0
-    )
+    recent = _recent(ctx, player.email, kinds)
     if recent >= limit:
         log.warning(
             "reply to %s held: %d replies in the last hour (limit %d)", player.name, recent, limit
@@ -396,6 +379,50 @@ def reply(
         player=player,
         **context,
     )
+
+
+def _recent(ctx: Context, to: str, kinds: tuple[str, ...]) -> int:
+    """Mail of these kinds to ``to`` in the last hour. Counted once in a transaction, for
+    ``to`` and the rest of the batch's senders at once (``ahead.SENDERS``: one query, not
+    one a message), then kept up to date as replies are written (``_sent``; other mail
+    written forgets it: ``outbox.written``). A count read earlier in the batch may include
+    mail that has since left the hour: seconds' worth, only ever counted against them."""
+    session = ctx.session
+    kept: tuple[set[str], dict[tuple[str, str], int]] | None = txcache.peek(session, RECENT)
+    if kept is None:
+        kept = (set(), {})
+        txcache.put(session, RECENT, kept)  # (nothing kept if the session keeps nothing)
+    covered, counts = kept
+    if to not in covered:
+        if any(isinstance(o, OutboxMessage) for o in session.new):
+            session.flush()  # mail of this message waits to be written: it counts
+        others: list[str] = session.info.get(SENDERS) or []
+        wanted = sorted({to, *others} - covered)[:_RECENT_AT_ONCE]
+        if to not in wanted:
+            wanted[-1] = to
+        sqlite = session.get_bind().dialect.name == "sqlite"
+        rows = session.connection().execute(  # on the connection: nothing else to write first
+            select(OutboxMessage.recipient, OutboxMessage.kind, func.count())
+            .where(
+                among(OutboxMessage.recipient, wanted, sqlite=sqlite),
+                OutboxMessage.created_at > ctx.now - timedelta(hours=1),
+            )
+            .group_by(OutboxMessage.recipient, OutboxMessage.kind)
+        )
+        covered.update(wanted)
+        counts.update(((recipient, kind), n) for recipient, kind, n in rows)
+    return sum(counts.get((to, kind), 0) for kind in kinds)
+
+
+_RECENT_AT_ONCE = 100
+"""Addresses whose recent mail is counted in one query (a batch has at most 25 senders)."""
+
+
+def _sent(ctx: Context, to: str, kind: str) -> None:
+    """A reply written: the count kept for it counts it."""
+    kept: tuple[set[str], dict[tuple[str, str], int]] | None = txcache.peek(ctx.session, RECENT)
+    if kept is not None and to in kept[0]:
+        kept[1][(to, kind)] = kept[1].get((to, kind), 0) + 1
 
 
 def send(
@@ -424,6 +451,7 @@ def send(
         **context,
     )
     ctx.session.connection().execute(insert(OutboxMessage), [row])
+    _sent(ctx, to, kind)
 
 
 def redact(line: str, keys: tuple[str, ...]) -> str:

@@ -8,16 +8,20 @@ for the round open when it came)."""
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from mailhelpers import T0, orders_of
-from sqlalchemy import select
+from sqlalchemy import event, select
 
+from snl_pbem.app import txcache
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import process_batch
 from snl_pbem.app.intake.store import store_many
-from snl_pbem.app.replies import redact
+from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.replies import _recent, redact
 from snl_pbem.config import Config, load_config
 from snl_pbem.store import Database, InboundMessage, OrderRecord, OutboxMessage, Player, Round
 
@@ -142,6 +146,73 @@ def test_a_message_id_twice_in_one_batch_is_applied_once(db: Database, game: Con
     )
     assert statuses == ["processed", "duplicate", "duplicate"]
     assert [(o.player, o.dice) for o in orders_of(db)] == [("cy", "1"), ("ann", "3")]
+
+
+def test_a_batch_counts_its_senders_recent_replies_once_and_keeps_the_limit(
+    db: Database, game: Config
+) -> None:
+    """A reply's rate limit (replies_per_hour = 20 here) is counted for all of a batch's
+    senders in one query, not one a message, and kept up to date by the replies the batch
+    writes: ann's 23 STATUS in one batch get 20 answers, bob's 2 and cy's order theirs;
+    and in the next batch ann, already at her limit, gets none, while her order is still
+    acknowledged (acknowledgements have their own bound)."""
+    counts: list[str] = []
+
+    def counted(_conn, _cursor, statement, *_args) -> None:
+        if "count(" in statement and "FROM outbox" in statement:
+            counts.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", counted)
+    raws = [mail("ann@example.org", "KEY ann-key-123\nSTATUS", f"st-{i}") for i in range(23)]
+    raws += [mail("bob@example.org", "KEY bob-key-123\nSTATUS", f"sb-{i}") for i in range(2)]
+    raws.append(mail("cy@example.org", "KEY cy-key-123\nDICE 4", "oc"))
+    batch(db, game, *raws)
+    assert len(counts) == 1  # the senders' recent mail, read once for the batch
+    sent = replies(db)
+    assert sent.count(("ann@example.org", "status")) == 20
+    assert sent.count(("bob@example.org", "status")) == 2
+    assert sent.count(("cy@example.org", "ack")) == 1
+    batch(
+        db,
+        game,
+        mail("ann@example.org", "KEY ann-key-123\nSTATUS", "st-late"),
+        mail("ann@example.org", "KEY ann-key-123\nDICE 5", "o-ann"),
+    )
+    sent = replies(db)
+    assert sent.count(("ann@example.org", "status")) == 20
+    assert sent.count(("ann@example.org", "ack")) == 1
+
+
+def test_mail_written_otherwise_is_counted_against_the_limit(db: Database, game: Config) -> None:
+    """Mail written to the outbox other than as a reply (a notice the server sends of its
+    own accord) makes a batch count its recent replies anew: it is not missed."""
+    with db.transaction() as session:
+        txcache.start(session)
+        ctx = SimpleNamespace(session=session, now=datetime.now(UTC))  # what the count uses
+        assert _recent(ctx, "ann@example.org", ("status",)) == 0
+        enqueue_mail(
+            session,
+            game,
+            game=None,
+            kind="status",
+            to="ann@example.org",
+            now=ctx.now,
+            template="player/notice.txt.j2",
+            subject="x",
+            message="y",
+            line_problems=(),
+        )
+        assert _recent(ctx, "ann@example.org", ("status",)) == 1
+
+
+def replies(db: Database) -> list[tuple[str, str]]:
+    with db.transaction() as s:
+        return [
+            (to, kind)
+            for to, kind in s.execute(
+                select(OutboxMessage.recipient, OutboxMessage.kind).order_by(OutboxMessage.id)
+            )
+        ]
 
 
 def test_a_key_is_never_echoed_in_letters_the_pattern_folds() -> None:
