@@ -51,6 +51,7 @@ Pure; runs in the sandbox's worker with the rest of the reading.
 from __future__ import annotations
 
 import email
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -100,12 +101,21 @@ def fingerprint(text: str) -> str:
     lines, in order, space-separated."""
     digests = []
     for raw in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        line = normalise(raw[:1000])
-        if line:
-            digests.append(digest(line))
+        line_digest = _line_digest(raw[:1000])
+        if line_digest:
+            digests.append(line_digest)
             if len(digests) >= MAX_SENT_LINES:
                 break
     return " ".join(digests)
+
+
+@functools.lru_cache(maxsize=4096)
+def _line_digest(line: str) -> str:
+    """The digest of a line of our mail as compared, "" for a blank one: made once for the
+    lines most of our mail shares (a template's own lines, the signature), as every
+    acknowledgement is fingerprinted when written (issue 23)."""
+    normalised = normalise(line)
+    return digest(normalised) if normalised else ""
 
 
 def fingerprint_of_sent(raw: bytes, *, scrubbed: bool = False) -> str:
