@@ -240,3 +240,16 @@ def test_open_word_is_the_sign_up_words_and_not_help() -> None:
     for word in ("JOIN", "LIST", "CONFIRM", "OBSERVE", "UNOBSERVE"):
         assert open_word(word), word
     assert not open_word("STATUS") and not open_word("PAUSE") and not open_word("NOPE")
+
+
+def test_the_reading_table_is_made_once_and_follows_the_commands() -> None:
+    """Every message read asks for the table (issue 23): it is made once while no command
+    changes, and a command registered or taken out is in it, or gone, at once."""
+    assert reading_table() is reading_table()
+    assert "PING" not in reading_table()
+    toycommand.install()
+    try:
+        assert "PING" in reading_table()
+    finally:
+        toycommand.uninstall()
+    assert "PING" not in reading_table()

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
+from types import MappingProxyType
 from typing import Any
 
 from snl_pbem.mail.commands import READERS, Commands, Reader, read_commands
@@ -102,12 +103,26 @@ def register(command: Command) -> Command:
     if clash:
         raise ValueError(f"{command.word}: a line beginning {sorted(clash)} is read already")
     _COMMANDS[command.word] = command
+    _changed()
     return command
 
 
 def unregister(word: str) -> Command:
     """Take a command out (a test's own); KeyError when it is not registered."""
-    return _COMMANDS.pop(word)
+    command = _COMMANDS.pop(word)
+    _changed()
+    return command
+
+
+_VERSION = [0]
+"""Bumped at every change of the commands (``_changed``)."""
+_TABLE: list[tuple[int, Mapping[str, Reader]]] = []
+"""``reading_table``'s table and the version it was made of: made once while no command
+changes, as every message read in a batch asks for it (issue 23)."""
+
+
+def _changed() -> None:
+    _VERSION[0] += 1
 
 
 def register_order_words() -> None:
@@ -128,6 +143,7 @@ def _register_words_of(name: str) -> None:
         known = _COMMANDS.get(order.word)
         if known is not None and known.group == "orders" and known.rulesets is not None:
             _COMMANDS[order.word] = replace(known, rulesets=known.rulesets | {name})
+            _changed()
             continue
         if order.word not in READERS:
             raise ValueError(
@@ -177,7 +193,14 @@ def commands(
 def reading_table() -> Mapping[str, Reader]:
     """Each first word (aliases too) and its reader: the table for
     :func:`snl_pbem.mail.commands.read_commands`."""
-    return {first: c.read for c in commands() for first in c.firsts}
+    register_order_words()  # (may change the commands: before the table is looked at)
+    version = _VERSION[0]  # read first: a change while the table is made makes it stale
+    made = _TABLE[:1]
+    if made and made[0][0] == version:
+        return made[0][1]
+    table = MappingProxyType({first: c.read for c in commands() for first in c.firsts})
+    _TABLE[:] = [(version, table)]
+    return table
 
 
 def read(mail: ParsedMail) -> Commands:
