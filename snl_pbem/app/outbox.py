@@ -172,10 +172,9 @@ def mail_language(
 
 
 RECENT = "snl_pbem.outbox.recent"
-"""txcache: the addresses counted, and {(recipient, kind): mail of that kind to it in the
-last hour} (a reply's rate limit, ``snl_pbem.app.replies``), counted once in a transaction
-and kept up to date by the replies it writes; any other mail written to the outbox forgets
-it (``written``)."""
+"""txcache: the recent mail of a batch's senders, by address and kind (a reply's rate limit,
+``snl_pbem.app.replies._recent``), read once in a transaction and added to by the replies it
+writes; any other mail written to the outbox forgets it (``written``)."""
 
 
 def written(session: Session) -> None:

@@ -382,47 +382,56 @@ def reply(
 
 
 def _recent(ctx: Context, to: str, kinds: tuple[str, ...]) -> int:
-    """Mail of these kinds to ``to`` in the last hour. Counted once in a transaction, for
-    ``to`` and the rest of the batch's senders at once (``ahead.SENDERS``: one query, not
-    one a message), then kept up to date as replies are written (``_sent``; other mail
-    written forgets it: ``outbox.written``). A count read earlier in the batch may include
-    mail that has since left the hour: seconds' worth, only ever counted against them."""
+    """Mail of these kinds to ``to`` in the hour before this message (``ctx.now``). Read
+    once in a transaction for ``to`` and the rest of the batch's senders (``ahead.SENDERS``:
+    one query, not one a message): the times of their mail since the hour before, kept and
+    added to as replies are written (``_sent``; any other mail written forgets them:
+    ``outbox.written``). Each message counts against its own hour, as the batch's messages
+    may have been received out of order or hours apart; a message whose hour begins before
+    what was read reads again. On PostgreSQL, mail another process commits meanwhile is seen
+    at the next batch, not the next message."""
     session = ctx.session
-    kept: tuple[set[str], dict[tuple[str, str], int]] | None = txcache.peek(session, RECENT)
+    since = ctx.now - timedelta(hours=1)
+    kept: _Recent | None = txcache.peek(session, RECENT)
     if kept is None:
-        kept = (set(), {})
+        kept = ({}, {})
         txcache.put(session, RECENT, kept)  # (nothing kept if the session keeps nothing)
-    covered, counts = kept
-    if to not in covered:
+    read_since, times = kept
+    if to not in read_since or read_since[to] > since:
         if any(isinstance(o, OutboxMessage) for o in session.new):
             session.flush()  # mail of this message waits to be written: it counts
         others: list[str] = session.info.get(SENDERS) or []
-        wanted = sorted({to, *others} - covered)[:_RECENT_AT_ONCE]
+        wanted = sorted({to, *others})[:_RECENT_AT_ONCE]
         if to not in wanted:
             wanted[-1] = to
         sqlite = session.get_bind().dialect.name == "sqlite"
         rows = session.connection().execute(  # on the connection: nothing else to write first
-            select(OutboxMessage.recipient, OutboxMessage.kind, func.count())
-            .where(
+            select(OutboxMessage.recipient, OutboxMessage.kind, OutboxMessage.created_at).where(
                 among(OutboxMessage.recipient, wanted, sqlite=sqlite),
-                OutboxMessage.created_at > ctx.now - timedelta(hours=1),
+                OutboxMessage.created_at > since,
             )
-            .group_by(OutboxMessage.recipient, OutboxMessage.kind)
         )
-        covered.update(wanted)
-        counts.update(((recipient, kind), n) for recipient, kind, n in rows)
-    return sum(counts.get((to, kind), 0) for kind in kinds)
+        for recipient in wanted:
+            read_since[recipient] = since
+            for key in [key for key in times if key[0] == recipient]:
+                del times[key]
+        for recipient, kind, created_at in rows:
+            times.setdefault((recipient, kind), []).append(created_at)
+    return sum(1 for kind in kinds for at in times.get((to, kind), ()) if at > since)
 
 
+_Recent = tuple[dict[str, datetime], dict[tuple[str, str], list[datetime]]]
+"""What ``_recent`` keeps: each address's mail read since when, and the times of its mail
+by (address, kind)."""
 _RECENT_AT_ONCE = 100
-"""Addresses whose recent mail is counted in one query (a batch has at most 25 senders)."""
+"""Addresses whose recent mail is read in one query (a batch has at most 25 senders)."""
 
 
 def _sent(ctx: Context, to: str, kind: str) -> None:
-    """A reply written: the count kept for it counts it."""
-    kept: tuple[set[str], dict[tuple[str, str], int]] | None = txcache.peek(ctx.session, RECENT)
+    """A reply written (at ``ctx.now``, its created_at): the times kept for ``to`` hold it."""
+    kept: _Recent | None = txcache.peek(ctx.session, RECENT)
     if kept is not None and to in kept[0]:
-        kept[1][(to, kind)] = kept[1].get((to, kind), 0) + 1
+        kept[1].setdefault((to, kind), []).append(ctx.now)
 
 
 def send(
