@@ -124,7 +124,8 @@ def apply_batch(
             done, alone = _write(db, config, todo, read, savepoints=False)
         except _Failed as failed:
             log.info(
-                "inbound %d failed in a batch (%s): the batch is written again, a savepoint each",
+                "inbound %d raised in a batch written without savepoints (%s): the batch is "
+                "written again, a savepoint each",
                 failed.inbound_id,
                 failed.__cause__,
             )
@@ -182,6 +183,8 @@ def _write(
                     found = _process_in(
                         session, config, inbound_id, raw, note, _as_read(mail), locked=True
                     )
+                    if not savepoints:  # its writes now, as a savepoint's end would: a
+                        session.flush()  # failure is its own, and the next sees them done
             except Exception as exc:
                 if not savepoints:
                     raise _Failed(inbound_id) from exc

@@ -14,7 +14,7 @@ pipelines):
     reply         the final answer, and the redacted copy kept (reply.py)
 
 (``STEPS`` below is that list; batch.py runs it for several messages in one transaction,
-a savepoint each.)
+and again with a savepoint each should one of them fail.)
 
 A step may end the message with an ``Outcome``. Each message is read (parsed) first, in
 the sandbox and outside any transaction (reading.py), then processed in one transaction
