@@ -17,6 +17,11 @@ branch_labels = None
 depends_on = None
 
 
+# SQLite cannot reflect an index on an expression: a later migration that recreates the
+# players table there (op.batch_alter_table) drops it silently, and must create it again.
+# tests/store/test_migrations.py checks that the newest schema still uses it.
+
+
 def upgrade() -> None:
     op.create_index("ix_players_lower_email", "players", [sa.text("lower(email)")])
 

@@ -51,7 +51,6 @@ Pure; runs in the sandbox's worker with the rest of the reading.
 from __future__ import annotations
 
 import email
-import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -109,13 +108,25 @@ def fingerprint(text: str) -> str:
     return " ".join(digests)
 
 
-@functools.lru_cache(maxsize=4096)
+_LINE_DIGESTS: dict[bytes, str] = {}
+"""Each line's digest by a hash of the line (never the line: a line of our mail may hold a
+key or a code, which must not stay in memory after its mail is scrubbed)."""
+_KEPT_LINES = 4096
+
+
 def _line_digest(line: str) -> str:
     """The digest of a line of our mail as compared, "" for a blank one: made once for the
     lines most of our mail shares (a template's own lines, the signature), as every
     acknowledgement is fingerprinted when written (issue 23)."""
-    normalised = normalise(line)
-    return digest(normalised) if normalised else ""
+    known = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    found = _LINE_DIGESTS.get(known)
+    if found is None:
+        normalised = normalise(line)
+        found = digest(normalised) if normalised else ""
+        if len(_LINE_DIGESTS) >= _KEPT_LINES:
+            _LINE_DIGESTS.clear()  # (the shared lines are made again at once)
+        _LINE_DIGESTS[known] = found
+    return found
 
 
 def fingerprint_of_sent(raw: bytes, *, scrubbed: bool = False) -> str:

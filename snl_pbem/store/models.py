@@ -157,7 +157,8 @@ class Player(Base):
 Index("ix_players_lower_email", func.lower(Player.email))
 """A sender's seats in every game, found by address as written in any case (what we sent
 them, a JOIN, a key from another address): without it each such look-up read every player
-on the server, 42 ms a batch at 100,000 players (issue 23)."""
+on the server, 42 ms a batch at 100,000 players (issue 23). (SQLite cannot reflect it: a
+migration that recreates the players table there must create it again; see 0009.)"""
 
 
 class Round(Base):

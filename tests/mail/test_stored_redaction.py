@@ -536,9 +536,9 @@ def test_a_few_keys_are_replaced_in_the_bytes_as_the_pattern_replaces_them() -> 
         text = "".join(c.swapcase() if rng.random() < 0.3 else c for c in text)
         raw = text.encode("utf-8")
         given = list(reversed(keys))
-        considered: dict[str, str] = {}  # as redact_in_bytes: the first of each, case ignored
-        for key in given:
-            considered.setdefault(key.lower(), key)
+        considered: dict[bytes, str] = {}  # as redact_in_bytes: the first of each, ASCII
+        for key in given:  # case ignored
+            considered.setdefault(key.encode().lower(), key)
         expected = _bytes_pattern(
             tuple(sorted({k.encode().lower().decode("latin-1") for k in considered.values()}))
         ).sub(REDACTED.encode(), raw)
@@ -546,5 +546,17 @@ def test_a_few_keys_are_replaced_in_the_bytes_as_the_pattern_replaces_them() -> 
     assert redact_in_bytes(b"aaAAa-B", ["AAaA", "aAAAA-"]) == b"****B"
     many = ["AAaA", "aAAAA-", "bbbb", "cccc", "dddd"]  # more than a few: the pattern
     assert redact_in_bytes(b"aaAAa-B", many) == b"****B"
+    # keys that differ in a letter the search does not fold are each looked for (one was
+    # dropped as the other's duplicate, and left in clear)
+    both = "\u00c9A-KEY1 \u00e9a-key1".encode()
+    assert redact_in_bytes(both, ["\u00c9A-KEY1", "\u00e9a-key1"]) == b"**** ****"
+    # a key found many times: past 64, the pattern replaces them (one pass, not a search
+    # each), the same way
+    repeated = b"aaa" * 100_000
+    assert redact_in_bytes(repeated, ["aaa"]) == b"****" * 100_000
+    pattern = _bytes_pattern(("aaa", "aaaa"))
+    assert redact_in_bytes(repeated + b"a", ["aaa", "aaaa"]) == pattern.sub(
+        b"****", repeated + b"a"
+    )
     assert redact_in_bytes(b"x ANN-key-123 y ann-KEY-1234", ["ann-key-123"]) == (b"x **** y ****4")
     assert redact_in_bytes(b"\xc3\x89a-key", ["\u00e9a-key"]) == b"\xc3\x89a-key"  # not ASCII
