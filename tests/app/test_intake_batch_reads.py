@@ -288,3 +288,50 @@ def test_a_store_goes_before_a_batch_waiting_for_the_write_lock() -> None:
     assert turns.acquire(False, HANG) and turns.acquire(True, HANG)  # reentrant
     turns.release()
     turns.release()
+
+
+SEQUENCES = {
+    "a new key, then the old key": ["KEY {p}-key-123\nNEW KEY", "KEY {p}-key-123\nDICE 5"],
+    "a resignation confirmed, then orders": [
+        "KEY {p}-key-123\nRESIGN g1",
+        "KEY {p}-key-123\nRESIGN g1",
+        "KEY {p}-key-123\nDICE 5",
+    ],
+    "a new address, then orders": [
+        "KEY {p}-key-123\nADDRESS {p}2@example.org",
+        "KEY {p}-key-123\nDICE 5",
+    ],
+    "an absence, then orders": [
+        "KEY {p}-key-123\nABSENT UNTIL 2030-01-20",
+        "KEY {p}-key-123\nDICE 5",
+    ],
+}
+
+
+@pytest.mark.parametrize("sequence", sorted(SEQUENCES))
+def test_one_players_messages_in_one_batch_do_what_they_do_one_by_one(
+    db: Database, game: Config, sequence: str
+) -> None:
+    """A batch is written without a savepoint a message (issue 23): a message that changes
+    a seat (a new key, a resignation, an address, an absence) must still be seen by the
+    next message of the batch exactly as one by one: ann's messages in one batch, bob's
+    the same ones each alone, end alike (statuses, orders, the mail they were sent)."""
+
+    def run(player: str, together: bool) -> tuple[list[str], list[str], list[str], bool]:
+        raws = [
+            mail(f"{player}@example.org", body.format(p=player), f"{player}-{sequence}-{i}")
+            for i, body in enumerate(SEQUENCES[sequence])
+        ]
+        statuses = batch(db, game, *raws) if together else [batch(db, game, raw)[0] for raw in raws]
+        with db.transaction() as s:
+            seat = s.scalar(select(Player).where(Player.name == player))
+            assert seat is not None
+            kinds = s.scalars(
+                select(OutboxMessage.kind)
+                .where(OutboxMessage.recipient.like(f"{player}%"), OutboxMessage.kind != "welcome")
+                .order_by(OutboxMessage.id)
+            ).all()
+            dice = s.scalars(select(OrderRecord.dice).where(OrderRecord.player_id == seat.id)).all()
+            return statuses, list(dice), list(kinds), seat.active
+
+    assert run("ann", together=True) == run("bob", together=False)

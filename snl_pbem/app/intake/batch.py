@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
 import snl_pbem.app.intake.dedupe as dedupe
 from snl_pbem.app import ahead, txcache
@@ -122,12 +123,13 @@ def apply_batch(
     try:
         try:  # first without savepoints: one failure undoes the batch, then written again
             done, alone = _write(db, config, todo, read, savepoints=False)
-        except _Failed as failed:
+        except Exception as exc:  # a message's failure, or one met at the commit
+            culprit = f"inbound {exc.inbound_id}" if isinstance(exc, _Failed) else "its commit"
             log.info(
-                "inbound %d raised in a batch written without savepoints (%s): the batch is "
-                "written again, a savepoint each",
-                failed.inbound_id,
-                failed.__cause__,
+                "a batch written without savepoints failed at %s (%s): the batch is written "
+                "again, a savepoint each",
+                culprit,
+                exc.__cause__ if isinstance(exc, _Failed) else exc,
             )
             done, alone = _write(db, config, todo, read, savepoints=True)
     except Exception as exc:  # the batch was not committed: nothing of it holds
@@ -183,8 +185,8 @@ def _write(
                     found = _process_in(
                         session, config, inbound_id, raw, note, _as_read(mail), locked=True
                     )
-                    if not savepoints:  # its writes now, as a savepoint's end would: a
-                        session.flush()  # failure is its own, and the next sees them done
+                    if not savepoints and _pending_beyond_messages(session):
+                        session.flush()  # (see _pending_beyond_messages)
             except Exception as exc:
                 if not savepoints:
                     raise _Failed(inbound_id) from exc
@@ -204,6 +206,24 @@ def _write(
                     dedupe.processed(session, mail.message_id, inbound_id, found.status)
         del rows
     return done, alone
+
+
+def _pending_beyond_messages(session: Session) -> bool:
+    """Whether a message written without a savepoint left the session more to write than
+    the messages' own rows (their status): a seat, a key, a round. That is written as the
+    message ends, as a savepoint's end wrote it, so that what the next message reads
+    without flushing (its key's seat, its orders so far) is what the database holds. The
+    messages' rows are written together at the commit (one statement for the batch, not
+    one a message): what reads them in between (a sender's wrong keys, its mail of the
+    day) asks the session, which writes them first, and the reads that do not flush
+    never read them (a batch's Message-IDs are looked up at its start). Should one of
+    them fail when written, the batch is written again with a savepoint each, where each
+    message's own failure is its own."""
+    return any(
+        not isinstance(row, InboundMessage)
+        for rows in (session.new, session.dirty, session.deleted)
+        for row in rows
+    )
 
 
 def _process_alone(
