@@ -104,16 +104,16 @@ def apply_batch(
     commit for the batch instead of one per message, and the game, its round and its
     players read once (the session keeps them). Each row is locked and its status checked
     again here: a message another reader or process handled since it was read is not
-    applied twice. Should a message's processing fail, the transaction is rolled back and
-    the batch written again with a savepoint each (a failure is rare: the savepoints cost
-    two statements a message, always paid otherwise); there a failure rolls back its own
-    savepoint only, and that message is processed again alone once the batch is committed
-    (``_process_row``: set aside with its traceback if it fails again), so it costs the
-    others nothing. If the batch cannot be committed, each is processed alone. Nothing is
-    committed before the batch is, so a crash part-way leaves all of them stored,
-    unprocessed (read again at the next start), none applied twice. Per message, its result,
-    or the exception that stopped it (the database away: it stays stored, unprocessed).
-    A single message is processed as ``process_now`` does (set aside if it fails)."""
+    applied twice. Should a message's processing (or the commit) fail, the transaction is
+    rolled back and the batch written again with a savepoint each (a failure is rare: the
+    savepoints cost two statements a message, always paid otherwise); there a failure
+    rolls back its own savepoint only, and that message is processed again alone once the
+    batch is committed (``_process_row``: set aside with its traceback if it fails again),
+    so it costs the others nothing. If the batch cannot be committed, each is processed
+    alone. Nothing is committed before the batch is, so a crash part-way leaves all of them
+    stored, unprocessed (read again at the next start), none applied twice. Per message, its
+    result, or the exception that stopped it (the database away: it stays stored,
+    unprocessed). A single message is processed as ``process_now`` does (set aside if it fails)."""
     results: dict[int, IngestResult | Exception] = dict(batch.known)
     todo, read = batch.todo, batch.read
     if len(batch.ids) == 1:
@@ -162,8 +162,9 @@ def _write(
 ) -> tuple[list[IngestResult], list[int]]:
     """One transaction for the batch, committed: each message's result, and those to be
     processed again alone. Without ``savepoints`` (two statements a message, and a third of
-    the ORM's work around them, saved) the first failure raises ``_Failed`` and the
-    transaction is rolled back; with them a failure undoes its own message only."""
+    the ORM's work around them, saved) the first failure raises ``_Failed`` (or, met at the
+    commit, what the database raised) and the transaction is rolled back; with them a
+    failure undoes its own message only."""
     done: list[IngestResult] = []
     alone: list[int] = []
     with db.transaction() as session:
