@@ -440,11 +440,11 @@ def redact_in_bytes(raw: bytes, secrets: list[str] | tuple[str, ...]) -> bytes:
     # differ in case only would take the first branch, not the longest key), one
     # character each (latin-1) for the pattern
     written = {k.encode("utf-8", "surrogateescape").lower() for k in keys}
-    ordered = tuple(sorted(k.decode("latin-1") for k in written))
     if len(written) <= _FEW_KEYS:
         few = _few_replaced(raw, sorted(written), REDACTED.encode())
         if few is not None:
             return few
+    ordered = tuple(sorted(k.decode("latin-1") for k in written))
     return _bytes_pattern(ordered).sub(REDACTED.encode(), raw)
 
 
@@ -507,7 +507,7 @@ def _considered(secrets: list[str] | tuple[str, ...]) -> list[str]:
     seen: dict[bytes, str] = {}
     for secret in secrets:
         if 3 <= len(secret) <= _MAX_KEY_CHARS:  # duplicates as the search folds them (ASCII)
-            seen.setdefault(secret.encode("utf-8", "surrogateescape").lower(), secret)
+            seen.setdefault(secret.encode("utf-8", "surrogatepass").lower(), secret)
             if len(seen) >= _MAX_SECRETS:
                 break
     return list(seen.values())
