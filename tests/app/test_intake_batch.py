@@ -58,6 +58,24 @@ def status_of(db, ids: list[int]) -> list[str]:
     return [rows[i] for i in ids]
 
 
+def after_bobs_orders(monkeypatch, then) -> None:
+    """Have ``then(msg)`` run on bob's message once his order is written (and answered)."""
+    original = dict(pipeline.STEPS)["commands: keyed"]
+
+    def step(msg: Message):
+        outcome = original(msg)
+        if msg.ctx.mail.sender == "bob@example.org":
+            then(msg)
+        return outcome
+
+    steps = tuple((n, step if n == "commands: keyed" else s) for n, s in pipeline.STEPS)
+    monkeypatch.setattr(pipeline, "STEPS", steps)
+
+
+def breaks(msg: Message) -> None:
+    raise RuntimeError("bob's message breaks after its order")
+
+
 def test_one_bad_message_in_a_batch_sets_only_itself_aside(intake, monkeypatch, caplog) -> None:
     """bob's message fails after its order and its answer were written: its savepoint is
     rolled back (no order of his, no answer), it is processed again alone and set aside with
@@ -65,15 +83,7 @@ def test_one_bad_message_in_a_batch_sets_only_itself_aside(intake, monkeypatch, 
     db, config = intake
     ids = three(db, config)
 
-    def failing(msg: Message):
-        outcome = original(msg)  # his order is written (and answered) first
-        if msg.ctx.mail.sender == "bob@example.org":
-            raise RuntimeError("bob's message breaks after its order")
-        return outcome
-
-    original = dict(pipeline.STEPS)["commands: keyed"]
-    steps = tuple((n, failing if n == "commands: keyed" else s) for n, s in pipeline.STEPS)
-    monkeypatch.setattr(pipeline, "STEPS", steps)
+    after_bobs_orders(monkeypatch, breaks)  # his order is written (and answered) first
     with caplog.at_level(logging.WARNING, logger="snl_pbem.intake"):
         results = process_batch(db, config, ids)
     assert [results[i].status for i in ids] == ["processed", "set-aside", "processed"]
@@ -108,15 +118,7 @@ def test_a_batch_is_written_without_savepoints_until_a_message_fails(
     stored = store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
     ids = [result.inbound_id for result, _ in stored]
 
-    def failing(msg: Message):
-        outcome = original(msg)
-        if msg.ctx.mail.sender == "bob@example.org":
-            raise RuntimeError("bob's message breaks after its order")
-        return outcome
-
-    original = dict(pipeline.STEPS)["commands: keyed"]
-    steps = tuple((n, failing if n == "commands: keyed" else s) for n, s in pipeline.STEPS)
-    monkeypatch.setattr(pipeline, "STEPS", steps)
+    after_bobs_orders(monkeypatch, breaks)
     with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
         results = process_batch(db, config, ids)
     assert [results[i].status for i in ids] == ["processed", "set-aside", "processed"]
@@ -138,16 +140,11 @@ def test_a_change_that_fails_only_when_written_is_its_own_messages_failure(
     never each alone (the way a database that is away is met)."""
     db, config = intake
     ids = three(db, config)
-    original = dict(pipeline.STEPS)["commands: keyed"]
 
-    def failing(msg: Message):
-        outcome = original(msg)
-        if msg.ctx.mail.sender == "bob@example.org":
-            msg.ctx.row.game_id = 987654  # pending only: written when the session flushes
-        return outcome
+    def refused(msg: Message) -> None:
+        msg.ctx.row.game_id = 987654  # pending only: written when the session flushes
 
-    steps = tuple((n, failing if n == "commands: keyed" else s) for n, s in pipeline.STEPS)
-    monkeypatch.setattr(pipeline, "STEPS", steps)
+    after_bobs_orders(monkeypatch, refused)
     with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
         results = process_batch(db, config, ids)
     assert [results[i].status for i in ids] == ["processed", "set-aside", "processed"]

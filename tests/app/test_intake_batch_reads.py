@@ -8,13 +8,13 @@ for the round open when it came)."""
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from mailhelpers import T0, orders_of
-from sqlalchemy import event, select
+from sqlalchemy import event, insert, select
 
 from snl_pbem.app import txcache
 from snl_pbem.app.games import start_game, sync_games
@@ -51,14 +51,19 @@ players = [
 """
 
 
+def started(db: Database, folder: Path, replies_per_hour: int = 20, at: datetime = T0) -> Config:
+    path = folder / "config.toml"
+    text = CONFIG.format(url=db.url, key=REFEREE_KEY)
+    path.write_text(text.replace("replies_per_hour = 20", f"replies_per_hour = {replies_per_hour}"))
+    config = load_config(path)
+    sync_games(db, config, at)
+    start_game(db, config, "g1", at)
+    return config
+
+
 @pytest.fixture
 def game(db: Database, tmp_path: Path) -> Config:
-    path = tmp_path / "config.toml"
-    path.write_text(CONFIG.format(url=db.url, key=REFEREE_KEY))
-    config = load_config(path)
-    sync_games(db, config, T0)
-    start_game(db, config, "g1", T0)
-    return config
+    return started(db, tmp_path)
 
 
 def mail(sender: str, body: str, tag: str, extra: str = "") -> bytes:
@@ -335,3 +340,75 @@ def test_one_players_messages_in_one_batch_do_what_they_do_one_by_one(
             return statuses, list(dice), list(kinds), seat.active
 
     assert run("ann", together=True) == run("bob", together=False)
+
+
+# A reply's rate limit in a batch: each message counts against the hour before it was
+# received. A batch's messages may be received out of order (a close's go smallest first;
+# IMAP gives each its mailbox's arrival time, LMTP the MTA's) or hours apart (a backlog
+# after an outage): counts read for the first message's hour let a player past the limit,
+# or held replies due. (Found by a hostile review of the batch's counts.)
+
+
+@pytest.fixture
+def strict(db: Database, tmp_path: Path) -> Config:
+    """g1 with two replies an hour, started three hours before T0."""
+    return started(db, tmp_path, replies_per_hour=2, at=T0 - timedelta(hours=3))
+
+
+def stored_status(db: Database, config: Config, *sent: tuple[str, datetime]) -> list[int]:
+    """STATUS from each (sender, received at), stored in one transaction, unprocessed."""
+    raws = [
+        (mail(who, f"KEY {who.split('@')[0]}-key-123\nSTATUS", f"st-{i}"), at)
+        for i, (who, at) in enumerate(sent)
+    ]
+    stored = store_many(db, config, [(raw, at, "t", None, None, None) for raw, at in raws])
+    return [result.inbound_id for result, _ in stored]  # type: ignore[misc]
+
+
+def answered(db: Database, to: str) -> int:
+    """STATUS answers to ``to`` written by the test's batches."""
+    with db.transaction() as s:
+        return len(
+            s.scalars(
+                select(OutboxMessage.id).where(
+                    OutboxMessage.recipient == to,
+                    OutboxMessage.kind == "status",
+                    OutboxMessage.created_at >= T0 - timedelta(minutes=1),
+                )
+            ).all()
+        )
+
+
+def test_a_message_received_earlier_in_a_batch_counts_its_own_hour(
+    db: Database, strict: Config
+) -> None:
+    """ann had two answers 55 minutes before her STATUS: she is at her limit (2). The
+    batch's first message is bob's, received ten minutes after hers: the hour before his
+    misses her two answers, and must not be what hers is counted against."""
+    at = T0 - timedelta(minutes=55)
+    earlier = {"kind": "status", "recipient": "ann@example.org", "message": b"x"}
+    earlier |= {"status": "sent", "attempts": 1, "next_attempt_at": at, "created_at": at}
+    with db.transaction() as s:
+        s.execute(
+            insert(OutboxMessage),
+            [{**earlier, "message_id": f"<earlier-{i}@x.org>", "secret": False} for i in (1, 2)],
+        )
+    ids = stored_status(
+        db, strict, ("bob@example.org", T0 + timedelta(minutes=10)), ("ann@example.org", T0)
+    )
+    process_batch(db, strict, ids)
+    assert answered(db, "bob@example.org") == 1
+    assert answered(db, "ann@example.org") == 0  # held: her limit, in the hour before hers
+
+
+def test_a_backlog_of_hours_in_one_batch_is_answered_hour_by_hour(
+    db: Database, strict: Config
+) -> None:
+    """Four STATUS of ann's over three hours, written in one batch (a backlog after an
+    outage): two in each hour, so all four are answered, as they are one by one."""
+    minutes = (0, 1, 150, 151)
+    ids = stored_status(
+        db, strict, *(("ann@example.org", T0 + timedelta(minutes=m)) for m in minutes)
+    )
+    process_batch(db, strict, ids)
+    assert answered(db, "ann@example.org") == 4
