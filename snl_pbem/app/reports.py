@@ -52,16 +52,18 @@ class Standing:
     place: str
     name: str
     position: Position
+    line: str = ""  # as the reports print it (name padded to the longest), made once a game
 
 
 def standings(positions: dict[str, Position]) -> list[Standing]:
     """Furthest first; equal positions share a place (``2=``)."""
     ordered = ranked(positions)
+    width = max((len(name) for name in positions), default=0)
     rows = []
-    for _index, (name, position) in enumerate(ordered):
+    for name, position in ordered:
         first = next(i for i, (_, p) in enumerate(ordered) if p == position)
-        shared = sum(1 for _, p in ordered if p == position) > 1
-        rows.append(Standing(f"{first + 1}{'=' if shared else ''}", name, position))
+        place = f"{first + 1}{'=' if sum(1 for _, p in ordered if p == position) > 1 else ''}"
+        rows.append(Standing(place, name, position, f"{place:<3} {name:<{width}} {position:4d}"))
     return rows
 
 

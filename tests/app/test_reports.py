@@ -225,3 +225,21 @@ def test_two_dice_played_for_a_player(tmp_path) -> None:
     assert own_part(reports["ann"]) == ""
     assert flat(own_part(reports["bob"])).startswith("Your trapdoor nomination was space 1,")
     db.dispose()
+
+
+def test_standings_lines_are_made_once_as_the_reports_print_them() -> None:
+    """The rows every report of a game shares: place (``2=`` when shared), the name padded
+    to the longest, the position right-aligned, exactly as the templates once wrote each."""
+    from snl_pbem.app.reports import standings
+
+    rows = standings({"ann": 40, "bobby": 17, "cy": 40, "dee": 100, "ed": 1})
+    assert [row.line for row in rows] == [
+        "1   dee    100",
+        "2=  ann     40",
+        "2=  cy      40",
+        "4   bobby   17",
+        "5   ed       1",
+    ]
+    old = "%-3s %-*s %4d"  # the templates' own formats before (Jinja's format filter is %)
+    for row in rows:
+        assert row.line == old % (row.place, 5, row.name, row.position)
