@@ -130,10 +130,11 @@ def seat_lines(session: Session, game: Game, now: datetime) -> list[str]:
         elif is_absent(player, now):
             assert player.absent_until is not None
             lines.append(f"{player.name}: absent until {game_time(game, player.absent_until)}")
-    standby = signups(session, game, SignupState.STANDBY)
+    both = signups(session, game, SignupState.STANDBY, SignupState.WAITING)  # one query
+    standby = [s for s in both if s.state == SignupState.STANDBY]
     if standby:
         lines.append("standby: " + ", ".join(f"{s.name} <{s.email}>" for s in standby))
-    waiting = signups(session, game, SignupState.WAITING)
+    waiting = [s for s in both if s.state == SignupState.WAITING]
     if waiting:
         lines.append("waiting for your approval: " + ", ".join(s.name for s in waiting))
     return lines

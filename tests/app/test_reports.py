@@ -243,3 +243,42 @@ def test_standings_lines_are_made_once_as_the_reports_print_them() -> None:
     old = "%-3s %-*s %4d"  # the templates' own formats before (Jinja's format filter is %)
     for row in rows:
         assert row.line == old % (row.place, 5, row.name, row.position)
+
+
+def test_the_summary_lists_the_standby_list_and_those_waiting_apart(tmp_path) -> None:
+    """The referee's summary names the standby list (with addresses) and the sign-ups
+    waiting for approval on lines of their own, read in one query, in sign-up order."""
+    from snl_pbem.app.views import seat_lines
+    from snl_pbem.store import Game, Signup
+    from snl_pbem.store.states import SignupState
+
+    db = Database(f"sqlite:///{tmp_path / 's.db'}")
+    upgrade(db)
+    config = game_config(tmp_path / "c.toml", db.url)
+    sync_games(db, config, T0)
+    start_game(db, config, "g1", T0)
+    with db.transaction() as s:
+        game = s.scalar(select(Game).where(Game.name == "g1"))
+        for name, state in (
+            ("eve", SignupState.STANDBY),
+            ("fay", SignupState.WAITING),
+            ("gus", SignupState.STANDBY),
+            ("hal", SignupState.REFUSED),  # neither: not listed
+        ):
+            s.add(
+                Signup(
+                    game_id=game.id,
+                    name=name,
+                    email=f"{name}@example.org",
+                    state=state,
+                    created_at=T0,
+                )
+            )
+    with db.transaction() as s:
+        game = s.scalar(select(Game).where(Game.name == "g1"))
+        lines = seat_lines(s, game, T0)
+    assert lines == [
+        "standby: eve <eve@example.org>, gus <gus@example.org>",
+        "waiting for your approval: fay",
+    ]
+    db.dispose()
