@@ -400,7 +400,7 @@ def test_the_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
     environment), then the test command, which sets up the rest (packages, servers, ruff,
     mypy). Its tests there are those that read what a clone must hold besides the code
     (``FROM_THE_CLONE``: templates in every language, catalogs, migrations, boards, the
-    example config, the guides, the mail corpus), and every test file is collected, so a
+    examples, deploy/, the guides, the mail corpus), and every test file is collected, so a
     module or helper left out of git fails here too. Not the quick suite a second time: it
     was half of this test's 15 minutes, and CI runs the whole suite from a clean checkout
     anyway (the inner run would skip this test)."""
@@ -455,13 +455,25 @@ def test_the_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
 FROM_THE_CLONE = (
     "tests/i18n",  # the templates in every language, and the catalogs
     "tests/store/test_migrations.py",
-    "tests/boards",
-    "tests/test_config_example.py",  # the bundled examples
+    "tests/boards",  # snl_pbem/boards
+    "tests/test_config.py",  # deploy/boards
+    "tests/test_config_example.py",  # deploy/config.example.toml
+    "tests/cli/test_main.py",  # snl_pbem/examples
+    "tests/cli/test_service_user.py",  # deploy/sysusers.d, the unit
+    "tests/runners/test_serve.py::test_systemd_unit_verifies",  # deploy/snl-pbem.service
+    "tests/cli/test_restore_guide.py",  # deploy/README.md (README.md: read above)
     "tests/site/test_guides.py",  # docs/
     "tests/site/test_site_pages.py",  # the web templates
-    "tests/mail/test_client_replies.py",  # the mail corpus (tests/data)
+    "tests/app/test_ruleset_seam.py",  # tests/data/rulesets
+    "tests/mail/test_corpus.py",  # the mail corpus (tests/data/mail)...
+    "tests/mail/test_client_replies.py",  # ... clients/
+    "tests/mail/test_reply_languages.py",  # ... replies/
+    "tests/mail/test_reply_clients_cjk_th.py",  # ... replies-cjk-th/
+    "tests/app/test_bounces.py",  # ... bounces/
 )
-"""The tests the fresh clone runs: those that read files a clone must hold besides code."""
+"""The tests the fresh clone runs: each reads a kind of file a clone must hold besides the
+code (scripts/ run as the demo and the test command themselves; scripts/install is the
+installer test's, a slow one)."""
 
 
 POISONS = (
