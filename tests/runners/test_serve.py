@@ -402,7 +402,7 @@ def test_the_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
     (``FROM_THE_CLONE``: templates in every language, catalogs, migrations, boards, the
     examples, deploy/, the guides, the mail corpus), and every test file is collected, so a
     module or helper left out of git fails here too. Not the quick suite a second time: it
-    was half of this test's 15 minutes, and CI runs the whole suite from a clean checkout
+    was most of this test's 19 minutes, and CI runs the whole suite from a clean checkout
     anyway (the inner run would skip this test)."""
     if os.environ.get("SNL_PBEM_INNER_RUN") == "1":
         pytest.skip("already inside the fresh-clone run")
@@ -415,38 +415,23 @@ def test_the_readme_commands_work_in_a_fresh_clone(tmp_path: Path) -> None:
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     env = {**os.environ, "SNL_PBEM_INNER_RUN": "1"}
     env.pop("VIRTUAL_ENV", None)
-    demo = subprocess.run(
-        ["./scripts/demo", "--players", "2"],
-        cwd=clone,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+
+    def in_clone(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            args, cwd=clone, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    demo = in_clone(["./scripts/demo", "--players", "2"], 900)
     assert demo.returncode == 0, demo.stdout[-2000:] + demo.stderr[-2000:]
     assert "Game over after" in demo.stdout
-    tests = subprocess.run(
-        ["./scripts/test", "-m", "not slow", "-q", "-x", *FROM_THE_CLONE],
-        cwd=clone,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,  # a hang detector: 2 min on an idle 2-core machine
-        check=False,
-    )
+    # a hang detector: 2 min on an idle 2-core machine
+    tests = in_clone(["./scripts/test", "-m", "not slow", "-q", "-x", *FROM_THE_CLONE], 1800)
     assert tests.returncode == 0, tests.stdout[-3000:] + tests.stderr[-2000:]
     assert " passed" in tests.stdout and " failed" not in tests.stdout
     assert "== ruff" in tests.stderr and "== mypy" in tests.stderr  # the whole set-up ran
-    collected = subprocess.run(  # every test file imports in the clone (a helper left out)
-        [str(clone / ".venv" / "bin" / "pytest"), "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=clone,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    # every test file imports in the clone (a helper left out of git fails here)
+    pytest_bin = str(clone / ".venv" / "bin" / "pytest")
+    collected = in_clone([pytest_bin, "--collect-only", "-q", "-p", "no:cacheprovider"], 600)
     assert collected.returncode == 0, collected.stdout[-3000:] + collected.stderr[-2000:]
     last = collected.stdout.strip().splitlines()[-1]  # "2381 tests collected in 8.20s"
     assert "tests collected" in last and "error" not in last, last
