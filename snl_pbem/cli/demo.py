@@ -64,7 +64,8 @@ from snl_pbem.rules.classic.ruleset import throw_line
 from snl_pbem.rules.outcome import ranked
 from snl_pbem.rules.postal.dice import open_values, used_in_set
 from snl_pbem.rules.words import counted
-from snl_pbem.runners.server import Server, configure_logging
+from snl_pbem.runners.sending import configure_logging
+from snl_pbem.runners.server import Server
 from snl_pbem.site.writer import Site
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade

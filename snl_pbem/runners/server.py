@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import socket
 import sys
@@ -19,21 +18,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from snl_pbem.app.games import sync_games
 from snl_pbem.app.intake import IngestResult, process_pending
-from snl_pbem.app.outbox import drain_parallel
 from snl_pbem.app.rounds import CloseOutcome
 from snl_pbem.config import load_config, load_for_serve
 from snl_pbem.errors import ConfigError, StartupError
 from snl_pbem.mail.imap import ImapPoller
 from snl_pbem.mail.lmtp import ReceiverController
 from snl_pbem.mail.sandbox import default_sandbox
-from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
-from snl_pbem.procs import identity
 from snl_pbem.rules.words import counted
 from snl_pbem.runners.mailboxes import (
     DatabaseHooks,
@@ -43,6 +39,13 @@ from snl_pbem.runners.mailboxes import (
     lmtp_receiver,
 )
 from snl_pbem.runners.scheduler import CLOSE_WORKERS, RoundScheduler, make_scheduler
+from snl_pbem.runners.sending import (
+    STOP_SECONDS,
+    SenderProcess,
+    ThreadSignals,
+    configure_logging,
+    send_loop,
+)
 from snl_pbem.runners.sitekeeper import SiteKeeper
 from snl_pbem.store import Database, SchemaOutOfDate
 from snl_pbem.store.migrate import check_schema
@@ -50,19 +53,6 @@ from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import utcnow
 
 log = logging.getLogger("snl_pbem.server")
-
-LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
-SENDER_IDLE_SECONDS = 15.0
-SMTP_DOWN_LONGEST = 300.0
-
-
-def configure_logging(level: str) -> None:
-    """One line per event on stderr (journald adds the time)."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO), format=LOG_FORMAT, force=True
-    )
-    for noisy in ("apscheduler", "mail.log", "alembic", "imapclient"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLogger().level))
 
 
 def sd_notify(message: str) -> None:
@@ -84,6 +74,9 @@ class Server:
     config_path: Path
     clock: Callable[[], datetime] = utcnow
     on_close: Callable[[CloseOutcome], None] | None = None
+    sender_process: bool | None = None
+    """Send from a process of its own (``snl_pbem.runners.sending``); None: on PostgreSQL
+    with the real clock (a clock of a test's own cannot cross into another process)."""
     stop_event: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
     """Set once every part is running."""
@@ -93,6 +86,9 @@ class Server:
     _mail_stop: threading.Event = field(default_factory=threading.Event)
     _receiver: ReceiverController | None = None
     _poller: ImapPoller | None = None
+    _sender: SenderProcess | None = None
+    _retiring: list[SenderProcess] = field(default_factory=list)
+    """Senders told to stop (a reload changed the mail settings), finishing their drain."""
 
     def __post_init__(self) -> None:
         self.site = SiteKeeper(lambda: self.db, lambda: self.config, self.clock)  # [web]
@@ -136,7 +132,7 @@ class Server:
             if game.settings.close_when_all_in:
                 self.rounds.check_all_in(game.id)
         self.scheduler.resume()
-        self._kick.set()
+        self._send_now()
         games = counted(len(self.config.games), "game")
         log.info("serving %s from %s", games, self.config_path)
 
@@ -164,6 +160,9 @@ class Server:
             self._ask_for_queued_mail(self._receiver)
         if self.config.settings.mail.smtp is None:
             log.warning("no [mail.smtp] configured: mail is queued in the outbox, not sent")
+        elif self._sends_apart():
+            self._sender = SenderProcess(self.config, logging.getLogger().level)
+            self._sender.start()
         else:
             self._spawn("sender", self._send_loop)
         self._spawn("site", self._site_loop)
@@ -217,62 +216,34 @@ class Server:
                 log.error("%s stopped unexpectedly; restarting it", name)
                 loops = {"sender": self._send_loop, "site": self._site_loop}
                 self._spawn(name, loops.get(name, self._poll_loop))
+        self._retiring = [old for old in self._retiring if old.alive()]
+        sender = self._sender
+        if sender is None or sender.alive() or self._mail_stop.is_set():
+            return
+        if sender.may_restart():
+            code = sender.exited() or 0
+            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
+            log.error("the sender process %s; restarting it", how)
+            sender.stop(0)
+            sender.start()
+
+    def _sends_apart(self) -> bool:
+        if self.sender_process is not None:
+            return self.sender_process
+        return not self.db.is_sqlite and self.clock is utcnow
+
+    def _send_now(self) -> None:
+        """Mail was enqueued: have the sender drain the outbox now."""
+        self._kick.set()
+        if self._sender is not None:
+            self._sender.kick()
 
     def _poll_loop(self) -> None:
         if self._poller is not None:
             self._poller.run(self._mail_stop)
 
     def _send_loop(self) -> None:
-        def make_sender() -> SmtpSender:
-            smtp = self.config.settings.mail.smtp
-            assert smtp is not None
-            return SmtpSender(
-                SmtpConfig(
-                    smtp.host, smtp.port, smtp.tls, smtp.username, self.config.password(smtp)
-                ),
-                self.config.settings.mail.address,
-            )
-
-        smtp = self.config.settings.mail.smtp
-        connections = smtp.connections if smtp else 1
-        give_up = smtp.give_up_after if smtp else timedelta(days=3)
-        down = 0  # drains in a row that found the SMTP server unreachable
-        while not self._mail_stop.is_set():
-            self._kick.clear()
-            try:
-                report = drain_parallel(
-                    self.db,
-                    self.config,
-                    make_sender,
-                    self.clock,
-                    connections=connections,
-                    worker=identity(),
-                    give_up_after=give_up,
-                )
-                if report.sent or report.failed or (report.deferred and not report.unreachable):
-                    log.info(
-                        "outbox: %d sent, %d deferred, %d failed",
-                        report.sent,
-                        report.deferred,
-                        report.failed,
-                    )
-                if report.unreachable is not None:
-                    # wait for the server (not for a kick): backoff, capped, with jitter
-                    down += 1
-                    delay = min(SMTP_DOWN_LONGEST, 2.0 ** min(down, 9)) * random.uniform(0.5, 1)
-                    log.warning(
-                        "outbox: SMTP server unreachable (%s); trying again in %.0fs",
-                        report.unreachable,
-                        delay,
-                    )
-                    self._mail_stop.wait(delay)
-                    continue
-                if down:
-                    log.info("outbox: SMTP server reachable again after %d failed tries", down)
-                    down = 0
-            except Exception as exc:  # the database or the network: try again shortly
-                log.error("outbox: %s: %s", type(exc).__name__, exc)
-            self._kick.wait(SENDER_IDLE_SECONDS)
+        send_loop(self.config, self.db, self.clock, ThreadSignals(self._kick, self._mail_stop))
 
     def _site_loop(self) -> None:
         self.site.run(self._mail_stop)
@@ -280,7 +251,7 @@ class Server:
     def _after_ingest(self, result: IngestResult) -> None:
         """A message was read: send its reply; plan round 1 of a game it started, and the
         early close of a round it made all in (that game's only)."""
-        self._kick.set()  # a reply may be waiting
+        self._send_now()  # a reply may be waiting
         if result.status != InboundStatus.PROCESSED:
             return
         if result.started:  # a sign-up or START started a game: plan its round 1 now
@@ -301,7 +272,7 @@ class Server:
             outcome.round,
             f"; round {outcome.next_round} open" if outcome.next_round else "; game over",
         )
-        self._kick.set()
+        self._send_now()
         self.site.now()
         if self.on_close is not None:
             self.on_close(outcome)
@@ -332,6 +303,12 @@ class Server:
         self._mail_stop.set()
         self._kick.set()
         self.site.stop()
+        if self._sender is not None:
+            # it finishes its drain in progress, then exits: a reload neither waits for it
+            # nor kills it (a kill sends again what it had sent and not yet recorded)
+            self._sender.finish()
+            self._retiring.append(self._sender)
+            self._sender = None
         if self._receiver is not None:
             self._receiver.stop()
             self._receiver = None
@@ -346,6 +323,9 @@ class Server:
         log.info("stopping")
         self.scheduler.shutdown(wait=True)  # a close in progress completes
         self._stop_mail()
+        until = time.monotonic() + STOP_SECONDS  # its drain in progress ends, or it is killed
+        for sender in self._retiring:
+            sender.stop(max(0.0, until - time.monotonic()))
         default_readers().finish(20)  # so does the reading of a stored message
         self.db.dispose()
         log.info("stopped")

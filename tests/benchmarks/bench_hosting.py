@@ -308,6 +308,17 @@ def children_cpu(pid: int | None) -> dict[int, float]:
     return found
 
 
+def tree_cpu(pid: int) -> dict[int, float]:
+    """CPU so far of a serve and of each of its children (its sender, on PostgreSQL, and its
+    parse workers), by process."""
+    return {pid: cpu_seconds(pid), **children_cpu(pid)}
+
+
+def cpu_since(before: dict[int, float], now: dict[int, float]) -> float:
+    """CPU spent between two ``tree_cpu`` (a process started meanwhile: all of its own)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
+
+
 def rss_mib(pid: int, key: str = "VmRSS") -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -317,7 +328,8 @@ def rss_mib(pid: int, key: str = "VmRSS") -> float:
 
 
 def children_rss_mib(pid: int) -> float:
-    """The RSS of a process's children (serve's parse workers)."""
+    """The RSS of a process's children (serve's parse workers, and its sender on
+    PostgreSQL)."""
     total = 0.0
     for child in children(pid):
         with contextlib.suppress(OSError):  # it just ended
@@ -456,10 +468,10 @@ def measure_idle(
         if startup is None:
             return Idle(database, games, None, base_s, 0, 0, 0, base_rss, None, 0)
         time.sleep(1.0)  # the first moves after READY (the sender's first look) settle
-        cpu0, lines0 = cpu_seconds(serve.proc.pid), serve.log_lines()[0]
+        cpu0, lines0 = tree_cpu(serve.proc.pid), serve.log_lines()[0]
         db0 = children_cpu(db_pid)
         time.sleep(seconds)
-        cpu = cpu_seconds(serve.proc.pid) - cpu0
+        cpu = cpu_since(cpu0, tree_cpu(serve.proc.pid))
         db_cpu = sum(c - db0.get(pid, 0.0) for pid, c in children_cpu(db_pid).items())
         lines = serve.log_lines()[0] - lines0
         rss, peak = rss_mib(serve.proc.pid), rss_mib(serve.proc.pid, "VmHWM")
@@ -551,7 +563,7 @@ def run_storm(
         ready_before = (deadline - datetime.now(UTC)).total_seconds()
         time.sleep(max(0.0, ready_before - 0.2))
         lines0 = [serve.log_lines() for serve in procs]
-        cpu0 = [cpu_seconds(serve.proc.pid) for serve in procs]
+        cpu0 = [tree_cpu(serve.proc.pid) for serve in procs]
         sink0, busy0, db0 = sink.cpu(), machine_busy(), children_cpu(db_pid)
         window0 = time.monotonic()
         finished, seen, last_change, told = False, (games, 0), 0.0, time.monotonic()
@@ -575,7 +587,9 @@ def run_storm(
                 raise RuntimeError(f"a serve exited: {procs[0].log_tail()}")
         count, size, last = sink.stat()
         lines1 = [serve.log_lines() for serve in procs]
-        serve_cpu = sum(cpu_seconds(s.proc.pid) - c for s, c in zip(procs, cpu0, strict=True))
+        serve_cpu = sum(
+            cpu_since(c, tree_cpu(s.proc.pid)) for s, c in zip(procs, cpu0, strict=True)
+        )
         busy1, window = machine_busy(), time.monotonic() - window0
         sink_cpu = sink.cpu() - sink0
         db_cpu = sum(cpu - db0.get(pid, 0.0) for pid, cpu in children_cpu(db_pid).items())
@@ -712,9 +726,9 @@ def print_storms(storms: list[Storm], timeout: float) -> None:
         "long before the deadline"
     )
     print(
-        "\nCPU seconds in each storm: the servers, PostgreSQL's processes, the sink, and the "
-        "whole machine\n(busy of the window's 2 x wall seconds; other = what none of these "
-        "used: other work here)"
+        "\nCPU seconds in each storm: the servers (with their children: on PostgreSQL, the "
+        "sender), PostgreSQL's\nprocesses, the sink, and the whole machine (busy of the "
+        "window's 2 x wall seconds; other = what\nnone of these used: other work here)"
     )
     print(CPU_HEAD)
     for s in storms:
@@ -758,7 +772,8 @@ def print_idle(idles: list[Idle]) -> None:
     print(
         "  goal: CPU per minute flat across sizes (vs first = this size's over the smallest's "
         "on the\n  same database); start-up quick with thousands of games; RSS after the idle "
-        "minute, peak =\n  its highest; workers = the parse workers' RSS together; base MiB = "
+        "minute, peak =\n  its highest; workers = its children's RSS together (the parse "
+        "workers, and on PostgreSQL\n  the sender); CPU s/min counts its children too; base MiB = "
         "the baseline's peak;\n  pg s/min = PostgreSQL's CPU per minute meanwhile"
     )
 

@@ -341,7 +341,7 @@ def test_idle_connections_cannot_keep_a_delivery_out(tmp_path: Path) -> None:
 LEAKY_RECEIVER = """
 import sys
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
-from snl_pbem.runners.server import configure_logging
+from snl_pbem.runners.sending import configure_logging
 
 configure_logging("info")  # as serve logs
 out = open(sys.argv[2], "ab", buffering=0)
