@@ -509,8 +509,12 @@ def drain_outbox(
     worker: str,
     batch: int = BATCH,
     give_up_after: timedelta = timedelta(days=3),
+    stop: Callable[[], bool] = lambda: False,
 ) -> DrainReport:
-    """Send everything due, batch by batch, until nothing is left to claim now.
+    """Send everything due, batch by batch, until nothing is left to claim now, or until
+    ``stop`` says so: then the part going out is sent and recorded, and the rest handed
+    back (a sender told to stop, or to make way for new mail settings, is done in one
+    part, not after the whole backlog).
 
     A batch goes out in parts (``RECORDED_EVERY``), and each part's results are written
     in one transaction after its messages went out; a sender killed in between sends
@@ -534,13 +538,14 @@ def drain_outbox(
     with ThreadPoolExecutor(1, thread_name_prefix=f"outbox-{worker}") as books:
         while claimed:
             claimed_at, claimed, previous = _send_parts(
-                books, book, sender, clock, report, claimed, claimed_at, previous
+                books, book, sender, clock, report, claimed, claimed_at, previous, stop
             )
             release: list[int] = []
-            if previous.down is not None:  # the batch claimed ahead goes back untouched
+            ending = previous.down is not None or stop()
+            if ending:  # the batch claimed ahead goes back untouched
                 release, claimed = [item.id for item in claimed], []
             if not claimed:  # the last one's results may free more: claim once more after them
-                claimed_at, claimed = book(previous, claim=previous.down is None, release=release)
+                claimed_at, claimed = book(previous, claim=not ending, release=release)
                 previous = None
     return report
 
@@ -561,12 +566,13 @@ def _send_parts(
     claimed: list[Claimed],
     claimed_at: datetime,
     previous: _Sent | None,
+    stop: Callable[[], bool],
 ) -> tuple[datetime, list[Claimed], _Sent]:
     """Send a claimed batch part by part; ``books`` records each part (and ``previous``,
     the batch before) while the next part goes out, and claims the next batch beside the
     last part (``book``: ``_book`` with the drain's arguments). Returns that claim and the
     last part's results (not yet recorded). A part that finds the server away hands back
-    the parts after it with its own untried."""
+    the parts after it with its own untried; once ``stop`` says so, so does each part."""
     parts = [claimed[i : i + RECORDED_EVERY] for i in range(0, len(claimed), RECORDED_EVERY)]
     stopped: set[str] = set()  # recipients whose mail failed: their later mail waits
     claimed_next: tuple[datetime, list[Claimed]] = (claimed_at, [])
@@ -583,7 +589,7 @@ def _send_parts(
             raise
         claimed_next = ahead.result()
         previous = sent
-        if sent.down is not None:
+        if sent.down is not None or stop():
             sent.untried += later
             break
     assert sent is not None  # (a claim is never empty here)
@@ -800,13 +806,21 @@ def drain_parallel(
     worker: str,
     batch: int = BATCH,
     give_up_after: timedelta = timedelta(days=3),
+    stop: Callable[[], bool] = lambda: False,
 ) -> DrainReport:
     """``drain_outbox`` over several SMTP connections at once, one thread each."""
     if connections <= 1:
         sender = make_sender()
         try:
             return drain_outbox(
-                db, config, sender, clock, worker=worker, batch=batch, give_up_after=give_up_after
+                db,
+                config,
+                sender,
+                clock,
+                worker=worker,
+                batch=batch,
+                give_up_after=give_up_after,
+                stop=stop,
             )
         finally:
             sender.close()
@@ -824,6 +838,7 @@ def drain_parallel(
                     worker=f"{worker}/{index}",
                     batch=batch,
                     give_up_after=give_up_after,
+                    stop=stop,
                 )
             )
         finally:

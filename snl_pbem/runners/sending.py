@@ -1,23 +1,25 @@
 """The outbox sender of ``serve``: the loop that drains the outbox over SMTP, and where it runs.
 
 With SQLite it is a thread of ``serve``. With PostgreSQL it is a process of its own
-(:class:`SenderProcess`): one Python process's closes hold its interpreter while a
-deadline's rounds close, and a sender thread beside them sent a seventh of what a sender
-alone sends in that time. The outbox needs nothing more to be shared between processes:
-its claims are rows, taken with ``SKIP LOCKED``, signed by the process that holds them
-(``snl_pbem.procs.identity``), and freed at once when that process is dead.
+(:class:`SenderProcess`): while a deadline's rounds close, the closes hold one Python
+process's interpreter, and a sender thread beside them got a seventh of the mail out
+(1,460 of 10,500 in an experiment of 500 games), the rest only after. The outbox needs
+nothing more to be shared between processes: its claims are rows, taken with ``SKIP
+LOCKED``, signed by the process that holds them (``snl_pbem.procs.identity``), and freed
+at once when that process is dead.
 
 ``serve`` and its sender talk over one pipe. A byte written is a kick (mail was
 enqueued: drain now); the pipe closed (``serve`` stopping, or gone) tells the sender to
-finish the drain in progress and exit. A SIGKILLed ``serve`` takes its sender along
-(``PR_SET_PDEATHSIG``), as it took the sender thread: a part of a batch sent and not yet
-recorded is sent again by the next sender, as after any kill.
+finish the part of a batch it is sending (``drain_outbox``'s stop) and exit. A SIGKILLed
+``serve`` takes its sender along (``PR_SET_PDEATHSIG``), as it took the sender thread: a
+part sent and not yet recorded is sent again by the next sender, as after any kill.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -28,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
@@ -45,7 +48,7 @@ SENDER_IDLE_SECONDS = 15.0
 SMTP_DOWN_LONGEST = 300.0
 """The longest wait between tries while the SMTP server is unreachable."""
 STOP_SECONDS = 20.0
-"""How long a stopping ``serve`` waits for its sender to finish the drain in progress."""
+"""How long a stopping ``serve`` waits for its sender to finish the part it is sending."""
 RESTART_AFTER = 10.0
 """A sender process that exits this soon after it started is started again only this long
 after: one that cannot start (say, its interpreter cannot) is not spawned every second."""
@@ -92,47 +95,57 @@ class ThreadSignals:
 
 class PipeSignals:
     """The sender as a process: the read end of ``serve``'s pipe (a byte: a kick; end of
-    file: stop), and SIGTERM (systemd stops the whole service at once) as a stop too."""
+    file: stop). ``stopped`` looks at the pipe (a drain asks after each part it sends); a
+    kick it reads meanwhile is kept for the next ``wait``."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.closed = False
+        self.kicked = False
         os.set_blocking(fd, False)
+        self._poll = select.poll()  # (select's fd numbers stop at 1024)
+        self._poll.register(fd, select.POLLIN)
 
     def stopped(self) -> bool:
+        self._read()
         return self.closed
 
     def clear(self) -> None:
         self._read()
+        self.kicked = False
 
     def wait(self, seconds: float, *, kick: bool) -> None:
         until = time.monotonic() + seconds
-        while not self.closed and (left := until - time.monotonic()) > 0:
-            # a second at most: SIGTERM sets ``closed`` and select goes on waiting (PEP 475)
-            ready, _, _ = select.select([self.fd], [], [], min(left, 1.0))
-            if ready and self._read() and kick:
+        while True:
+            self._read()
+            left = until - time.monotonic()
+            if self.closed or (kick and self.kicked) or left <= 0:
                 return
+            self._poll.poll(left * 1000)
 
-    def _read(self) -> bool:
-        """Read what is in the pipe; True if it held a kick."""
-        kicked = False
+    def _read(self) -> None:
+        """Read what is in the pipe, without waiting."""
         while not self.closed:
             try:
                 chunk = os.read(self.fd, 4096)
             except BlockingIOError:
-                break
+                return
             if not chunk:
                 self.closed = True
-                break
-            kicked = True
-        return kicked
+            else:
+                self.kicked = True
 
 
 def send_loop(
-    config: Config, db: Database, clock: Callable[[], datetime], signals: Signals
+    config: Config,
+    db: Database,
+    clock: Callable[[], datetime],
+    signals: Signals,
+    idle: float = SENDER_IDLE_SECONDS,
 ) -> None:
-    """Drain the outbox when kicked (and every ``SENDER_IDLE_SECONDS``) until stopped; while
-    the SMTP server is unreachable, try again after a backoff (capped, with jitter)."""
+    """Drain the outbox when kicked (and every ``idle`` seconds) until stopped; while the
+    SMTP server is unreachable, try again after a backoff (capped, with jitter). Told to
+    stop, a drain ends with the part of a batch it is sending (``drain_outbox``'s stop)."""
     smtp = config.settings.mail.smtp
     assert smtp is not None
 
@@ -155,6 +168,7 @@ def send_loop(
                 connections=smtp.connections,
                 worker=identity(),
                 give_up_after=smtp.give_up_after,
+                stop=signals.stopped,
             )
             if report.sent or report.failed or (report.deferred and not report.unreachable):
                 log.info(
@@ -179,15 +193,19 @@ def send_loop(
                 down = 0
         except Exception as exc:  # the database or the network: try again shortly
             log.error("outbox: %s: %s", type(exc).__name__, exc)
-        signals.wait(SENDER_IDLE_SECONDS, kick=True)
+        signals.wait(idle, kick=True)
 
 
 class SenderProcess:
     """``serve``'s side of a sender process: ``start``, ``kick``, ``alive``, ``stop``."""
 
-    def __init__(self, config: Config, log_level: int) -> None:
-        self.config = config
+    def __init__(self, config: Config, log_level: int, idle: float = SENDER_IDLE_SECONDS) -> None:
+        # what sending needs: the mail settings and where the config and the database are
+        # (the delivery-failure alert goes to the referee, in English: no game's table);
+        # every game's table, thousands of them, pickled at each start, would be dead weight
+        self.config = dataclasses.replace(config, games=(), left_out=(), game_files=())
         self.log_level = log_level
+        self.idle = idle
         self._process: Any = None
         self._pipe: Connection | None = None
         self._lock = threading.Lock()
@@ -195,24 +213,42 @@ class SenderProcess:
 
     def start(self) -> None:
         """Spawn the sender (a new interpreter: ``serve`` has threads, which fork must not
-        copy), with the read end of a new pipe."""
+        copy), with the read end of a new pipe. SIGINT, SIGTERM and SIGHUP are blocked
+        meanwhile, so the child starts with them blocked and sets them before it takes
+        them (a terminal's ^C or systemd's stop, sent to every process, would otherwise
+        kill it while it imports)."""
         context = multiprocessing.get_context("spawn")
-        read, write = context.Pipe(duplex=False)
+        self._started = time.monotonic()  # a start that fails is tried again RESTART_AFTER on
+        read, write = self.pipe(context)
         process = context.Process(
             target=_run,
-            args=(self.config, self.log_level, read, os.getpid()),
+            args=(self.config, self.log_level, read, os.getpid(), self.idle),
             name="snl-pbem-sender",
             daemon=False,
         )
+        # the tracker that spawn starts first, the first time, unblocks SIGINT and SIGTERM
+        # as it starts: started before the block, it leaves the block alone
+        resource_tracker.ensure_running()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
         try:
             process.start()
+        except BaseException:
+            write.close()
+            self._process = None  # how_it_ended: "did not start", not the one before's end
+            raise
         finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             read.close()  # the child has its own copy
-        os.set_blocking(write.fileno(), False)
         with self._lock:
             self._process, self._pipe = process, write
-        self._started = time.monotonic()
         log.info("outbox: sending from process %d", process.pid)
+
+    @staticmethod
+    def pipe(context: Any = multiprocessing) -> tuple[Connection, Connection]:
+        """The pipe to a sender: (its read end, ``serve``'s write end, which never blocks)."""
+        read, write = context.Pipe(duplex=False)
+        os.set_blocking(write.fileno(), False)
+        return read, write
 
     def kick(self) -> None:
         """Drain now. A full pipe already holds a kick: nothing is lost by not writing."""
@@ -224,16 +260,24 @@ class SenderProcess:
     def alive(self) -> bool:
         return self._process is not None and self._process.is_alive()
 
-    def exited(self) -> int | None:
-        """Its exit status once it has exited, else None."""
-        return None if self._process is None else self._process.exitcode
+    def how_it_ended(self) -> str:
+        """How it ended, for the log: "exited 1", "was killed by SIGKILL"."""
+        code = None if self._process is None else self._process.exitcode
+        if code is None:
+            return "did not start"
+        if code >= 0:
+            return f"exited {code}"
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
 
     def may_restart(self) -> bool:
         """Whether to start it again now (see ``RESTART_AFTER``)."""
         return time.monotonic() - self._started >= RESTART_AFTER
 
     def finish(self) -> None:
-        """Have it finish the drain in progress and exit (``stop`` waits for it)."""
+        """Have it finish the part it is sending and exit (``stop`` waits for it)."""
         with self._lock:
             pipe, self._pipe = self._pipe, None
         if pipe is not None:
@@ -254,23 +298,31 @@ class SenderProcess:
             process.join()
 
 
-def _run(config: Config, log_level: int, pipe: Connection, parent: int) -> None:
-    """The sender process: die with ``serve``, then send until the pipe is closed."""
-    with contextlib.suppress(OSError, AttributeError):  # not on Linux: the pipe's end suffices
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _run(config: Config, log_level: int, pipe: Connection, parent: int, idle: float) -> None:
+    """The sender process: die with ``serve``, then send until the pipe is closed.
+
+    It ignores SIGINT, SIGTERM and SIGHUP: ``serve`` takes them (a terminal's ^C and
+    systemd's stop reach every process of the service) and tells it what to do over the
+    pipe, so it goes on sending while ``serve`` finishes its closes, until told to stop."""
+    configure_logging(logging.getLevelName(log_level))
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # Linux only
+    if prctl is None or prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        log.warning(
+            "outbox: the sender cannot ask to die with serve (prctl: %s): a serve killed "
+            "outright leaves it to finish the part it is sending, up to the SMTP timeout",
+            os.strerror(ctypes.get_errno()) if prctl is not None else "not on this system",
+        )
     if os.getppid() != parent:  # serve died before the line above
         return
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C: serve stops us
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # serve reloads, and restarts us if need be
-    configure_logging(logging.getLevelName(log_level))
+    for number in HELD_SIGNALS:
+        signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
     signals = PipeSignals(pipe.fileno())  # (pipe kept: closing it would close the fd)
-
-    def terminate(_signum: int, _frame: object) -> None:
-        signals.closed = True
-
-    signal.signal(signal.SIGTERM, terminate)
     db = Database(config.database_url)
     try:
-        send_loop(config, db, utcnow, signals)
+        send_loop(config, db, utcnow, signals, idle)
     finally:
         db.dispose()

@@ -1,4 +1,5 @@
-"""``snl-pbem serve``: intake, scheduler and outbox sender in one process.
+"""``snl-pbem serve``: intake, scheduler and outbox sender in one process (on PostgreSQL
+the sender in a child process of its own: ``snl_pbem.runners.sending``).
 
 The main thread watches over the parts and handles signals: SIGTERM/SIGINT
 stop taking new work, let the transaction in progress finish, close the
@@ -40,6 +41,7 @@ from snl_pbem.runners.mailboxes import (
 )
 from snl_pbem.runners.scheduler import CLOSE_WORKERS, RoundScheduler, make_scheduler
 from snl_pbem.runners.sending import (
+    SENDER_IDLE_SECONDS,
     STOP_SECONDS,
     SenderProcess,
     ThreadSignals,
@@ -74,9 +76,8 @@ class Server:
     config_path: Path
     clock: Callable[[], datetime] = utcnow
     on_close: Callable[[CloseOutcome], None] | None = None
-    sender_process: bool | None = None
-    """Send from a process of its own (``snl_pbem.runners.sending``); None: on PostgreSQL
-    with the real clock (a clock of a test's own cannot cross into another process)."""
+    sender_idle: float = SENDER_IDLE_SECONDS
+    """How often the sender drains the outbox when not kicked (tests: that kicks arrive)."""
     stop_event: threading.Event = field(default_factory=threading.Event)
     ready: threading.Event = field(default_factory=threading.Event)
     """Set once every part is running."""
@@ -88,7 +89,7 @@ class Server:
     _poller: ImapPoller | None = None
     _sender: SenderProcess | None = None
     _retiring: list[SenderProcess] = field(default_factory=list)
-    """Senders told to stop (a reload changed the mail settings), finishing their drain."""
+    """Senders told to stop (a reload changed the mail settings), finishing their part."""
 
     def __post_init__(self) -> None:
         self.site = SiteKeeper(lambda: self.db, lambda: self.config, self.clock)  # [web]
@@ -160,9 +161,14 @@ class Server:
             self._ask_for_queued_mail(self._receiver)
         if self.config.settings.mail.smtp is None:
             log.warning("no [mail.smtp] configured: mail is queued in the outbox, not sent")
-        elif self._sends_apart():
-            self._sender = SenderProcess(self.config, logging.getLogger().level)
-            self._sender.start()
+        elif not self.db.is_sqlite and self.clock is utcnow:
+            # its own process (a clock of a test's own cannot cross into it; on SQLite one
+            # process's threads take turns for the write lock: snl_pbem.store.db)
+            self._sender = SenderProcess(self.config, logging.getLogger().level, self.sender_idle)
+            try:
+                self._sender.start()
+            except Exception as exc:  # tried again by _mind_threads
+                log.error("outbox: cannot start the sender: %s: %s", type(exc).__name__, exc)
         else:
             self._spawn("sender", self._send_loop)
         self._spawn("site", self._site_loop)
@@ -193,21 +199,24 @@ class Server:
             signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
             signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
             signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
-        self.start()
-        self.ready.set()
-        sd_notify("READY=1\nSTATUS=serving")
-        watchdog = int(os.environ.get("WATCHDOG_USEC", "0")) / 2e6
-        last_ping = time.monotonic()
-        while not self.stop_event.wait(1.0):
-            if self._reload.is_set():
-                self._reload.clear()
-                self.reload()
-            self._mind_threads()
-            if watchdog and time.monotonic() - last_ping >= watchdog:
-                sd_notify("WATCHDOG=1")
-                last_ping = time.monotonic()
-        sd_notify("STOPPING=1")
-        self.shutdown()
+        try:
+            self.start()
+            self.ready.set()
+            sd_notify("READY=1\nSTATUS=serving")
+            watchdog = int(os.environ.get("WATCHDOG_USEC", "0")) / 2e6
+            last_ping = time.monotonic()
+            while not self.stop_event.wait(1.0):
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
+                self._mind_threads()
+                if watchdog and time.monotonic() - last_ping >= watchdog:
+                    sd_notify("WATCHDOG=1")
+                    last_ping = time.monotonic()
+            sd_notify("STOPPING=1")
+            self.shutdown()
+        finally:  # whatever ended it: a sender process left running would hold up the exit
+            self._stop_senders()
         return 0
 
     def _mind_threads(self) -> None:
@@ -220,17 +229,24 @@ class Server:
         sender = self._sender
         if sender is None or sender.alive() or self._mail_stop.is_set():
             return
-        if sender.may_restart():
-            code = sender.exited() or 0
-            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited {code}"
-            log.error("the sender process %s; restarting it", how)
+        if sender.may_restart() and not self.stop_event.is_set():
+            log.error("the sender process %s; restarting it", sender.how_it_ended())
             sender.stop(0)
-            sender.start()
+            try:
+                sender.start()
+            except Exception as exc:  # tried again RESTART_AFTER on
+                log.error("outbox: cannot start the sender: %s: %s", type(exc).__name__, exc)
 
-    def _sends_apart(self) -> bool:
-        if self.sender_process is not None:
-            return self.sender_process
-        return not self.db.is_sqlite and self.clock is utcnow
+    def _stop_senders(self) -> None:
+        """Stop every sender process (its part in progress ends, or it is killed): at the
+        end, and whatever ended ``serve`` (a child of ours must not hold up its exit)."""
+        if self._sender is not None:
+            self._retiring.append(self._sender)
+            self._sender = None
+        until = time.monotonic() + STOP_SECONDS
+        for sender in self._retiring:
+            sender.stop(max(0.0, until - time.monotonic()))
+        self._retiring = []
 
     def _send_now(self) -> None:
         """Mail was enqueued: have the sender drain the outbox now."""
@@ -243,7 +259,8 @@ class Server:
             self._poller.run(self._mail_stop)
 
     def _send_loop(self) -> None:
-        send_loop(self.config, self.db, self.clock, ThreadSignals(self._kick, self._mail_stop))
+        signals = ThreadSignals(self._kick, self._mail_stop)
+        send_loop(self.config, self.db, self.clock, signals, self.sender_idle)
 
     def _site_loop(self) -> None:
         self.site.run(self._mail_stop)
@@ -304,7 +321,7 @@ class Server:
         self._kick.set()
         self.site.stop()
         if self._sender is not None:
-            # it finishes its drain in progress, then exits: a reload neither waits for it
+            # it finishes the part it is sending, then exits: a reload neither waits for it
             # nor kills it (a kill sends again what it had sent and not yet recorded)
             self._sender.finish()
             self._retiring.append(self._sender)
@@ -323,9 +340,7 @@ class Server:
         log.info("stopping")
         self.scheduler.shutdown(wait=True)  # a close in progress completes
         self._stop_mail()
-        until = time.monotonic() + STOP_SECONDS  # its drain in progress ends, or it is killed
-        for sender in self._retiring:
-            sender.stop(max(0.0, until - time.monotonic()))
+        self._stop_senders()
         default_readers().finish(20)  # so does the reading of a stored message
         self.db.dispose()
         log.info("stopped")

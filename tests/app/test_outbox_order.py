@@ -395,3 +395,53 @@ def test_the_last_joiner_hears_of_the_seat_before_the_welcome(
     seat = next(i for i, s in enumerate(subjects) if "You have a seat" in s)
     welcome = next(i for i, raw in enumerate(to_x2) if b"Your order key is" in raw)
     assert seat < welcome, subjects
+
+
+def test_a_drain_told_to_stop_ends_with_the_part_it_is_sending(
+    intake, slow_sink, monkeypatch
+) -> None:
+    """A sender told to stop (serve stopping, or a reload with new mail settings) ends its
+    drain with the part going out, recorded, and hands the rest of its claims back: it is
+    not sent through the backlog with the old settings, nor killed mid-send. Another drain
+    then sends the rest, each message once."""
+    monkeypatch.setattr(outbox, "RECORDED_EVERY", 2)
+    db, config = intake
+    clock = Clock()
+    queue(db, config, [(f"p{i}@example.org", f"number {i}") for i in range(10)])
+    total = len([m for ids in queued(db).values() for m in ids])
+    told = threading.Event()
+    slow_sink.handler.then = lambda raw: told.set()  # told as the first message goes out
+    sender = sender_for(slow_sink)
+    report = drain_outbox(db, config, sender, clock, worker="w", batch=20, stop=told.is_set)
+    assert report.sent == 2 and len(slow_sink.delivered) == 2  # one part of two
+    with db.transaction() as s:
+        rows = s.execute(select(OutboxMessage.status, OutboxMessage.claimed_by)).all()
+    assert sum(status == "sent" for status, _ in rows) == 2
+    assert all(claimed is None for status, claimed in rows if status != "sent")  # handed back
+    report = drain_outbox(db, config, sender, clock, worker="w2", batch=20)
+    sender.close()
+    assert report.sent == total - 2
+    assert sorted(m for ids in arrived(slow_sink).values() for m in ids) == sorted(
+        m for ids in queued(db).values() for m in ids
+    )
+
+
+def test_a_drain_told_to_stop_on_a_batchs_last_part_hands_back_the_batch_claimed_ahead(
+    intake, slow_sink, monkeypatch
+) -> None:
+    """Batches of two, one part each: the next batch is claimed beside every part. Told to
+    stop as its first part goes out, the drain records that part and hands back the batch
+    it claimed ahead, untried: no row stays claimed."""
+    monkeypatch.setattr(outbox, "RECORDED_EVERY", 2)
+    db, config = intake
+    queue(db, config, [(f"p{i}@example.org", f"number {i}") for i in range(6)])
+    told = threading.Event()
+    slow_sink.handler.then = lambda raw: told.set()
+    sender = sender_for(slow_sink)
+    report = drain_outbox(db, config, sender, Clock(), worker="w", batch=2, stop=told.is_set)
+    sender.close()
+    assert report.sent == 2
+    with db.transaction() as s:
+        rows = s.execute(select(OutboxMessage.status, OutboxMessage.claimed_by)).all()
+    assert sum(status == "sent" for status, _ in rows) == 2 and len(rows) > 4
+    assert all(claimed is None for status, claimed in rows if status != "sent")
