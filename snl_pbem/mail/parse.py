@@ -139,14 +139,19 @@ def header(msg: Message, name: str) -> str:
         text = str(value)[:MAX_HEADER_CHARS]
     except Exception:
         return ""
-    with suppress(Exception):  # undecodable encoded-words: keep the raw text
-        text = str(make_header(decode_header(text)))
+    if "=?" in text:  # (without an encoded word, decoding gives the text as it is)
+        with suppress(Exception):  # undecodable encoded-words: keep the raw text
+            text = str(make_header(decode_header(text)))
     return clean_text(_FOLD.sub(" ", text).strip(), MAX_HEADER_CHARS)
 
 
 def _decoded_words(text: str) -> str:
-    with suppress(Exception):
-        text = str(make_header(decode_header(text)))
+    """A header's text with its encoded words decoded (RFC 2047), cleaned. Text without
+    "=?" holds no encoded word, and ``decode_header`` gives it back as it is: not decoded
+    (a message's every header is read for keys, ``keys_quoted_in``)."""
+    if "=?" in text:
+        with suppress(Exception):
+            text = str(make_header(decode_header(text)))
     return clean_text(text, MAX_HEADER_CHARS)
 
 
@@ -413,8 +418,9 @@ def parse_message(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> 
         quoted_keys=quoted_keys,
         # a message that was slow to read is not re-encoded part by part as well: the
         # intake then replaces its keys in the bytes (the sandbox's time limit is for reading)
+        # the message as read, changed in place (nothing reads it after this): not parsed twice
         redacted=(
-            _redacted_copy(raw, secrets)
+            _redacted_copy(raw, secrets, msg)
             if time.monotonic() - began < REDACT_WITHIN_SECONDS
             else None
         ),
@@ -543,11 +549,11 @@ def _trie(keys: tuple[str, ...]) -> str:
     return branch(root)
 
 
-def _redacted_copy(raw: bytes, secrets: list[str]) -> bytes:
+def _redacted_copy(raw: bytes, secrets: list[str], msg: Message | None = None) -> bytes:
     """``redact_secrets``, falling back to replacing the keys in the bytes as they stand
     when the message cannot be re-encoded part by part."""
     try:
-        return redact_secrets(raw, secrets)
+        return redact_secrets(raw, secrets, msg)
     except Exception:
         return redact_in_bytes(raw, secrets)
 
@@ -652,7 +658,7 @@ _HEADERS_SEARCHED = 100
 REDACTED = "****"
 
 
-def redact_secrets(raw: bytes, secrets: list[str]) -> bytes:
+def redact_secrets(raw: bytes, secrets: list[str], msg: Message | None = None) -> bytes:
     """The message as it may be kept. Every secret (an order key) is replaced by ``****``
     in every form a reader could see it: in the bytes as they stand; in headers' encoded
     words (base64 or Q, split over several words, folded) and RFC 2231 parameters; in text
@@ -660,9 +666,12 @@ def redact_secrets(raw: bytes, secrets: list[str]) -> bytes:
     split by tags. The bodies of parts nobody reads (attachments, forwarded messages,
     non-text parts, parts past the reader's limits) are replaced by a one-line note of
     their size; their headers stay. Linear in the message; when nothing needs changing,
-    the message is returned as it came."""
+    the message is returned as it came. ``msg``: ``raw`` as ``email.message_from_bytes``
+    reads it, when the caller has read it already and is done with it (it is changed in
+    place)."""
     secrets = _considered(secrets)
-    msg = email.message_from_bytes(raw)
+    if msg is None:
+        msg = email.message_from_bytes(raw)
     forms = _KeyForms(secrets) if secrets else None
     if not _keep_what_is_read(msg, forms):
         return redact_in_bytes(raw, secrets)
@@ -723,7 +732,7 @@ class _KeyForms:
 
     def __init__(self, secrets: list[str]) -> None:
         self.secrets = _considered(secrets)
-        self.pattern = _text_pattern(tuple(sorted({_folded_key(k) for k in self.secrets})))
+        self.finder = _finder(tuple(sorted({_folded_key(k) for k in self.secrets})))
         self.headers_decoded = 0
         self.runs_decoded = 0
         # the HTML patterns are one per key, and slow when the HTML is much like a key
@@ -734,7 +743,7 @@ class _KeyForms:
 
     def found(self, text: str) -> bool:
         """True when ``text`` shows a key."""
-        return bool(self.secrets) and self.pattern.search(_normalised(text)) is not None
+        return bool(self.secrets) and self.finder.found(_normalised(text))
 
     def redact(self, text: str) -> str:
         """Every key in ``text`` replaced, as a reader sees it: the text is searched once,
@@ -742,14 +751,14 @@ class _KeyForms:
         reader drops between its characters."""
         if not self.secrets:
             return text
-        found_all = list(self.pattern.finditer(_normalised(text)))
+        found_all = self.finder.spans(_normalised(text))
         if not found_all:
             return text
         starts, origins = _pieces(text)
         pieces, done = [], 0
-        for found in found_all:
-            begin = _origin(starts, origins, found.start())
-            end = _origin(starts, origins, found.end() - 1) + 1
+        for start, stop in found_all:
+            begin = _origin(starts, origins, start)
+            end = _origin(starts, origins, stop - 1) + 1
             pieces += [text[done:begin], REDACTED]
             done = end
         return "".join([*pieces, text[done:]])
@@ -773,6 +782,54 @@ class _KeyForms:
         if self.found(_unmarked(markup)):
             return True
         return self.found(html_to_text(markup))
+
+
+class _Finder:
+    """Where any of some keys stands in a text, as ``_trie``'s pattern finds them: the
+    leftmost first, the longest of those that start there, then on after it."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+
+    def found(self, text: str) -> bool:
+        return self.pattern.search(text) is not None
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        return [found.span() for found in self.pattern.finditer(text)]
+
+
+class _FewFinder(_Finder):
+    """A few keys (none empty) looked for one by one (``str.find``): a message shows its
+    sender's key and perhaps one or two quoted, and a pattern compiled for each new sender
+    cost more than reading the rest of the message (issue 23). Finds what the pattern
+    would (``_few_replaced`` is the same search in bytes)."""
+
+    def __init__(self, keys: tuple[str, ...]) -> None:
+        self.keys = keys
+
+    def found(self, text: str) -> bool:
+        return any(key in text for key in self.keys)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        at = {key: text.find(key) for key in self.keys}
+        spans: list[tuple[int, int]] = []
+        while True:
+            live = [(where, -len(key), key) for key, where in at.items() if where >= 0]
+            if not live:
+                return spans
+            where, _, key = min(live)
+            done = where + len(key)
+            spans.append((where, done))
+            for other, its in at.items():
+                if 0 <= its < done:
+                    at[other] = text.find(other, done)
+
+
+def _finder(keys: tuple[str, ...]) -> _Finder:
+    """What finds ``keys`` (sorted, distinct) in a folded text."""
+    if keys and len(keys) <= _FEW_KEYS and all(keys):
+        return _FewFinder(keys)
+    return _Finder(_text_pattern(keys))
 
 
 @functools.lru_cache(maxsize=64)  # a worker reads many messages with the same keys
