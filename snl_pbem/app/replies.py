@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app import txcache
@@ -32,7 +32,7 @@ from snl_pbem.mail.commands import Commands, LineProblem
 from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.ruleset import DEFAULT_RULESET
 from snl_pbem.rules.words import Text, tr
-from snl_pbem.store import Confirmation, Game, InboundMessage, OutboxMessage, Player
+from snl_pbem.store import Confirmation, Game, InboundMessage, OutboxMessage, Player, deferred
 from snl_pbem.store.bulk import among
 from snl_pbem.store.states import MailKind, Purpose
 
@@ -439,7 +439,8 @@ def send(
 ) -> None:
     """A reply to this message, stored for sending: a plain insert on the session's
     connection (one of a batch's many), after any mail of this message still pending in the
-    session (the outbox's ids keep the order the mail was written in)."""
+    session (the outbox's ids keep the order the mail was written in); in a batch, written
+    with the batch's others (``deferred``)."""
     if any(isinstance(o, OutboxMessage) for o in ctx.session.new):
         ctx.session.flush()
     if "language" not in context:  # to someone not (yet) a player: as they wrote, if clear
@@ -459,7 +460,7 @@ def send(
         references=ctx.mail.references,
         **context,
     )
-    ctx.session.connection().execute(insert(OutboxMessage), [row])
+    deferred.insert_row(ctx.session, cast(Table, OutboxMessage.__table__), row)
     _sent(ctx, to, kind)
 
 

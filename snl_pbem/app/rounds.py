@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, delete, insert, or_, select, update
+from sqlalchemy import CursorResult, Table, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from snl_pbem.app.close_claim import claim_closing
@@ -55,6 +55,7 @@ from snl_pbem.store import (
     Round,
     RoundTally,
     TurnRecord,
+    deferred,
 )
 from snl_pbem.store.bulk import insert_rows
 from snl_pbem.store.models import dice_text
@@ -134,24 +135,23 @@ def submit_orders(
     reading = ruleset_of(game).read_orders(
         settings_of(game), state, player.name, orders, round_.turns
     )
-    # a plain statement on the session's connection, not an object for the session to
-    # flush: one order of a batch of many (nothing the session holds is read or changed)
-    session.connection().execute(
-        insert(cast(Table, OrderRecord.__table__)),
-        [
-            {
-                "round_id": round_.id,
-                "player_id": player.id,
-                "inbound_id": inbound_id,
-                "received_at": received_at,
-                "source": source,
-                "dice": dice_text(reading.dice),
-                "trapdoor": reading.nomination,
-                "valid": reading.valid and not withdraw,
-                "problems": list(reading.problems),
-                "withdrawn": withdraw,
-            }
-        ],
+    # a plain row on the session's connection, not an object for the session to flush:
+    # one order of a batch of many, written with the batch's others (``deferred``)
+    deferred.insert_row(
+        session,
+        cast(Table, OrderRecord.__table__),
+        {
+            "round_id": round_.id,
+            "player_id": player.id,
+            "inbound_id": inbound_id,
+            "received_at": received_at,
+            "source": source,
+            "dice": dice_text(reading.dice),
+            "trapdoor": reading.nomination,
+            "valid": reading.valid and not withdraw,
+            "problems": list(reading.problems),
+            "withdrawn": withdraw,
+        },
     )
     return OrderReceipt(round_.number, reading.valid, reading.problems, reading)
 

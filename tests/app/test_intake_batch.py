@@ -105,12 +105,19 @@ def test_a_batch_is_written_without_savepoints_until_a_message_fails(
     it) and the batch is written again with a savepoint each: ann's and cy's orders count
     once, bob's is set aside, and nothing of the first attempt is left."""
     db, config = intake
+    first = three(db, config)
     statements: list[str] = []
-    event.listen(db.engine, "before_cursor_execute", lambda *a: statements.append(a[2].split()[0]))
-    results = process_batch(db, config, three(db, config))
+    event.listen(
+        db.engine, "before_cursor_execute", lambda *a: statements.append(" ".join(a[2].split()[:3]))
+    )
+    results = process_batch(db, config, first)
     assert [r.status for r in results.values()] == ["processed"] * 3
-    assert "SAVEPOINT" not in statements
-    assert statements.count("INSERT") >= 6  # three orders and three answers: it wrote
+    assert not any(s.startswith("SAVEPOINT") for s in statements)
+    # three orders and three answers, written together (``deferred``): fewer statements
+    # than rows (the first order goes alone, before the first reply's reads)
+    inserts = [s for s in statements if s.startswith("INSERT")]
+    assert len(inserts) < 6, inserts
+    assert len(orders_of(db)) == 3 and len(replies_since(db, T0)) == 3
 
     statements.clear()
     names = ("ann", "bob", "cy")
@@ -122,12 +129,40 @@ def test_a_batch_is_written_without_savepoints_until_a_message_fails(
     with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
         results = process_batch(db, config, ids)
     assert [results[i].status for i in ids] == ["processed", "set-aside", "processed"]
-    assert statements.count("SAVEPOINT") >= 3  # the second writing: a savepoint each
+    assert sum(s.startswith("SAVEPOINT") for s in statements) >= 3  # a savepoint each
     said = [r.getMessage() for r in caplog.records]
     assert sum("written again, a savepoint each" in line for line in said) == 1
     latest = {o.player: o.dice for o in orders_of(db)}  # each one's latest order
     assert latest == {"ann": "5", "bob": "3", "cy": "5"}  # bob's earlier order holds
     assert len(orders_of(db)) == 5 and len(replies_since(db, T0)) == 5
+
+
+def test_an_answer_the_database_refuses_is_its_own_messages_failure(
+    intake, monkeypatch, caplog
+) -> None:
+    """bob's answer is a row the database refuses. Written without savepoints, the batch's
+    answers wait and go together (``deferred``), so it fails after bob's message, where
+    the rows are written; the batch is written again with a savepoint each, where his
+    answer is written at once and fails as his: his message is set aside (no order of his),
+    ann's and cy's orders count once and are answered."""
+    import snl_pbem.app.replies as replies
+
+    db, config = intake
+    ids = three(db, config)
+    original = replies.mail_row
+
+    def bobs_refused(*args, **kwargs):
+        found = original(*args, **kwargs)
+        return {**found, "kind": None} if found["recipient"] == "bob@example.org" else found
+
+    monkeypatch.setattr(replies, "mail_row", bobs_refused)
+    with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
+        results = process_batch(db, config, ids)
+    assert [results[i].status for i in ids] == ["processed", "set-aside", "processed"]
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("written again, a savepoint each" in line for line in said) == 1
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "2"), ("cy", "4")]
+    assert [r.recipient for r in replies_since(db, T0)] == ["ann@example.org", "cy@example.org"]
 
 
 def test_a_change_that_fails_only_when_written_is_its_own_messages_failure(

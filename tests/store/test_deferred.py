@@ -1,0 +1,113 @@
+"""Rows written together (``snl_pbem.store.deferred``, issue 23): a batch's order sets and
+replies wait for the next statement, whatever it is, so nothing reads the database without
+them; they keep the order they were inserted in, ORM rows among them; a block that fails
+writes none of them. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
+from sqlalchemy import Table, event, func, select
+from sqlalchemy.exc import IntegrityError
+
+from snl_pbem.store import Database, OutboxMessage, deferred
+
+OUTBOX = cast(Table, OutboxMessage.__table__)
+NOW = datetime(2026, 12, 4, 6, 0, tzinfo=UTC)
+
+
+def row(tag: str) -> dict[str, Any]:
+    return {
+        "game_id": None,
+        "kind": "ack",
+        "recipient": f"{tag}@example.org",
+        "message_id": f"<{tag}@example.org>",
+        "message": tag.encode(),
+        "status": "pending",
+        "attempts": 0,
+        "next_attempt_at": NOW,
+        "created_at": NOW,
+        "secret": False,
+    }
+
+
+def orm(tag: str) -> OutboxMessage:
+    return OutboxMessage(**row(tag))
+
+
+def inserts(db: Database) -> list[tuple[str, bool]]:
+    """(statement's first words, as executemany) of each INSERT from now on."""
+    seen: list[tuple[str, bool]] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, _p: Any, _c: Any, many: bool) -> None:
+        if statement.startswith("INSERT"):
+            seen.append((" ".join(statement.split()[:3]), many))
+
+    event.listen(db.engine, "before_cursor_execute", note)
+    return seen
+
+
+def recipients(db: Database) -> list[str]:
+    """The outbox's recipients in id order (the order mail goes out in)."""
+    with db.transaction() as s:
+        return list(s.scalars(select(OutboxMessage.recipient).order_by(OutboxMessage.id)))
+
+
+def test_rows_wait_for_the_next_statement_and_any_statement_sees_them(db: Database) -> None:
+    seen = inserts(db)
+    with db.transaction() as s, deferred.deferring(s):
+        deferred.insert_row(s, OUTBOX, row("ann"))
+        deferred.insert_row(s, OUTBOX, row("bob"))
+        assert seen == []  # not yet
+        # the next statement, a plain query, finds them written, in one statement
+        assert s.scalar(select(func.count()).select_from(OutboxMessage)) == 2
+        assert seen == [("INSERT INTO outbox", True)]
+        deferred.insert_row(s, OUTBOX, row("cy"))
+    assert len(seen) == 2  # cy's at the block's end
+    assert recipients(db) == ["ann@example.org", "bob@example.org", "cy@example.org"]
+
+
+def test_rows_keep_their_order_among_the_sessions_own(db: Database) -> None:
+    """A row inserted before an object the session adds gets the smaller id: the session's
+    flush is a statement, and the rows waiting go first (the outbox's ids are the order
+    the mail was written in)."""
+    with db.transaction() as s, deferred.deferring(s):
+        deferred.insert_row(s, OUTBOX, row("ann"))
+        s.add(orm("bob"))
+        s.flush()
+        deferred.insert_row(s, OUTBOX, row("cy"))
+        s.add(orm("dee"))  # flushed at the commit, after the block wrote cy's
+    assert recipients(db) == [f"{n}@example.org" for n in ("ann", "bob", "cy", "dee")]
+
+
+def test_outside_the_block_a_row_is_written_at_once(db: Database) -> None:
+    seen = inserts(db)
+    with db.transaction() as s:
+        deferred.insert_row(s, OUTBOX, row("ann"))
+        assert seen == [("INSERT INTO outbox", False)]
+        with deferred.deferring(s):
+            deferred.insert_row(s, OUTBOX, row("bob"))
+        deferred.insert_row(s, OUTBOX, row("cy"))  # the block is over: at once again
+        assert len(seen) == 3
+    assert len(recipients(db)) == 3
+
+
+def test_a_block_that_fails_writes_none_of_its_rows(db: Database) -> None:
+    with db.transaction() as s:
+        with pytest.raises(RuntimeError), deferred.deferring(s):
+            deferred.insert_row(s, OUTBOX, row("ann"))
+            raise RuntimeError("a message failed")
+        deferred.insert_row(s, OUTBOX, row("bob"))  # the block's listener is gone
+    assert recipients(db) == ["bob@example.org"]
+
+
+def test_a_row_the_database_refuses_fails_at_the_next_statement(db: Database) -> None:
+    """What changes: a bad row fails where the rows are written, not where it was given
+    (the intake then writes its batch again with a savepoint each)."""
+    bad = {**row("ann"), "recipient": None}  # NOT NULL
+    with pytest.raises(IntegrityError), db.transaction() as s, deferred.deferring(s):
+        deferred.insert_row(s, OUTBOX, bad)
+        s.execute(select(1))
+    assert recipients(db) == []
