@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import ARRAY, ColumnElement, all_, any_, bindparam
 from sqlalchemy.orm import QueryableAttribute, Session
 
+from snl_pbem.store import deferred
 from snl_pbem.store.models import Base
 
 _MARKERS = {"qmark": "?", "format": "%s", "pyformat": "%s", "numeric": ":{n}"}
@@ -24,6 +25,7 @@ def insert_rows(
     """``INSERT INTO table (columns) VALUES (...)`` for every row, in the session's transaction."""
     if not rows:
         return
+    deferred.write(session)  # driver SQL passes by ``deferred``'s listener: what waits first
     table = Base.metadata.tables[model.__tablename__]
     connection = session.connection()
     style = connection.dialect.paramstyle

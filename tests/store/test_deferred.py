@@ -111,3 +111,41 @@ def test_a_row_the_database_refuses_fails_at_the_next_statement(db: Database) ->
         deferred.insert_row(s, OUTBOX, bad)
         s.execute(select(1))
     assert recipients(db) == []
+
+
+def test_a_refused_row_fails_the_block_even_when_its_statement_failed_quietly(
+    db: Database,
+) -> None:
+    """The rows go with the next statement: when that is a savepoint whose failure is
+    passed over (as a close's "are all orders in?" is), the block still fails at its end,
+    so its transaction is never committed as if they had been written (the review's
+    finding: a batch reported processed, its orders and answers nowhere)."""
+    with (
+        pytest.raises(deferred.DeferredRowsFailed),
+        db.transaction() as s,
+        deferred.deferring(s),
+    ):
+        deferred.insert_row(s, OUTBOX, row("ann"))
+        deferred.insert_row(s, OUTBOX, {**row("bob"), "recipient": None})  # NOT NULL
+        try:
+            with s.begin_nested():
+                s.execute(select(1))
+        except Exception:
+            pass  # as the caller may
+    assert recipients(db) == []
+
+
+def test_rows_inserted_in_a_savepoint_go_with_it(db: Database) -> None:
+    """Rows waiting when a savepoint begins are written before it (they outlive its
+    rollback); rows given inside it are written before it ends, and undone with it."""
+    with db.transaction() as s, deferred.deferring(s):
+        deferred.insert_row(s, OUTBOX, row("ann"))
+        try:
+            with s.begin_nested():
+                deferred.insert_row(s, OUTBOX, row("bob"))
+                raise KeyError("a command failed")
+        except KeyError:
+            pass
+        with s.begin_nested():
+            deferred.insert_row(s, OUTBOX, row("cy"))
+    assert recipients(db) == ["ann@example.org", "cy@example.org"]
