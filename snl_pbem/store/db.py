@@ -104,6 +104,17 @@ class _Turns:
                 self._cond.notify_all()
 
 
+class TransactionUndone(Exception):
+    """A failure inside a transaction was caught and passed over, but it undid the
+    transaction (a flush the database refused): nothing of it was committed."""
+
+    def __init__(self, what: str = "the transaction") -> None:
+        super().__init__(
+            f"{what} was undone by a failure caught inside it (a write the database "
+            "refused): nothing of it was committed"
+        )
+
+
 class Database:
     """One database: its engine and sessions. Only the edges call :meth:`transaction`."""
 
@@ -130,12 +141,18 @@ class Database:
         the lock taken sleeps and looks again, up to 100 ms a time: under a flood of mail
         a store waited for a batch that had long committed). An ``urgent`` transaction (a
         message's store, which its sender's MTA waits for) goes before the others waiting.
-        Other processes still wait as SQLite makes them: its busy timeout."""
+        Other processes still wait as SQLite makes them: its busy timeout.
+
+        Raises ``TransactionUndone`` when a failure inside it was caught and passed over
+        but undid it (a flush that failed): nothing of it is committed, and the caller
+        must know."""
         turns = self._turns
         held = turns is not None and turns.acquire(urgent, self._wait)
         try:
             with self._sessions() as session, session.begin():
                 yield session
+                if not session.is_active:  # else it would end quietly, committing nothing
+                    raise TransactionUndone()
         finally:
             if held:
                 assert turns is not None

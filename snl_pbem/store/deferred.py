@@ -76,8 +76,9 @@ def write(session: Session) -> None:
 def deferring(session: Session) -> Iterator[None]:
     """Rows given to ``insert_row`` wait for the next statement on the session's
     connection, or for the end of the block (written there, unless the block raised).
-    Raises ``DeferredRowsFailed`` at the end if any writing of them failed, even one
-    that was caught in the block."""
+    Fails at the end if any writing of them failed, even one that was caught in the
+    block: ``DeferredRowsFailed``, or the database's own error when the rows still waiting
+    cannot be written either (PostgreSQL refuses every statement of a failed transaction)."""
     connection = session.connection()
     waiting = _Waiting(connection)
 

@@ -28,7 +28,7 @@ from snl_pbem.app.intake.reading import _sent_to, _sent_to_many
 from snl_pbem.app.intake.store import store_many
 from snl_pbem.mail.sandbox import ParseFailed, Sandbox
 from snl_pbem.runners.mailboxes import Intake, Readers
-from snl_pbem.store import InboundMessage
+from snl_pbem.store import Game, InboundMessage, OutboxMessage
 
 HANG = 120.0
 """A hang detector, never a speed requirement."""
@@ -163,6 +163,35 @@ def test_an_answer_the_database_refuses_is_its_own_messages_failure(
     assert sum("written again, a savepoint each" in line for line in said) == 1
     assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "2"), ("cy", "4")]
     assert [r.recipient for r in replies_since(db, T0)] == ["ann@example.org", "cy@example.org"]
+
+
+def test_a_write_passed_over_never_leaves_a_batch_reported_but_not_committed(
+    intake, monkeypatch
+) -> None:
+    """bob's message, the batch's last, leaves the session a row the database refuses; the
+    game closes when all orders are in, so the message's last step opens a savepoint and
+    passes its failure over ("are all orders in?": the deadline still closes the round).
+    The flush before that savepoint fails and undoes the transaction: it must not end
+    quietly, every message reported processed and nothing committed (the second review's
+    worry; here what comes after the step fails on the undone session, and
+    ``Database.transaction`` would say so if nothing did). The batch is written again with
+    a savepoint each; bob's message is set aside with the refusal, ann's order counts,
+    once."""
+    db, config = intake
+    ids = three(db, config)[:2]  # ann's and bob's: bob's last
+    with db.transaction() as s:
+        s.scalars(select(Game)).one().close_when_all_in = True
+
+    def refused(msg: Message) -> None:
+        msg.ctx.session.add(OutboxMessage(kind="ack", message_id="<x@example.org>"))
+
+    after_bobs_orders(monkeypatch, refused)
+    results = process_batch(db, config, ids)
+    assert [results[i].status for i in ids] == ["processed", "set-aside"]
+    assert status_of(db, ids) == ["processed", "set-aside"]
+    assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "2")]
+    with db.transaction() as s:
+        assert "recipient" in s.get(InboundMessage, ids[1]).error  # the refused column
 
 
 def test_a_change_that_fails_only_when_written_is_its_own_messages_failure(

@@ -13,6 +13,7 @@ from sqlalchemy import Table, event, func, select
 from sqlalchemy.exc import IntegrityError
 
 from snl_pbem.store import Database, OutboxMessage, deferred
+from snl_pbem.store.db import TransactionUndone
 
 OUTBOX = cast(Table, OutboxMessage.__table__)
 NOW = datetime(2026, 12, 4, 6, 0, tzinfo=UTC)
@@ -149,3 +150,18 @@ def test_rows_inserted_in_a_savepoint_go_with_it(db: Database) -> None:
         with s.begin_nested():
             deferred.insert_row(s, OUTBOX, row("cy"))
     assert recipients(db) == ["ann@example.org", "cy@example.org"]
+
+
+def test_a_transaction_undone_by_a_failure_passed_over_says_so(db: Database) -> None:
+    """A flush the database refuses, its failure caught and passed over (a savepoint's, as
+    a step may), undoes the transaction; ending it then raises, where it used to end
+    quietly, committing nothing, its caller none the wiser."""
+    with pytest.raises(TransactionUndone), db.transaction() as s:
+        deferred.insert_row(s, OUTBOX, row("ann"))
+        s.add(OutboxMessage(kind="ack", message_id="<x@example.org>"))  # no recipient
+        try:
+            with s.begin_nested():
+                pass
+        except Exception:
+            pass
+    assert recipients(db) == []

@@ -25,6 +25,7 @@ from snl_pbem.config import Config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.parse import ParsedMail, ParseTimeout
 from snl_pbem.store import Database, InboundMessage, deferred
+from snl_pbem.store.db import TransactionUndone
 from snl_pbem.store.states import InboundStatus
 
 log = logging.getLogger("snl_pbem.intake")
@@ -163,8 +164,10 @@ def _write(
     """One transaction for the batch, committed: each message's result, and those to be
     processed again alone. Without ``savepoints`` (two statements a message, and a third of
     the ORM's work around them, saved) the first failure raises ``_Failed`` (or, met at the
-    commit, what the database raised) and the transaction is rolled back; with them a
-    failure undoes its own message only."""
+    end, the failure of the rows written together (``deferred``) or of the commit) and the
+    transaction is rolled back; with them a failure undoes its own message only. A message
+    whose failure was passed over but undid the transaction (or its savepoint) fails too
+    (``TransactionUndone``), never counted as done."""
     done: list[IngestResult] = []
     alone: list[int] = []
     with db.transaction() as session:
@@ -205,6 +208,8 @@ def _write_each(
                 found = _process_in(
                     session, config, inbound_id, raw, note, _as_read(mail), locked=True
                 )
+                if not session.is_active:  # a write it passed over undid the batch's work
+                    raise TransactionUndone("its savepoint" if savepoints else "the batch")
                 if not savepoints and _pending_beyond_messages(session):
                     session.flush()  # (see _pending_beyond_messages)
         except Exception as exc:
