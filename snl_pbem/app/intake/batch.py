@@ -187,48 +187,35 @@ def _write(
         # before whatever statement comes next (``deferred``): two statements a message
         # fewer; a row that fails fails there, and the batch is written again
         with nullcontext() if savepoints else deferred.deferring(session):
-            _write_each(session, config, todo, read, savepoints, done, alone)
+            for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
+                try:
+                    with session.begin_nested() if savepoints else nullcontext():
+                        found = _process_in(
+                            session, config, inbound_id, raw, note, _as_read(mail), locked=True
+                        )
+                        if not session.is_active:  # a write it passed over undid the batch's work
+                            raise TransactionUndone("its savepoint" if savepoints else "the batch")
+                        if not savepoints and _pending_beyond_messages(session):
+                            session.flush()  # (see _pending_beyond_messages)
+                except Exception as exc:
+                    if not savepoints:
+                        raise _Failed(inbound_id) from exc
+                    # a savepoint rolled back releases the row locks taken in it (PostgreSQL)
+                    session.info.pop("games locked", None)
+                    txcache.forget(session)  # what it read may be undone with it
+                    log.warning(
+                        "inbound %d failed in a batch (%s: %s): processed again alone",
+                        inbound_id,
+                        type(exc).__name__,
+                        exc,
+                    )
+                    alone.append(inbound_id)
+                else:
+                    done.append(found)
+                    if isinstance(mail, ParsedMail):
+                        dedupe.processed(session, mail.message_id, inbound_id, found.status)
         del rows
     return done, alone
-
-
-def _write_each(
-    session: Session,
-    config: Config,
-    todo: list[tuple[int, bytes, str | None]],
-    read: list[ParsedMail | str | Exception],
-    savepoints: bool,
-    done: list[IngestResult],
-    alone: list[int],
-) -> None:
-    """Each message of a batch, in its transaction (``_write``)."""
-    for (inbound_id, raw, note), mail in zip(todo, read, strict=True):
-        try:
-            with session.begin_nested() if savepoints else nullcontext():
-                found = _process_in(
-                    session, config, inbound_id, raw, note, _as_read(mail), locked=True
-                )
-                if not session.is_active:  # a write it passed over undid the batch's work
-                    raise TransactionUndone("its savepoint" if savepoints else "the batch")
-                if not savepoints and _pending_beyond_messages(session):
-                    session.flush()  # (see _pending_beyond_messages)
-        except Exception as exc:
-            if not savepoints:
-                raise _Failed(inbound_id) from exc
-            # a savepoint rolled back releases the row locks taken in it (PostgreSQL)
-            session.info.pop("games locked", None)
-            txcache.forget(session)  # what it read may be undone with it
-            log.warning(
-                "inbound %d failed in a batch (%s: %s): processed again alone",
-                inbound_id,
-                type(exc).__name__,
-                exc,
-            )
-            alone.append(inbound_id)
-        else:
-            done.append(found)
-            if isinstance(mail, ParsedMail):
-                dedupe.processed(session, mail.message_id, inbound_id, found.status)
 
 
 def _pending_beyond_messages(session: Session) -> bool:
