@@ -20,12 +20,14 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
+from functools import cache, partial
 from typing import Any, Concatenate, ParamSpec
 
-from sqlalchemy import and_, func, insert, or_, select, update
+from sqlalchemy import Connection, Executable, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from snl_pbem.app import sentprints, txcache
@@ -44,7 +46,7 @@ from snl_pbem.procs import dead_here
 from snl_pbem.rules.errors import RulesetError
 from snl_pbem.rules.words import agree
 from snl_pbem.store import Database, Game, OutboxMessage, Player
-from snl_pbem.store.bulk import among
+from snl_pbem.store.bulk import among, among_param
 from snl_pbem.store.states import MailKind, OutboxStatus
 
 log = logging.getLogger("snl_pbem.outbox")
@@ -290,6 +292,49 @@ class Claimed:
     id: int
     recipient: str
     message: bytes
+    secret: bool = False
+    """It holds an order key: once sent, the database forgets its body (``_record``)."""
+
+
+CLAIMED_COLUMNS = (
+    OutboxMessage.id,
+    OutboxMessage.recipient,
+    OutboxMessage.message,
+    OutboxMessage.secret,
+)
+"""What a claim reads of each message (a :class:`Claimed`)."""
+
+
+@cache
+def _statement(name: str, sqlite: bool) -> Executable:
+    """The sender's statements run for every batch, built once: building them anew (their
+    clauses coerced, their cache key made) cost a third of the CPU of the thread that
+    records a PostgreSQL sender's parts."""
+    ids = among_param(OutboxMessage.id, "ids", sqlite=sqlite)
+    mine = OutboxMessage.claimed_by == bindparam("worker")
+    stamp = OutboxMessage.__table__.c.sent_at.type
+    if name == "claim":
+        statement = (
+            update(OutboxMessage)
+            .where(ids)
+            .values(claimed_by=bindparam("worker"), claim_until=bindparam("until", type_=stamp))
+        )
+    elif name == "sent":
+        statement = (
+            update(OutboxMessage)
+            .where(ids, mine)
+            .values(
+                status=OutboxStatus.SENT,
+                sent_at=bindparam("now", type_=stamp),
+                last_error=None,
+                claimed_by=None,
+                claim_until=None,
+                attempts=OutboxMessage.attempts + 1,
+            )
+        )
+    else:
+        raise KeyError(name)
+    return statement.execution_options(synchronize_session=False)
 
 
 def sent_count(db: Database, kind: str) -> int:
@@ -408,16 +453,8 @@ def _claim(
         seen.update(recipient for row_id, recipient in window if row_id <= after)
         if not chosen:
             continue
-        lock = (
-            select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
-            .where(among(OutboxMessage.id, chosen, sqlite=sqlite), *waiting)
-            .order_by(OutboxMessage.id)
-        )
-        if not sqlite:  # another sender's: skipped, as are the later ones to its recipient
-            lock = lock.with_for_update(skip_locked=True, of=OutboxMessage)
-        claimed += [
-            Claimed(row_id, recipient, raw) for row_id, recipient, raw in session.execute(lock)
-        ]
+        # another sender's are skipped, as are the later ones to their recipients
+        claimed += _lock(session, sqlite, chosen, waiting)
     if claimed and len(claimed) < limit:
         claimed = sorted(
             claimed + _runs(session, sqlite, now, claimed, limit - len(claimed), waiting),
@@ -425,10 +462,8 @@ def _claim(
         )
     if claimed:
         session.execute(
-            update(OutboxMessage)
-            .where(among(OutboxMessage.id, [item.id for item in claimed], sqlite=sqlite))
-            .values(claimed_by=worker, claim_until=now + CLAIM)
-            .execution_options(synchronize_session=False)
+            _statement("claim", sqlite),
+            {"ids": [item.id for item in claimed], "worker": worker, "until": now + CLAIM},
         )
     return claimed
 
@@ -480,14 +515,7 @@ def _runs(
                 break
     if not taken:
         return []
-    lock = (
-        select(OutboxMessage.id, OutboxMessage.recipient, OutboxMessage.message)
-        .where(among(OutboxMessage.id, [row_id for row_id, _ in taken], sqlite=sqlite), *waiting)
-        .order_by(OutboxMessage.id)
-    )
-    if not sqlite:
-        lock = lock.with_for_update(skip_locked=True, of=OutboxMessage)
-    locked = {row_id: (recipient, raw) for row_id, recipient, raw in session.execute(lock)}
+    locked = {item.id: item for item in _lock(session, sqlite, [i for i, _ in taken], waiting)}
     runs: list[Claimed] = []
     broken: set[str] = set()  # a run with a message missing goes no further than it
     for row_id, recipient in taken:
@@ -496,8 +524,28 @@ def _runs(
         if row_id not in locked:
             broken.add(recipient)
             continue
-        runs.append(Claimed(row_id, recipient, locked[row_id][1]))
+        runs.append(locked[row_id])
     return runs
+
+
+def _lock(
+    session: Session, sqlite: bool, ids: list[int], waiting: tuple[Any, ...]
+) -> list[Claimed]:
+    """The messages of ``ids`` still waiting, locked (PostgreSQL: another sender's are
+    skipped), in id order. They are looked up by id alone, and whether each is waiting is
+    read as a column: with that test in the WHERE clause, PostgreSQL, told by statistics
+    taken before a storm that nothing was pending, read every pending message through the
+    status index for each claim (5,000 rows to lock 200: 8 ms, a third of a sender's
+    statements' time). A row locked and found not waiting is left alone, its lock let go
+    at the commit."""
+    lock = (
+        select(*CLAIMED_COLUMNS, and_(*waiting))
+        .where(among(OutboxMessage.id, ids, sqlite=sqlite))
+        .order_by(OutboxMessage.id)
+    )
+    if not sqlite:
+        lock = lock.with_for_update(skip_locked=True, of=OutboxMessage)
+    return [Claimed(*row[:-1]) for row in session.execute(lock) if row[-1]]
 
 
 def drain_outbox(
@@ -534,8 +582,9 @@ def drain_outbox(
     claimed_at = clock()
     claimed = claim_due(db, claimed_at, worker, batch)
     previous: _Sent | None = None
-    book = partial(_book, db, config, clock, worker, batch, give_up_after, report)
-    with ThreadPoolExecutor(1, thread_name_prefix=f"outbox-{worker}") as books:
+    ledger = _Ledger(db)
+    book = partial(_book, db, config, clock, worker, batch, give_up_after, report, ledger)
+    with closing(ledger), ThreadPoolExecutor(1, thread_name_prefix=f"outbox-{worker}") as books:
         while claimed:
             claimed_at, claimed, previous = _send_parts(
                 books, book, sender, clock, report, claimed, claimed_at, previous, stop
@@ -570,24 +619,31 @@ def _send_parts(
 ) -> tuple[datetime, list[Claimed], _Sent]:
     """Send a claimed batch part by part; ``books`` records each part (and ``previous``,
     the batch before) while the next part goes out, and claims the next batch beside the
-    last part (``book``: ``_book`` with the drain's arguments). Returns that claim and the
+    first part (``book``: ``_book`` with the drain's arguments). Returns that claim and the
     last part's results (not yet recorded). A part that finds the server away hands back
-    the parts after it with its own untried; once ``stop`` says so, so does each part."""
+    the parts after it with its own untried; once ``stop`` says so, so does each part.
+
+    The claim goes beside the first part, not the last: beside the last, on PostgreSQL, a
+    claim (about 25 ms) outlasted the part (25 messages, 16 ms), and the SMTP connection
+    waited for it every batch. Either way the next batch holds no later mail to a recipient of
+    this one: this one is claimed when it is made (``claim_due``)."""
     parts = [claimed[i : i + RECORDED_EVERY] for i in range(0, len(claimed), RECORDED_EVERY)]
     stopped: set[str] = set()  # recipients whose mail failed: their later mail waits
     claimed_next: tuple[datetime, list[Claimed]] = (claimed_at, [])
     sent: _Sent | None = None
     for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        ahead = books.submit(book, previous, claim=last)
+        ahead = books.submit(book, previous, claim=index == 0)
         later = [item.id for rest in parts[index + 1 :] for item in rest]
         try:
             sent = _send_batch(sender, clock, part, claimed_at, report, stopped)
         except BaseException:  # not the mail's fault: hand back what was claimed and not tried
-            _, ahead_claimed = ahead.result()
-            book(None, claim=False, release=[item.id for item in ahead_claimed] + later)
+            _, ahead_claimed = ahead.result()  # (the next batch: claimed now, or by the first)
+            unsent = [item.id for item in ahead_claimed + claimed_next[1]] + later
+            book(None, claim=False, release=unsent)
             raise
-        claimed_next = ahead.result()
+        booked = ahead.result()
+        if index == 0:
+            claimed_next = booked
         previous = sent
         if sent.down is not None or stop():
             sent.untried += later
@@ -655,13 +711,17 @@ def _book(
     batch: int,
     give_up_after: timedelta,
     report: DrainReport,
+    ledger: _Ledger,
     sent: _Sent | None,
     *,
     claim: bool = True,
     release: Sequence[int] = (),
 ) -> tuple[datetime, list[Claimed]]:
     """One transaction: record a sent batch's results (if any), hand back the claims of
-    ``release`` (claimed ahead, never tried), then claim the next batch."""
+    ``release`` (claimed ahead, never tried), then claim the next batch. (A part that
+    needs one statement and nothing else: ``ledger``'s.)"""
+    if sent and not (claim or release) and ledger.record(sent, worker, clock(), report):
+        return clock(), []
     with sending_turn(db), db.transaction() as session:
         if release:
             session.execute(
@@ -689,6 +749,50 @@ def _book(
         if not claim:
             return claimed_at, []
         return claimed_at, _claim(session, db.is_sqlite, claimed_at, worker, batch, free_dead=False)
+
+
+class _Ledger:
+    """PostgreSQL: a part all sent and holding no key (every part of a storm's batch but its
+    last) is recorded with one statement, in autocommit on a connection the drain holds:
+    the statement is atomic by itself. In a transaction from the pool it was four round
+    trips (the pool's ping, BEGIN, the UPDATE, COMMIT) and 0.7 ms of CPU in the sender's
+    process, where the SMTP connection waits for the interpreter; now one, and 0.2 ms.
+    Anything more (a failure, a key to scrub, a claim) goes in a transaction, as before."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self.connection: Connection | None = None
+
+    def record(self, sent: _Sent, worker: str, now: datetime, report: DrainReport) -> bool:
+        """Mark ``sent`` sent if it is such a part; False if it is not, or if the held
+        connection was lost (the server restarted): the caller records it in a
+        transaction, on a fresh connection (a statement that did reach the server first
+        finds nothing claimed by this sender left to mark)."""
+        if self.db.is_sqlite or sent.untried or sent.down is not None or not sent.results:
+            return False
+        if any(error is not None or item.secret for item, error in sent.results):
+            return False
+        ids = [item.id for item, _ in sent.results]
+        try:
+            if self.connection is None:
+                self.connection = self.db.engine.connect().execution_options(
+                    isolation_level="AUTOCOMMIT"
+                )
+            self.connection.execute(
+                _statement("sent", False), {"ids": ids, "worker": worker, "now": now}
+            )
+        except DBAPIError as exc:
+            self.close()
+            if exc.connection_invalidated:
+                return False
+            raise
+        report.sent += len(ids)
+        return True
+
+    def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            connection.close()
 
 
 def _record(
@@ -728,25 +832,18 @@ def _record(
             .execution_options(synchronize_session=False)
         )
     if sent:  # marked sent only after the server's 250
-        session.execute(
-            update(OutboxMessage)
-            .where(among(OutboxMessage.id, sent, sqlite=sqlite), OutboxMessage.claimed_by == worker)
-            .values(
-                status=OutboxStatus.SENT,
-                sent_at=now,
-                last_error=None,
-                claimed_by=None,
-                claim_until=None,
-                attempts=OutboxMessage.attempts + 1,
-            )
-            .execution_options(synchronize_session=False)
-        )
+        session.execute(_statement("sent", sqlite), {"ids": sent, "worker": worker, "now": now})
         report.sent += len(sent)
-        secret = session.scalars(
-            select(OutboxMessage).where(
-                among(OutboxMessage.id, sent, sqlite=sqlite), OutboxMessage.secret
-            )
-        ).all()
+        keys = [item.id for item, error in results if error is None and item.secret]
+        secret = (
+            session.scalars(
+                select(OutboxMessage).where(
+                    among(OutboxMessage.id, keys, sqlite=sqlite), OutboxMessage.secret
+                )
+            ).all()
+            if keys
+            else ()
+        )
         for scrub in secret:  # the player has the key now: the database forgets it
             # (keeping a fingerprint of what it said, which holds no key: a copy of it
             # pasted in a reply is still known as ours, never orders)

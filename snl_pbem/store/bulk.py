@@ -58,3 +58,13 @@ def among(
         return column.not_in(listed) if negate else column.in_(listed)
     array = bindparam(None, listed, type_=ARRAY(column.type))
     return column != all_(array) if negate else column == any_(array)
+
+
+def among_param(
+    column: ColumnElement[Any] | QueryableAttribute[Any], name: str, *, sqlite: bool
+) -> ColumnElement[bool]:
+    """:func:`among` with the values left to a parameter ``name``, given at execution: a
+    statement built once and run many times (SQLite: an expanding IN list)."""
+    if sqlite:
+        return column.in_(bindparam(name, expanding=True))
+    return column == any_(bindparam(name, type_=ARRAY(column.type)))

@@ -5,10 +5,14 @@ one recipient still goes in the order it was written, across batches."""
 
 from __future__ import annotations
 
-from mailhelpers import OPENED as T0
-from sqlalchemy import select
+from typing import Any
 
-from snl_pbem.app.outbox import drain_outbox, enqueue_mail
+import pytest
+from mailhelpers import OPENED as T0
+from sqlalchemy import event, func, select, text, update
+
+from snl_pbem.app import outbox
+from snl_pbem.app.outbox import RECORDED_EVERY, SCRUBBED, drain_outbox, enqueue_mail
 from snl_pbem.config import Config
 from snl_pbem.mail.smtp import SendError
 from snl_pbem.store import Database, OutboxMessage
@@ -106,3 +110,130 @@ def test_mail_to_one_recipient_goes_in_order_across_batches(intake) -> None:
         subjects = [raw.split(b"note ")[1].split(b"\r\n")[0] for r, raw in sender.sent if r == to]
         numbers = [int(n) for n in subjects]
         assert numbers == sorted(numbers) and len(numbers) == order.count(to)
+
+
+def ids_in_order(db: Database) -> list[int]:
+    with db.transaction() as s:
+        return list(s.scalars(select(OutboxMessage.id).order_by(OutboxMessage.id)))
+
+
+def test_the_next_batch_is_claimed_beside_a_batchs_first_part(intake) -> None:
+    """A batch of three parts: when its second part goes out, the next batch is claimed
+    already (beside the first part). Claimed beside the last part, on PostgreSQL, the claim
+    outlasted the part, and the SMTP connection waited for it at the end of every batch.
+    Every message still goes once, and in order."""
+    db, config = intake
+    fresh(db, config, 3 * RECORDED_EVERY + 40)
+    ids = ids_in_order(db)
+    batch = 3 * RECORDED_EVERY
+    ahead: list[int] = []
+
+    class Watching(Sender):
+        def send(self, recipient: str, message: bytes) -> None:
+            if len(self.sent) == RECORDED_EVERY:  # the second part's first message
+                with db.reading() as s:
+                    ahead.append(
+                        s.scalar(
+                            select(func.count())
+                            .select_from(OutboxMessage)
+                            .where(
+                                OutboxMessage.claimed_by == "w", OutboxMessage.id > ids[batch - 1]
+                            )
+                        )
+                        or 0
+                    )
+            super().send(recipient, message)
+
+    sender = Watching(good=10**6)
+    report = drain_outbox(db, config, sender, lambda: T0, worker="w", batch=batch)
+    assert ahead == [40]  # the rest, the next batch, claimed while the first part went out
+    assert report.sent == len(ids) and waiting(db) == []
+    numbers = [int(raw.split(b"note ")[1].split(b"\r\n")[0]) for _, raw in sender.sent]
+    assert numbers == list(range(len(ids)))
+
+
+def watch_marks(db: Database) -> tuple[list[bool], Any]:
+    """Whether each statement that marks mail sent ran in autocommit (the drain's held
+    connection), in order; and the listener, to remove."""
+    marks: list[bool] = []
+
+    def seen(conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if statement.startswith("UPDATE outbox SET status"):
+            marks.append(bool(conn.connection.dbapi_connection.autocommit))
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    return marks, seen
+
+
+def all_sent_once(db: Database, sender: Sender, n: int) -> None:
+    assert len(sender.sent) == len(set(sender.sent)) == n
+    with db.transaction() as s:
+        rows = s.execute(
+            select(OutboxMessage.status, OutboxMessage.attempts, OutboxMessage.claimed_by)
+        ).all()
+    assert [tuple(r) for r in rows] == [("sent", 1, None)] * n
+
+
+def test_a_storm_batchs_parts_are_marked_sent_with_one_statement_each_postgres(intake) -> None:
+    """PostgreSQL: a part all sent and holding no key is marked sent by one statement in
+    autocommit, on a connection the drain holds (it was four round trips: the pool's ping,
+    BEGIN, the UPDATE, COMMIT). A part with a message holding a key (scrubbed once sent), and
+    a batch's last part (recorded with the claim after it), go in a transaction."""
+    db, config = intake
+    if db.is_sqlite:
+        pytest.skip("SQLite's writers take turns in transactions")
+    fresh(db, config, 4 * RECORDED_EVERY)
+    ids = ids_in_order(db)
+    with db.transaction() as s:  # one message of the second part holds a key
+        s.execute(
+            update(OutboxMessage)
+            .where(OutboxMessage.id == ids[RECORDED_EVERY + 3])
+            .values(secret=True)
+        )
+    marks, listener = watch_marks(db)
+    sender = Sender(good=10**6)
+    try:
+        drain_outbox(db, config, sender, lambda: T0, worker="w", batch=len(ids))
+    finally:
+        event.remove(db.engine, "before_cursor_execute", listener)
+    assert marks == [True, False, True, False]
+    all_sent_once(db, sender, len(ids))
+    with db.transaction() as s:
+        kept = s.scalar(
+            select(OutboxMessage.message).where(OutboxMessage.id == ids[RECORDED_EVERY + 3])
+        )
+    assert kept is not None and SCRUBBED in kept
+
+
+def test_a_part_whose_held_connection_was_cut_is_marked_sent_in_a_transaction_postgres(
+    intake, monkeypatch
+) -> None:
+    """PostgreSQL: the drain's held connection is cut (its server process ended, as a
+    restart would) before a part is marked sent: that part is marked in a transaction on a
+    fresh connection, the next on a new held one, and nothing is sent twice."""
+    db, config = intake
+    if db.is_sqlite:
+        pytest.skip("no held connection on SQLite")
+    fresh(db, config, 4 * RECORDED_EVERY)
+    original = outbox._Ledger.record
+    calls: list[int] = []
+
+    def record(self: Any, *args: Any) -> bool:
+        calls.append(1)
+        if len(calls) == 2:  # held since the first part was marked
+            pid = self.connection.connection.dbapi_connection.info.backend_pid
+            with db.engine.connect() as conn:
+                conn.execute(text("SELECT pg_terminate_backend(:pid, 30000)"), {"pid": pid})
+        return original(self, *args)
+
+    monkeypatch.setattr(outbox._Ledger, "record", record)
+    marks, listener = watch_marks(db)
+    sender = Sender(good=10**6)
+    try:
+        report = drain_outbox(db, config, sender, lambda: T0, worker="w", batch=4 * RECORDED_EVERY)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", listener)
+    # the cut one tried on its held connection (True, failed), then in a transaction
+    assert marks == [True, True, False, True, False]
+    assert report.sent == 4 * RECORDED_EVERY
+    all_sent_once(db, sender, 4 * RECORDED_EVERY)
