@@ -565,15 +565,15 @@ def drain_outbox(
     part, not after the whole backlog).
 
     A batch goes out in parts (``RECORDED_EVERY``), and each part's results are written
-    in one transaction after its messages went out; a sender killed in between sends
-    those again later (same Message-IDs), never fewer. A batch whose sending outlasts
-    half of ``CLAIM`` (a slow server) hands the rest back and claims again, so no message
-    is sent on a claim that may have lapsed: another sender could have sent it, and the
-    mail after it, by then.
+    after its messages went out (in one transaction, or one statement: ``_Ledger``); a
+    sender killed in between sends those again later (same Message-IDs), never fewer.
+    A batch whose sending outlasts half of ``CLAIM`` (a slow server) hands the rest back
+    and claims again, so no message is sent on a claim that may have lapsed: another
+    sender could have sent it, and the mail after it, by then.
 
-    The database work is done beside the sending, in one transaction a part (a thread
-    of its own): while a part goes out, the one before is recorded, and beside the
-    batch's last part the next batch is claimed. The next batch never holds mail to a
+    The database work is done beside the sending, a part at a time (a thread of its own):
+    while a part goes out, the one before is recorded, and beside the batch's first part
+    the next batch is claimed (``_send_parts``). The next batch never holds mail to a
     recipient of the one going out (their later mail waits behind a claimed message,
     ``claim_due``), so mail still goes in order; the SMTP connection does not wait for
     commits.
@@ -626,23 +626,34 @@ def _send_parts(
     The claim goes beside the first part, not the last: beside the last, on PostgreSQL, a
     claim (about 25 ms) outlasted the part (25 messages, 16 ms), and the SMTP connection
     waited for it every batch. Either way the next batch holds no later mail to a recipient of
-    this one: this one is claimed when it is made (``claim_due``)."""
+    this one: this one is claimed when it is made (``claim_due``). But a batch that took a
+    quarter of the claim's time (a slow mail server) would leave the next one, claimed that
+    long before its turn, past half its claim before it was sent: it would be handed back
+    whole, batch after batch, while newer mail went. Then the next batch is claimed again
+    beside the last part, fresh, as the oldest waiting mail (the claim ahead handed back in
+    the same transaction)."""
     parts = [claimed[i : i + RECORDED_EVERY] for i in range(0, len(claimed), RECORDED_EVERY)]
     stopped: set[str] = set()  # recipients whose mail failed: their later mail waits
     claimed_next: tuple[datetime, list[Claimed]] = (claimed_at, [])
     sent: _Sent | None = None
     for index, part in enumerate(parts):
-        ahead = books.submit(book, previous, claim=index == 0)
+        last = index == len(parts) - 1
+        again = index > 0 and last and clock() - claimed_next[0] >= CLAIM / 4
+        claiming = index == 0 or again
+        stale = [item.id for item in claimed_next[1]] if again else []
+        ahead = books.submit(book, previous, claim=claiming, release=stale)
+        if again:
+            claimed_next = (claimed_next[0], [])  # (handed back by that book)
         later = [item.id for rest in parts[index + 1 :] for item in rest]
         try:
             sent = _send_batch(sender, clock, part, claimed_at, report, stopped)
         except BaseException:  # not the mail's fault: hand back what was claimed and not tried
-            _, ahead_claimed = ahead.result()  # (the next batch: claimed now, or by the first)
+            _, ahead_claimed = ahead.result()  # (the next batch: claimed now, or before)
             unsent = [item.id for item in ahead_claimed + claimed_next[1]] + later
             book(None, claim=False, release=unsent)
             raise
         booked = ahead.result()
-        if index == 0:
+        if claiming:
             claimed_next = booked
         previous = sent
         if sent.down is not None or stop():
@@ -717,11 +728,12 @@ def _book(
     claim: bool = True,
     release: Sequence[int] = (),
 ) -> tuple[datetime, list[Claimed]]:
-    """One transaction: record a sent batch's results (if any), hand back the claims of
-    ``release`` (claimed ahead, never tried), then claim the next batch. (A part that
-    needs one statement and nothing else: ``ledger``'s.)"""
+    """Record a sent part's results (if any), hand back the claims of ``release`` (claimed
+    ahead, never tried), then claim the next batch (with ``claim``): in one transaction,
+    or, for a part that needs one statement and nothing else, with ``ledger``'s."""
     if sent and not (claim or release) and ledger.record(sent, worker, clock(), report):
         return clock(), []
+    ledger.close()  # (back to the pool first: a drain holds one database connection at a time)
     with sending_turn(db), db.transaction() as session:
         if release:
             session.execute(
