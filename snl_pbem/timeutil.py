@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
@@ -77,11 +78,13 @@ def wall_clock_add(start: datetime, delta: timedelta, tz: ZoneInfo) -> datetime:
     return local.replace(tzinfo=tz).astimezone(UTC)
 
 
+@lru_cache(maxsize=4096)
 def show(moment: datetime, tz: ZoneInfo) -> str:
     """A time for people, in ``tz``: ``Sat 5 Dec 2026 18:00 GMT``, with the seconds when it
     has any (``Sat 5 Dec 2026 18:03:27 GMT``: a deadline moved by a pause keeps them).
 
-    The one format of every time the commands print and the mail shows.
+    The one format of every time the commands print and the mail shows. Kept for the
+    times shown again (a round's deadline, in every acknowledgement of its orders).
     """
     local = moment.astimezone(tz)
     clock = f"{local:%H:%M:%S}" if local.second else f"{local:%H:%M}"

@@ -7,6 +7,7 @@ Templates are plain text, named by audience and purpose (``player/notice.txt.j2`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from gettext import NullTranslations
 from importlib import resources
@@ -19,7 +20,7 @@ from jinja2.utils import pass_eval_context
 
 from snl_pbem.i18n import DEFAULT, LANGUAGES, catalog, current, speaking, wrap
 from snl_pbem.mail.quotes import COMMAND_WORDS
-from snl_pbem.rules.words import Text, agree, counted, tr
+from snl_pbem.rules.words import Text, Translator, agree, counted, tr
 
 _EXTRA_FOLDERS: list[str] = []
 _GLOBALS: dict[str, Any] = {}
@@ -58,9 +59,9 @@ def environment(language: str = DEFAULT) -> Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.install_gettext_translations(  # type: ignore[attr-defined]
-        catalog(language) or NullTranslations(), newstyle=True
-    )
+    words = catalog(language) or NullTranslations()
+    env.install_gettext_translations(words, newstyle=True)  # type: ignore[attr-defined]
+    env.globals["_"] = env.globals["gettext"] = _gettext(words)
     # every count's noun: {{ n|counted("snake") }} is "1 snake" or "2 snakes"
     env.filters.update(
         counted=counted,
@@ -76,6 +77,19 @@ def environment(language: str = DEFAULT) -> Environment:
     env.globals.update(_GLOBALS)
     env.globals["language"] = language  # the mail's (HELP links to its guide)
     return env
+
+
+def _gettext(words: Translator) -> Callable[..., str]:
+    """``_("...", n=3)`` and ``{% trans %}``: what Jinja's newstyle ``gettext`` does (the
+    words, then ``%`` with the values, always), called directly. Jinja's, for a template
+    that is not HTML, does just that through two context calls and a look-up by name: a
+    seventh of rendering an acknowledgement."""
+    lookup = words.gettext
+
+    def gettext(message: str, /, **values: Any) -> str:
+        return lookup(message) % values
+
+    return gettext
 
 
 def _shown(value: Any) -> Any:

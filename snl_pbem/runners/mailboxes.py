@@ -416,14 +416,14 @@ def read_stored(
     config: Config,
     result: IngestResult,
     raw: bytes,
+    sender: str | None,
 ) -> Future[IngestResult]:
     """The future result of processing a message ``ingest(process=False)`` just stored (a
-    message already known is done at once)."""
+    message already known is done at once); ``sender``: its ``envelope_of``'s."""
     if result.status != InboundStatus.NEW or result.inbound_id is None:
         done: Future[IngestResult] = Future()
         done.set_result(result)
         return done
-    _, sender = envelope_of(raw)
     return readers.submit(db, config, result.inbound_id, size=len(raw), sender=sender)
 
 
@@ -440,13 +440,16 @@ def settle(
         left = until - time.monotonic()
         if left <= 0 or (interrupt is not None and interrupt.is_set()):
             return False
-        pending = wait(pending, timeout=min(left, 0.2), return_when=FIRST_COMPLETED).not_done
+        # all of them at once, not the first one done: each call hangs a waiter on every
+        # pending future, and a fetch's thousands, waited for one at a time, cost its square
+        pending = wait(pending, timeout=min(left, 0.2)).not_done
     return True
 
 
 @dataclass(eq=False)
 class _Waiting:
     message: Incoming
+    envelope: tuple[str | None, str | None]
     wake: threading.Event = field(default_factory=threading.Event)
     done: bool = False
     outcome: tuple[IngestResult, tuple[bytes, str | None] | None] | BaseException | None = None
@@ -466,8 +469,11 @@ class GroupStore:
         self._queue: list[_Waiting] = []
         self._writing = False
 
-    def store(self, message: Incoming) -> tuple[IngestResult, tuple[bytes, str | None] | None]:
-        me = _Waiting(message)
+    def store(
+        self, message: Incoming, envelope: tuple[str | None, str | None]
+    ) -> tuple[IngestResult, tuple[bytes, str | None] | None]:
+        """Store ``message`` (its ``envelope_of``: ``envelope``), with what came meanwhile."""
+        me = _Waiting(message, envelope)
         with self._lock:
             self._queue.append(me)
             lead = not self._writing
@@ -479,7 +485,12 @@ class GroupStore:
                 batch, self._queue = self._queue, []
             try:
                 outcomes: list[Any] = list(
-                    store_many(self.db, self.config, [w.message for w in batch])
+                    store_many(
+                        self.db,
+                        self.config,
+                        [w.message for w in batch],
+                        [w.envelope for w in batch],
+                    )
                 )
             except BaseException as exc:  # the database away: none is stored
                 outcomes = [exc] * len(batch)
@@ -530,19 +541,23 @@ class Intake:
     ) -> tuple[IngestResult, Future[IngestResult]]:
         """Store one message and have it read: (the storing's result, the future result
         of its reading; a message already known is done at once)."""
-        result, _ = self._group.store((raw, received_at, source, uidvalidity, uid, size))
-        return result, read_stored(self.readers, self.db, self.config, result, raw)
+        envelope = envelope_of(raw)  # read once: for the row, and for the readers
+        result, _ = self._group.store((raw, received_at, source, uidvalidity, uid, size), envelope)
+        return result, read_stored(self.readers, self.db, self.config, result, raw, envelope[1])
 
     def store_many(
         self, messages: list[Incoming]
     ) -> list[tuple[IngestResult, Future[IngestResult]]]:
         """``store`` for several messages, in one transaction (``store_many``): all are
         stored, and may be acknowledged, or (the database away: it raises) none."""
-        stored = store_many(self.db, self.config, messages)
+        envelopes = [envelope_of(raw) for raw, *_ in messages]  # once: the rows, the readers
+        stored = store_many(self.db, self.config, messages, envelopes)
         with self.readers.held():  # all queued at once: read as one batch, not one by one
             return [
-                (result, read_stored(self.readers, self.db, self.config, result, raw))
-                for (result, _), (raw, *_) in zip(stored, messages, strict=True)
+                (result, read_stored(self.readers, self.db, self.config, result, raw, sender))
+                for (result, _), (raw, *_), (_, sender) in zip(
+                    stored, messages, envelopes, strict=True
+                )
             ]
 
     def told(self, future: Future[IngestResult]) -> IngestResult | None:

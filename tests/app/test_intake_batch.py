@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,8 @@ from mailhelpers import T0, orders_of, replies_since
 from sqlalchemy import event, select
 
 import snl_pbem.app.intake.pipeline as pipeline
+import snl_pbem.app.intake.store as store_module
+import snl_pbem.runners.mailboxes as mailboxes_module
 from snl_pbem.app import sentprints
 from snl_pbem.app.intake import ingest, process_batch, process_pending
 from snl_pbem.app.intake.context import Message
@@ -487,3 +491,59 @@ def test_the_next_batch_is_read_while_one_is_written_and_they_are_written_in_ord
     assert [(o.player, o.dice) for o in orders_of(db)] == [
         (names[i % 3], str(1 + i % 6)) for i in range(12)
     ]
+
+
+def test_a_message_stored_has_its_headers_read_once(intake, monkeypatch) -> None:
+    """Its Message-ID and sender are read from its headers once, by IMAP's fetch and
+    LMTP's delivery alike, for its row and for the readers (read twice, they were a tenth
+    of the poller's time)."""
+    db, config = intake
+    read: list[bytes] = []
+    for module in (store_module, mailboxes_module):
+        real = module.envelope_of
+
+        def counted(raw: bytes, real=real) -> tuple[str | None, str | None]:
+            read.append(raw)
+            return real(raw)
+
+        monkeypatch.setattr(module, "envelope_of", counted)
+    entry = Intake(db, config, readers=Readers(threads=1))
+    fetch = [mail(f"KEY ann-key-123\nDICE {n}", "ann@example.org", f"e{n}") for n in (1, 2, 3)]
+    stored = entry.store_many([(raw, T0, "t", None, None, None) for raw in fetch])
+    alone = mail("KEY bob-key-123\nDICE 4", "bob@example.org", "e4")
+    stored.append(entry.store(alone, T0, "t"))
+    assert sorted(read) == sorted([*fetch, alone])
+    for _, future in stored:
+        assert future.result(timeout=HANG).status == "processed"
+    with db.transaction() as s:
+        senders = s.scalars(select(InboundMessage.sender).order_by(InboundMessage.id)).all()
+    assert senders == ["ann@example.org"] * 3 + ["bob@example.org"]
+
+
+def test_a_poll_waits_for_thousands_of_readings_without_waiting_on_each(monkeypatch) -> None:
+    """``settle`` waits for a fetch's readings as a whole, checking for a deadline between:
+    waiting for the first of them done, again and again, hung a waiter on every one still
+    pending each time, the square of a fetch of thousands. Here 600 are done one by one,
+    a millisecond or more apart: it waits a few times, however long they take."""
+    calls: list[int] = []
+    real_wait = mailboxes_module.wait
+
+    def counted(futures, *args, **kwargs):
+        calls.append(len(futures))
+        return real_wait(futures, *args, **kwargs)
+
+    monkeypatch.setattr(mailboxes_module, "wait", counted)
+    futures: list[Future[int]] = [Future() for _ in range(600)]
+
+    def finish() -> None:
+        for n, future in enumerate(futures):
+            time.sleep(0.001)
+            future.set_result(n)
+
+    worker = threading.Thread(target=finish)
+    started = time.monotonic()
+    worker.start()
+    assert mailboxes_module.settle(futures, HANG)
+    took = time.monotonic() - started
+    worker.join()
+    assert len(calls) <= 3 + took / 0.2, (len(calls), took)  # a look each 0.2 s, no more

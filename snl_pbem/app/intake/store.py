@@ -41,15 +41,18 @@ def store(
     uidvalidity: int | None = None,
     uid: int | None = None,
     size: int | None = None,
+    envelope: tuple[str | None, str | None] | None = None,
 ) -> tuple[IngestResult, tuple[bytes, str | None] | None]:
     """Store one message and commit: its result (status ``new`` when stored now), and
     the bytes kept and their note when it is new (None: known already, or a stub set
     aside). Raises only if it could not be stored at all (the database is down): a
     message the database refuses as it is, is stored as a stub and set aside, so that
     no message stops the mailbox. ``size``: ``raw`` is only the header of a message that
-    large (the IMAP poller never fetches one over the limit whole)."""
+    large (the IMAP poller never fetches one over the limit whole). ``envelope``: its
+    ``envelope_of``, when the caller has read it (read here otherwise)."""
     digest = hashlib.sha256(raw).hexdigest()
-    envelope = envelope_of(raw)  # headers only, bounded; before any lock
+    if envelope is None:
+        envelope = envelope_of(raw)  # headers only, bounded; before any lock
     source = clean_text(source, 200)
     try:
         with db.transaction(urgent=True) as session:
@@ -77,20 +80,22 @@ Incoming = tuple[bytes, datetime, str, int | None, int | None, int | None]
 
 
 def store_many(
-    db: Database, config: Config, messages: list[Incoming]
+    db: Database,
+    config: Config,
+    messages: list[Incoming],
+    envelopes: list[tuple[str | None, str | None]] | None = None,
 ) -> list[tuple[IngestResult, tuple[bytes, str | None] | None]]:
     """Store several messages in one transaction (an IMAP fetch, what LMTP has queued):
     one commit for all, and only then may their sources be acknowledged. Each is as
     ``store`` stores it; if the batch cannot be written as it is (a message the database
     refuses, another process storing one of them at the same moment), each is stored
     alone, so one message never costs the others their storing. Raises only if the
-    database is away (then none of them is acknowledged)."""
+    database is away (then none of them is acknowledged). ``envelopes``: each message's
+    ``envelope_of``, when the caller has read them already (read here otherwise)."""
+    if envelopes is None:  # headers only; before any lock
+        envelopes = [envelope_of(raw) for raw, *_ in messages]
     if len(messages) <= 1:  # (its errors are handled as one message's)
-        return [
-            store(db, config, raw, at, source, uidvalidity=validity, uid=uid, size=size)
-            for raw, at, source, validity, uid, size in messages
-        ]
-    envelopes = [envelope_of(raw) for raw, *_ in messages]  # headers only; before any lock
+        return _each_alone(db, config, messages, envelopes)
     try:
         with db.transaction(urgent=True) as session:
             found = _add_rows(session, config, messages, envelopes)
@@ -98,13 +103,22 @@ def store_many(
         if isinstance(exc, OperationalError) and not _refused_as_data(exc):
             raise  # the database is unreachable or locked: the sources keep the messages
         log.warning("a batch of %d could not be stored (%s): each alone", len(messages), exc)
-        return [
-            store(db, config, raw, at, source, uidvalidity=validity, uid=uid, size=size)
-            for raw, at, source, validity, uid, size in messages
-        ]
+        return _each_alone(db, config, messages, envelopes)
     for _ in range(sum(kept is not None for _, kept in found)):
         crash_point("ingest.stored-not-processed")  # passed once per message, as one by one
     return found
+
+
+def _each_alone(
+    db: Database,
+    config: Config,
+    messages: list[Incoming],
+    envelopes: list[tuple[str | None, str | None]],
+) -> list[tuple[IngestResult, tuple[bytes, str | None] | None]]:
+    return [
+        store(db, config, raw, at, source, uidvalidity=validity, uid=uid, size=size, envelope=e)
+        for (raw, at, source, validity, uid, size), e in zip(messages, envelopes, strict=True)
+    ]
 
 
 def _add_rows(
