@@ -27,6 +27,8 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from email._header_value_parser import get_addr_spec, get_angle_addr
+from email.errors import HeaderParseError
 from typing import Any, AnyStr
 
 from aiosmtpd.lmtp import LMTP
@@ -198,6 +200,26 @@ class GuardedSMTP(SMTP):
         self._admitted = True
         if not self.sessions.admit(self):
             self.close_with("busy")
+
+    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
+        """The address of a MAIL or RCPT command and what follows it, as aiosmtpd's own
+        reads them (1.4; ``tests/mail/test_lmtp_sessions.py`` holds them to it), without
+        the class it defines at each call for its type checker: a tenth of the LMTP
+        receiver's time was making that class, twice a message."""
+        if not arg:
+            return "", ""
+        address: Any
+        try:
+            if arg.lstrip().startswith("<"):
+                address, rest = get_angle_addr(arg)
+            else:
+                address, rest = get_addr_spec(arg)
+        except HeaderParseError:
+            return None, None
+        addr: str = address.addr_spec
+        if self.local_part_limit and len(addr.rpartition("@")[0]) > self.local_part_limit:
+            return None, None
+        return addr, rest
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client are progress: a long DATA is not idle."""

@@ -130,6 +130,10 @@ class Readers:
     transaction, and the next batch is taken and read while one is written; for the rules
     above a batch read counts as done, and the transactions go in the order the batches
     were taken (``_turn_pause``), so ordinary mail is still applied in the order it came.
+    A batch is taken ahead so only when a whole one is queued (an IMAP fetch); fewer (what
+    LMTP's few sessions deliver meanwhile) are taken once the batch being written is done,
+    with all that queued until then: taken ahead, LMTP's batches held half as many
+    messages, each batch's fixed cost paid twice as often. A close's messages never wait.
     """
 
     def __init__(
@@ -310,6 +314,12 @@ class Readers:
         written = {job.turn for job in self._running.values() if job.read_at is not None}
         if len(written) >= READ_AHEAD:  # read batches wait for their turn: enough of them
             return None, None
+        if (
+            written
+            and len(self._queued) < self.batch
+            and not any(job.urgent for job in self._queued.values())
+        ):
+            return None, None  # ahead only a whole batch: else all that queues meanwhile, after
         fresh: dict[str, float] = {}  # sender: when her message read for under in_order began
         for job in self._running.values():
             if job.read_at is None and now - job.started < self.in_order:

@@ -547,3 +547,50 @@ def test_a_poll_waits_for_thousands_of_readings_without_waiting_on_each(monkeypa
     took = time.monotonic() - started
     worker.join()
     assert len(calls) <= 3 + took / 0.2, (len(calls), took)  # a look each 0.2 s, no more
+
+
+def test_fewer_than_a_batch_wait_for_the_batch_being_written_and_go_as_one(
+    intake, monkeypatch
+) -> None:
+    """What LMTP's sessions deliver one by one while a batch is written is not read ahead
+    a message or two at a time: it is taken once that batch is written, all of it, as one
+    batch (taken ahead, LMTP's batches held half as many messages). A whole batch queued
+    is still read ahead (the test before)."""
+    db, config = intake
+    reads: list[tuple[int, ...]] = []
+    writing, release = threading.Event(), threading.Event()
+    real_read, real_apply = mailboxes_module.read_batch, mailboxes_module.apply_batch
+
+    def reading(db, config, ids):
+        reads.append(tuple(ids))
+        return real_read(db, config, ids)
+
+    def applying(db, config, batch):
+        if len(reads) == 1:  # the first batch's transaction, held open
+            writing.set()
+            assert release.wait(HANG)
+        return real_apply(db, config, batch)
+
+    monkeypatch.setattr(mailboxes_module, "read_batch", reading)
+    monkeypatch.setattr(mailboxes_module, "apply_batch", applying)
+    entry = Intake(db, config, readers=Readers(threads=4, batch=10))
+    first = entry.store_many(
+        [(mail("KEY ann-key-123\nDICE 1", "ann@example.org", "w0"), T0, "t", None, None, None)]
+    )
+    assert writing.wait(HANG)
+    later = []
+    for name in ("ann", "bob", "cy"):
+        raw = mail(f"KEY {name}-key-123\nDICE 2", f"{name}@example.org", f"w-{name}")
+        later.append(entry.store(raw, T0, "t"))
+    # taken ahead, the first of them would be read by now (another reader is idle); give
+    # it a second, then let the first batch be written
+    deadline = time.monotonic() + 1.0
+    while len(reads) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    release.set()
+    for _, future in [*first, *later]:
+        assert future.result(timeout=HANG).status == "processed"
+    assert reads == [
+        (first[0][0].inbound_id,),
+        tuple(result.inbound_id for result, _ in later),
+    ]

@@ -394,3 +394,49 @@ def test_out_of_file_handles_is_logged_once_and_mail_still_gets_in(tmp_path: Pat
     failures = [line for line in lines if "cannot accept" in line]
     assert len(failures) == 1 and "Too many open files" in failures[0], lines
     assert len(lines) < 10 and "Traceback" not in log_path.read_text(), lines
+
+
+ADDRESS_ARGS = [
+    "",
+    "<>",
+    "<ann@example.org>",
+    "<ann@example.org> SIZE=1000 BODY=8BITMIME",
+    "ann@example.org",
+    "ann@example.org SIZE=10",
+    '<"ann smith"@example.org>',
+    "<ann.smith+snl@sub.example.org>",
+    "<@relay.example:ann@example.org>",
+    "<ann@[192.0.2.1]>",
+    "<ann@example.org",
+    "ann@example.org>",
+    "<ann>",
+    "<@>",
+    "<ann@>",
+    "  <ann@example.org>  ",
+    "<ann@@example.org>",
+    "<ann smith@example.org>",
+    "<" + "a" * 70 + "@example.org>",
+    "<" + "a" * 64 + "@example.org>",
+    "<用户@例子.广告>",
+    "<ann@example.org>\x00",
+    "(comment) <ann@example.org>",
+    "<ann@example.org> (comment)",
+]
+
+
+@pytest.mark.parametrize("limit", [0, 64])
+def test_a_commands_address_is_read_as_aiosmtpd_reads_it(limit: int) -> None:
+    """``GuardedSMTP._getaddr`` (aiosmtpd's without the class it makes at every call) gives
+    what aiosmtpd's gives, for good addresses, bad ones, and ones over the local part's
+    limit: should aiosmtpd change how it reads them, this fails."""
+    from types import SimpleNamespace
+
+    from aiosmtpd.smtp import SMTP
+
+    from snl_pbem.mail.sessions import GuardedSMTP
+
+    session = SimpleNamespace(local_part_limit=limit)
+    for arg in ADDRESS_ARGS:
+        theirs = SMTP._getaddr(session, arg)  # type: ignore[arg-type]
+        assert GuardedSMTP._getaddr(session, arg) == theirs, arg  # type: ignore[arg-type]
+    assert GuardedSMTP._getaddr(session, "<ann@example.org>") == ("ann@example.org", "")
