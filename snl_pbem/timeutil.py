@@ -78,17 +78,28 @@ def wall_clock_add(start: datetime, delta: timedelta, tz: ZoneInfo) -> datetime:
     return local.replace(tzinfo=tz).astimezone(UTC)
 
 
-@lru_cache(maxsize=4096)
 def show(moment: datetime, tz: ZoneInfo) -> str:
     """A time for people, in ``tz``: ``Sat 5 Dec 2026 18:00 GMT``, with the seconds when it
     has any (``Sat 5 Dec 2026 18:03:27 GMT``: a deadline moved by a pause keeps them).
 
     The one format of every time the commands print and the mail shows. Kept for the
-    times shown again (a round's deadline, in every acknowledgement of its orders).
+    times shown again (a round's deadline, in every acknowledgement of its orders): by
+    the instant, in UTC (two times equal but for ``fold``, an hour apart, are two), and
+    only for a zone of the zone database (fixed offsets of different names compare
+    equal); a naive time is never kept (it is read in the machine's zone).
     """
+    if moment.tzinfo is None or type(tz) is not ZoneInfo:
+        return _shown(moment, tz)
+    return _kept_shown(moment.astimezone(UTC), tz)
+
+
+def _shown(moment: datetime, tz: ZoneInfo) -> str:
     local = moment.astimezone(tz)
     clock = f"{local:%H:%M:%S}" if local.second else f"{local:%H:%M}"
     return f"{local:%a} {local.day} {local:%b %Y} {clock} {local.tzname()}"
+
+
+_kept_shown = lru_cache(maxsize=4096)(_shown)
 
 
 def utcnow() -> datetime:

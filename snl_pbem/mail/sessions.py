@@ -31,10 +31,14 @@ from email._header_value_parser import get_addr_spec, get_angle_addr
 from email.errors import HeaderParseError
 from typing import Any, AnyStr
 
+import aiosmtpd
 from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP
 
 from snl_pbem.rules.words import counted
+
+_AIOSMTPD_1_4 = aiosmtpd.__version__.startswith("1.4.")
+"""The aiosmtpd whose reading of a command's address ``GuardedSMTP._getaddr`` repeats."""
 
 CLOSING = {
     "busy": "421 4.3.2 {host} Too many connections; closing this one, please try again",
@@ -205,7 +209,10 @@ class GuardedSMTP(SMTP):
         """The address of a MAIL or RCPT command and what follows it, as aiosmtpd's own
         reads them (1.4; ``tests/mail/test_lmtp_sessions.py`` holds them to it), without
         the class it defines at each call for its type checker: a tenth of the LMTP
-        receiver's time was making that class, twice a message."""
+        receiver's time was making that class, twice a message. Another aiosmtpd than
+        1.4 reads them its own way."""
+        if not _AIOSMTPD_1_4:
+            return super()._getaddr(arg)
         if not arg:
             return "", ""
         address: Any

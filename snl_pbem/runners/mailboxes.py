@@ -173,7 +173,9 @@ class Readers:
                 self._queued[key] = job
                 self._start_worker()
                 self._cond.notify()
-            job.urgent = job.urgent or urgent
+            if urgent and not job.urgent:  # a close waits for it: it goes now (``_first``)
+                job.urgent = True
+                self._cond.notify_all()
             return job.future
 
     def held(self) -> AbstractContextManager[Any]:

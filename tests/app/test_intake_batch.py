@@ -594,3 +594,44 @@ def test_fewer_than_a_batch_wait_for_the_batch_being_written_and_go_as_one(
         (first[0][0].inbound_id,),
         tuple(result.inbound_id for result, _ in later),
     ]
+
+
+def test_a_message_held_back_goes_at_once_when_a_close_asks_for_it(intake, monkeypatch) -> None:
+    """A message held back behind the batch being written (fewer than a batch queued) is
+    read at once when a close asks for it: marked urgent, the readers are woken."""
+    db, config = intake
+    reads: list[tuple[int, ...]] = []
+    writing, release, second = threading.Event(), threading.Event(), threading.Event()
+    real_read, real_apply = mailboxes_module.read_batch, mailboxes_module.apply_batch
+
+    def reading(db, config, ids):
+        reads.append(tuple(ids))
+        if len(reads) == 2:
+            second.set()
+        return real_read(db, config, ids)
+
+    def applying(db, config, batch):
+        if len(reads) == 1:
+            writing.set()
+            assert release.wait(HANG)
+        return real_apply(db, config, batch)
+
+    monkeypatch.setattr(mailboxes_module, "read_batch", reading)
+    monkeypatch.setattr(mailboxes_module, "apply_batch", applying)
+    readers = Readers(threads=4, batch=10)
+    entry = Intake(db, config, readers=readers)
+    first = entry.store_many(
+        [(mail("KEY ann-key-123\nDICE 1", "ann@example.org", "u0"), T0, "t", None, None, None)]
+    )
+    assert writing.wait(HANG)
+    raw = mail("KEY bob-key-123\nDICE 2", "bob@example.org", "u1")
+    result, future = entry.store(raw, T0, "t")
+    assert result.inbound_id is not None
+    readers.submit_urgent(db, config, {result.inbound_id: (len(raw), "bob@example.org")})
+    try:
+        assert second.wait(30), "a message a close waits for stayed held back"
+    finally:
+        release.set()
+    assert reads == [(first[0][0].inbound_id,), (result.inbound_id,)]
+    for _, done in [*first, (result, future)]:
+        assert done.result(timeout=HANG).status == "processed"

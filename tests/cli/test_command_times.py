@@ -39,3 +39,24 @@ def test_extend_and_resume_print_the_deadline_in_one_format(
             assert s.scalar(select(func.count()).select_from(OutboxMessage).where(kind)) == 12
     finally:
         db.dispose()
+
+
+def test_a_time_shown_again_is_the_same_instant_and_zone_name() -> None:
+    """``show`` keeps what it showed, by instant and zone: the hour a clock goes back is
+    shown twice, each time with its own zone name; fixed offsets of different names, and
+    naive times, are not kept."""
+    from datetime import timezone
+    from zoneinfo import ZoneInfo
+
+    from snl_pbem.timeutil import show
+
+    london = ZoneInfo("Europe/London")
+    first = datetime(2026, 10, 25, 1, 30, tzinfo=london)  # 00:30 UTC, BST
+    second = first.replace(fold=1)  # 01:30 UTC, GMT: equal to the first, as Python compares
+    assert show(first, london) == "Sun 25 Oct 2026 01:30 BST"
+    assert show(second, london) == "Sun 25 Oct 2026 01:30 GMT"
+    assert show(first.astimezone(UTC), london) == "Sun 25 Oct 2026 01:30 BST"
+    noon = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
+    named, plain = timezone(timedelta(hours=1), "CET"), timezone(timedelta(hours=1))
+    assert show(noon, named) == "Sat 5 Dec 2026 13:00 CET"  # type: ignore[arg-type]
+    assert show(noon, plain) == "Sat 5 Dec 2026 13:00 UTC+01:00"  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from gettext import NullTranslations
 from typing import Any
 
 import pytest
+from jinja2.ext import _gettext_alias
 from templatehelpers import INCLUDED_ONLY, TEMPLATES, drawn
 
 from snl_pbem.i18n import LANGUAGES, catalog, speaking
@@ -24,6 +25,9 @@ def _both(name: str, code: str, context: dict[str, Any]) -> tuple[str | None, st
     theirs.install_gettext_translations(  # type: ignore[attr-defined]
         catalog(code) or NullTranslations(), newstyle=True
     )
+    theirs.globals["_"] = _gettext_alias  # the extension sets it only as it starts
+    assert theirs.globals["_"] is not ours.globals["_"]
+    assert theirs.globals["gettext"] is not ours.globals["gettext"]
     out: list[str | None] = []
     for env in (ours, theirs):
         try:
