@@ -316,17 +316,13 @@ class Readers:
         written = {job.turn for job in self._running.values() if job.read_at is not None}
         if len(written) >= READ_AHEAD:  # read batches wait for their turn: enough of them
             return None, None
-        if (
-            written
-            and len(self._queued) < self.batch
-            and not any(job.urgent for job in self._queued.values())
-        ):
+        urgent = [job for job in self._queued.values() if job.urgent]
+        if written and not urgent and len(self._queued) < self.batch:
             return None, None  # ahead only a whole batch: else all that queues meanwhile, after
         fresh: dict[str, float] = {}  # sender: when her message read for under in_order began
         for job in self._running.values():
             if job.read_at is None and now - job.started < self.in_order:
                 fresh[job.sender] = max(fresh.get(job.sender, job.started), job.started)
-        urgent = [job for job in self._queued.values() if job.urgent]
         if urgent:  # a close waits: its messages at once, the small first, whoever sent them
             ready = [job for job in urgent if job.sender not in fresh]
             if ready:

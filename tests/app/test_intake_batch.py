@@ -549,6 +549,32 @@ def test_a_poll_waits_for_thousands_of_readings_without_waiting_on_each(monkeypa
     assert len(calls) <= 3 + took / 0.2, (len(calls), took)  # a look each 0.2 s, no more
 
 
+class _FirstBatchHeld:
+    """The readers' batches, read (``reads``, their ids) and written as usual, but the first
+    batch's transaction held open from ``writing`` until ``release``; ``second`` is set
+    when a second batch is read."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.reads: list[tuple[int, ...]] = []
+        self.writing, self.release, self.second = (threading.Event() for _ in range(3))
+        real_read, real_apply = mailboxes_module.read_batch, mailboxes_module.apply_batch
+
+        def reading(db, config, ids):
+            self.reads.append(tuple(ids))
+            if len(self.reads) == 2:
+                self.second.set()
+            return real_read(db, config, ids)
+
+        def applying(db, config, batch):
+            if len(self.reads) == 1:  # the first batch's transaction, held open
+                self.writing.set()
+                assert self.release.wait(HANG)
+            return real_apply(db, config, batch)
+
+        monkeypatch.setattr(mailboxes_module, "read_batch", reading)
+        monkeypatch.setattr(mailboxes_module, "apply_batch", applying)
+
+
 def test_fewer_than_a_batch_wait_for_the_batch_being_written_and_go_as_one(
     intake, monkeypatch
 ) -> None:
@@ -557,22 +583,8 @@ def test_fewer_than_a_batch_wait_for_the_batch_being_written_and_go_as_one(
     batch (taken ahead, LMTP's batches held half as many messages). A whole batch queued
     is still read ahead (the test before)."""
     db, config = intake
-    reads: list[tuple[int, ...]] = []
-    writing, release = threading.Event(), threading.Event()
-    real_read, real_apply = mailboxes_module.read_batch, mailboxes_module.apply_batch
-
-    def reading(db, config, ids):
-        reads.append(tuple(ids))
-        return real_read(db, config, ids)
-
-    def applying(db, config, batch):
-        if len(reads) == 1:  # the first batch's transaction, held open
-            writing.set()
-            assert release.wait(HANG)
-        return real_apply(db, config, batch)
-
-    monkeypatch.setattr(mailboxes_module, "read_batch", reading)
-    monkeypatch.setattr(mailboxes_module, "apply_batch", applying)
+    held = _FirstBatchHeld(monkeypatch)
+    reads, writing, release = held.reads, held.writing, held.release
     entry = Intake(db, config, readers=Readers(threads=4, batch=10))
     first = entry.store_many(
         [(mail("KEY ann-key-123\nDICE 1", "ann@example.org", "w0"), T0, "t", None, None, None)]
@@ -600,24 +612,8 @@ def test_a_message_held_back_goes_at_once_when_a_close_asks_for_it(intake, monke
     """A message held back behind the batch being written (fewer than a batch queued) is
     read at once when a close asks for it: marked urgent, the readers are woken."""
     db, config = intake
-    reads: list[tuple[int, ...]] = []
-    writing, release, second = threading.Event(), threading.Event(), threading.Event()
-    real_read, real_apply = mailboxes_module.read_batch, mailboxes_module.apply_batch
-
-    def reading(db, config, ids):
-        reads.append(tuple(ids))
-        if len(reads) == 2:
-            second.set()
-        return real_read(db, config, ids)
-
-    def applying(db, config, batch):
-        if len(reads) == 1:
-            writing.set()
-            assert release.wait(HANG)
-        return real_apply(db, config, batch)
-
-    monkeypatch.setattr(mailboxes_module, "read_batch", reading)
-    monkeypatch.setattr(mailboxes_module, "apply_batch", applying)
+    held = _FirstBatchHeld(monkeypatch)
+    reads, writing, release, second = held.reads, held.writing, held.release, held.second
     readers = Readers(threads=4, batch=10)
     entry = Intake(db, config, readers=readers)
     first = entry.store_many(
