@@ -1,10 +1,12 @@
 """Which server closes a game's round when several share one PostgreSQL: a per-game claim.
 
-At a deadline every server tries every due round. ``close_round(skip_locked=True)`` takes
-the game's claim without waiting, and a game another server is closing is skipped
-(``RoundBusy``) rather than waited for, so each server gets on with the games nobody has
-taken. The claim only spreads the work: the round's guarded state change
-(``UPDATE ... WHERE state = 'open'``) is what closes it once.
+At a deadline every server tries every due round, each in an order of its own
+(``RoundScheduler._spread``). The scheduler's decision (``decide(claim=True)``) and then
+``close_round(skip_locked=True)`` take the game's claim without waiting, and a game
+another server holds is skipped (``Busy``, ``RoundBusy``) and looked at again shortly,
+rather than waited for, so each server gets on with the games nobody has taken. The claim
+only spreads the work: the round's guarded state change (``UPDATE ... WHERE state =
+'open'``) is what closes it once.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from enum import StrEnum
 from sqlalchemy import and_, bindparam, select
 from sqlalchemy.orm import Session
 
+from snl_pbem.app.close_claim import claim_closing
 from snl_pbem.app.schedule import all_in_locked, waiting_by
 from snl_pbem.config import Config, ImapSettings
 from snl_pbem.mail.imap import mailbox_source
@@ -83,7 +84,16 @@ class Replan:
     close_at: datetime | None = None
 
 
-Decision = Close | Hold | Wait | Replan
+@dataclass(frozen=True)
+class Busy:
+    """Another process holds the game's close claim (several servers on one PostgreSQL:
+    another server closing the round or deciding whether to, or the referee's
+    close-round): look again shortly, in case it dies before it commits or does not close.
+    Found by taking the claim first thing in ``decide``'s transaction (``claim``), so such
+    a game costs one transaction, not this one and then a close's that finds it taken."""
+
+
+Decision = Close | Hold | Wait | Replan | Busy
 
 
 def decide(
@@ -96,14 +106,18 @@ def decide(
     early: bool = False,
     all_in: bool = False,
     redelivery_until: datetime | None = None,
+    claim: bool = False,
 ) -> Decision:
     """What the close job of round ``round_number`` does at ``now``. ``early`` is
     close-when-all-in's job, which closes before the deadline on purpose (its settle time
     has passed). ``all_in``: close only if every order is still in (the settle time's job;
     a job re-planned past the start-up grace closes as planned). ``redelivery_until`` is
     the end of the start-up grace with LMTP (None: none, or it is over), before which no
-    round closes."""
+    round closes. ``claim`` (the scheduler's jobs; PostgreSQL only): Busy if another
+    server holds the game's close claim (``claim_closing``) at this moment."""
     with db.transaction() as session:
+        if claim and not db.is_sqlite and not claim_closing(session, game_name, wait=False):
+            return Busy()
         return _decide_locked(
             session, config, game_name, round_number, now, early, all_in, redelivery_until
         )
