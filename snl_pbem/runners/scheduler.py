@@ -728,7 +728,7 @@ class RoundScheduler:
         or decides not to close. ``early``: close-when-all-in's job, whose look again is
         one of its own (a deadline's job would find the round not yet due)."""
         log.info(
-            "%s: round %d is being closed by another server (or decided on); looking again in %ds",
+            "%s: round %d is being closed, or looked at, by another server; looking again in %ds",
             game_name,
             number,
             LOOK_AGAIN_SECONDS,
@@ -767,8 +767,10 @@ class RoundScheduler:
         for game_name, number in held_rounds(self.db):
             try:
                 outcome = self._close(game_name, number, "scheduler (released)", released)
-            except RoundBusy:  # another process holds the claim (closing it, or deciding
-                continue  # whether to: a held round it leaves alone): the next check looks again
+            except RoundBusy:
+                # another process holds the claim: closing the round, or deciding whether to
+                # (a held round, it leaves alone); the next check looks again
+                continue
             if outcome is not None:
                 closed.append(outcome)
         return closed

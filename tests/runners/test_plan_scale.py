@@ -270,7 +270,7 @@ def test_a_round_another_server_is_closing_is_looked_at_again(postgres, tmp_path
         seconds=LOOK_AGAIN_SECONDS
     )
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert "being closed by another server (or decided on)" in caplog.text
+    assert "being closed, or looked at, by another server" in caplog.text
     other.rollback()  # it died before it committed
     other.close()
     rs.rebuild()  # a re-plan leaves the look-again job as it is
