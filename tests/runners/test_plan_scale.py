@@ -112,6 +112,25 @@ def planned_at(scheduler, job_id: str, at, db: Database) -> bool:
     return at <= run_date < at + timedelta(microseconds=SPREAD_MICROSECONDS)
 
 
+def scheduled(db: Database, config, now=T0) -> tuple[object, Clock, RoundScheduler]:
+    """A paused APScheduler and a RoundScheduler on it, its plan built, at ``now``."""
+    scheduler = make_scheduler()
+    scheduler.start(paused=True)
+    clock = Clock(now)
+    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
+    rs.rebuild()
+    return scheduler, clock, rs
+
+
+def claimed_by_another(db: Database, game_name: str) -> Session:
+    """Another server, mid-close of the game: its transaction holds the game's close claim
+    (roll it back: the server died before it committed)."""
+    other = Session(db.engine)
+    other.begin()
+    assert claim_closing(other, game_name, wait=True)
+    return other
+
+
 def storm(tmp_path: Path, url: str, n: int, caplog) -> tuple[int, int, int]:
     """n games due at one deadline, each closed by its job: the most SQL statements and
     jobs given in one close, and the log records per game."""
@@ -255,14 +274,8 @@ def test_a_round_another_server_is_closing_is_looked_at_again(postgres, tmp_path
     killed mid-close still gets its round closed by another."""
     url = postgres.url(postgres.create_database())
     db, config = started(tmp_path, url, 1)
-    scheduler = make_scheduler()
-    scheduler.start(paused=True)
-    clock = Clock(DEADLINE)
-    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
-    rs.rebuild()
-    other = Session(db.engine)  # the other server, mid-close: it holds the game's claim
-    other.begin()
-    assert claim_closing(other, "g1", wait=True)
+    scheduler, clock, rs = scheduled(db, config, DEADLINE)
+    other = claimed_by_another(db, "g1")
     caplog.set_level(logging.INFO)
     again = DEADLINE + timedelta(seconds=LOOK_AGAIN_SECONDS)
     assert rs.on_deadline("g1", 1) is None
@@ -287,20 +300,14 @@ def test_a_game_another_server_is_closing_costs_one_transaction(postgres, tmp_pa
     """The close's claim is the first thing the job's decision reads: a game another server
     holds is found busy in one transaction and one statement after BEGIN (before, the
     decision read the game and its waiting mail, and a close's transaction then found the
-    claim taken: two transactions, four statements). A game free of claims closes as ever."""
+    claim taken: two transactions, three statements). A game free of claims closes as ever."""
     url = postgres.url(postgres.create_database())
     db, config = started(tmp_path, url, 2)
-    scheduler = make_scheduler()
-    scheduler.start(paused=True)
-    clock = Clock(DEADLINE)
-    rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
-    rs.rebuild()
+    scheduler, _, rs = scheduled(db, config, DEADLINE)
     counter = Counter(db, scheduler)
     begins: list[object] = []
     event.listen(db.engine, "begin", begins.append)
-    other = Session(db.engine)  # the other server, mid-close of g1
-    other.begin()
-    assert claim_closing(other, "g1", wait=True)
+    other = claimed_by_another(db, "g1")
     counter.take()
     begins.clear()
     assert rs.on_deadline("g1", 1) is None
@@ -323,11 +330,7 @@ def test_each_server_closes_a_deadlines_games_in_an_order_of_its_own(db_url, tmp
     db, config = started(tmp_path, db_url, 30)
     orders = []
     for _ in range(2):  # two servers
-        scheduler = make_scheduler()
-        scheduler.start(paused=True)
-        clock = Clock()
-        rs = RoundScheduler(db, config, clock=clock, scheduler=scheduler)
-        rs.rebuild()
+        scheduler, clock, rs = scheduled(db, config)
         assert rs.plan() == rs.plan()  # the same times at every plan of one server
         jobs = [job for job in scheduler.get_jobs() if job.id.startswith("close:")]
         assert len(jobs) == 30
@@ -359,17 +362,13 @@ def test_a_claim_taken_between_the_decision_and_the_close_is_looked_at_again(
     it taken."""
     url = postgres.url(postgres.create_database())
     db, config = started(tmp_path, url, 1)
-    scheduler = make_scheduler()
-    scheduler.start(paused=True)
-    rs = RoundScheduler(db, config, clock=Clock(DEADLINE), scheduler=scheduler)
-    rs.rebuild()
-    other = Session(db.engine)
+    scheduler, _, rs = scheduled(db, config, DEADLINE)
+    others: list[Session] = []
     real_decide = scheduler_module.decide
 
     def decide_then_lose_the_claim(*args, **kwargs):
         decision = real_decide(*args, **kwargs)
-        other.begin()
-        assert claim_closing(other, "g1", wait=True)  # another server's close begins
+        others.append(claimed_by_another(db, "g1"))  # another server's close begins
         return decision
 
     monkeypatch.setattr(scheduler_module, "decide", decide_then_lose_the_claim)
@@ -378,6 +377,7 @@ def test_a_claim_taken_between_the_decision_and_the_close_is_looked_at_again(
         seconds=LOOK_AGAIN_SECONDS
     )
     assert rs.failures == []
+    (other,) = others
     other.rollback()
     other.close()
     scheduler.shutdown(wait=False)
@@ -390,15 +390,10 @@ def test_an_all_in_close_finding_the_game_busy_looks_again_as_itself(postgres, t
     round not yet due and leave the early close to the deadline."""
     url = postgres.url(postgres.create_database())
     db, config = started(tmp_path, url, 1)
-    scheduler = make_scheduler()
-    scheduler.start(paused=True)
     settled = DEADLINE - timedelta(hours=3)
-    rs = RoundScheduler(db, config, clock=Clock(settled), scheduler=scheduler)
-    rs.rebuild()
+    scheduler, _, rs = scheduled(db, config, settled)
     deadline_job = scheduler.get_job("close:g1:1").trigger.run_date
-    other = Session(db.engine)
-    other.begin()
-    assert claim_closing(other, "g1", wait=True)
+    other = claimed_by_another(db, "g1")
     assert rs.on_all_in("g1", 1) is None
     again = scheduler.get_job("allin:g1:1")
     assert again is not None
