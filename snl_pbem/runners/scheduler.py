@@ -905,8 +905,9 @@ class RoundScheduler:
     ) -> list[tuple[str, int, datetime]]:
         """The rounds due, oldest deadline first, those of one deadline in this server's
         own order (``_spread``): servers started together after an outage do not walk
-        the same games one behind the other."""
-        return sorted(due, key=lambda r: (r[2], self._spread(r[0]), r[0]))
+        the same games one behind the other. Two games drawn the same microsecond go as
+        APScheduler runs them: in the order of their jobs' ids."""
+        return sorted(due, key=lambda r: (r[2], self._spread(r[0]), f"close:{r[0]}:{r[1]}"))
 
     def _backup(self, write: bool) -> dict[str, Any]:
         database = self.config.settings.database
