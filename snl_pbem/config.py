@@ -225,7 +225,8 @@ def _positive_duration(value: object) -> timedelta:
 
 
 def _keep_duration(value: object) -> timedelta | None:
-    """keep_processed_mail: a duration of at least a day, or false (keep forever)."""
+    """keep_processed_mail, keep_sent_mail: a duration of at least a day, or false (keep
+    forever)."""
     if value is False:
         return None
     if isinstance(value, bool):
@@ -234,7 +235,8 @@ def _keep_duration(value: object) -> timedelta | None:
     if delta < timedelta(days=1):
         raise ValueError(
             f"{value!r} is shorter than 1d: keep mail at least a day (the per-sender daily "
-            "limits look at the last day's mail), or write false to keep it forever"
+            "limits look at the last day's mail, and bounces come back for days), or write "
+            "false to keep it forever"
         )
     return delta
 
@@ -424,6 +426,12 @@ class MailSettings(_Section):
     duplicate) are kept whole; after that only their headers are kept (who sent what,
     when). Mail set aside or not yet processed is never trimmed. At least 1d;
     ``false`` (None here) keeps mail forever. See snl_pbem.app.retention."""
+    keep_sent_mail: KeepDuration = timedelta(days=90)
+    """How long mail we sent is kept whole after it was sent; after that only its headers
+    and a fingerprint of its lines (no text) are kept, so a copy of it pasted in a reply
+    is still known as ours. Mail waiting, failed or bounced is never cut; mail holding an
+    order key is cut as soon as it is sent. At least 1d; ``false`` keeps it forever. See
+    snl_pbem.app.retention."""
     max_stored_per_sender: Annotated[int, Field(ge=1)] = 200
     """Inbound messages stored from one sender per day, at most (enforced by the intake)."""
     max_stored_bytes_per_sender: Annotated[int, Field(ge=1024)] = 20 * 1024 * 1024

@@ -12,6 +12,16 @@ UID, sender) stay, so the same message arriving again is still recognised.
 A trimmed message starts with an ``X-SNL-PBEM-Trimmed:`` header saying when and how
 much was removed; it is how the next purge knows the row is done. The scheduler runs
 the purge at start-up and once a day.
+
+Mail we sent (``outbox.message``) is kept whole for ``[mail] keep_sent_mail`` after it was
+sent; then :func:`purge_sent_mail` cuts it to its headers and the fingerprint of its lines
+(:func:`snl_pbem.mail.ours.scrubbed`, as a message holding a key is scrubbed once sent):
+the intake still knows a pasted copy of it as ours (``snl_pbem.app.intake.reading``), a
+bounce still names its subject, and ``outbox show`` still shows who was sent what, when.
+Only mail sent is cut: mail waiting, failed (the referee may send it again) or bounced
+stays whole. A host of a thousand games writes some 21,000 messages at each deadline
+(their reports; a game's last, with its replay file, 16 KB in a game of eight): this
+keeps the table from growing without end.
 """
 
 from __future__ import annotations
@@ -19,12 +29,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import LargeBinary, and_, func, literal, not_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.sql.elements import ColumnElement
 
+from snl_pbem.mail.ours import scrubbed
 from snl_pbem.store import Database
-from snl_pbem.store.models import InboundMessage
-from snl_pbem.store.states import InboundStatus
+from snl_pbem.store.models import InboundMessage, OutboxMessage
+from snl_pbem.store.states import InboundStatus, OutboxStatus
 from snl_pbem.timeutil import format_duration
 
 TRIMMABLE = (
@@ -57,20 +68,26 @@ def headers_only(raw: bytes, now: datetime, keep: timedelta) -> bytes:
         cut = f"; headers cut at {len(head)} bytes"
     if head and not head.endswith(b"\n"):
         head += eol
+    mark = _mark(now, keep, "keep_processed_mail", f"{len(raw)} bytes as received{cut}")
+    return mark + eol + head + eol
+
+
+def _mark(now: datetime, keep: timedelta, setting: str, what: str) -> bytes:
+    """The header line (without its line end) that a trimmed message starts with."""
     when = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    mark = (
-        f"body removed {when}, kept {format_duration(keep)} (keep_processed_mail); "
-        f"{len(raw)} bytes as received{cut}"
-    )
-    return TRIMMED_HEADER + mark.encode("ascii") + eol + head + eol
+    mark = f"body removed {when}, kept {format_duration(keep)} ({setting}); {what}"
+    return TRIMMED_HEADER + mark.encode("ascii")
+
+
+def _starts_with_mark(column: InstrumentedAttribute[bytes]) -> ColumnElement[bool]:
+    return func.substr(column, 1, len(TRIMMED_HEADER)) == literal(TRIMMED_HEADER, LargeBinary)
 
 
 def _trimmed() -> ColumnElement[bool]:
     """Rows already trimmed: they start with the mark and are no longer than a trimmed
     message can be (a sender who writes the mark himself gets a large message trimmed)."""
     return and_(
-        func.substr(InboundMessage.raw, 1, len(TRIMMED_HEADER))
-        == literal(TRIMMED_HEADER, LargeBinary),
+        _starts_with_mark(InboundMessage.raw),
         func.length(InboundMessage.raw) <= LARGEST_TRIMMED,
     )
 
@@ -115,3 +132,106 @@ def purge_batch(db: Database, now: datetime, keep: timedelta | None, limit: int)
     """One transaction of ``purge_raw_mail`` (at most ``limit`` messages)."""
     with db.transaction() as session:
         return purge_raw_mail(session, now, keep, limit=limit)
+
+
+SENT_NOTE = (
+    b"\r\n[The body of this message was removed once it had been kept for keep_sent_mail. "
+    b"What is below is a fingerprint of its lines, which holds no text: a copy of it pasted "
+    b"in a reply is still known as the server's own.]\r\n"
+)
+
+
+def sent_headers_only(raw: bytes, now: datetime, keep: timedelta) -> bytes:
+    """A message we sent, as it is kept after ``keep_sent_mail``: the mark, its headers, a
+    note for the reader and the fingerprint of its lines (``scrubbed``). Our own mail: its
+    headers are ours and short, and never start with the mark."""
+    mark = _mark(now, keep, "keep_sent_mail", f"{len(raw)} bytes as sent")
+    return mark + b"\r\n" + scrubbed(raw, SENT_NOTE)
+
+
+def is_trimmed_sent(message: bytes) -> bool:
+    """Whether a message we sent was cut by :func:`purge_sent_mail` (its fingerprint is
+    then read from its body, as a scrubbed one's is): we never write the mark first."""
+    return message.startswith(TRIMMED_HEADER)
+
+
+def purge_sent_mail(
+    session: Session,
+    now: datetime,
+    keep: timedelta | None,
+    *,
+    after: int = 0,
+    limit: int | None = None,
+) -> tuple[int, int | None]:
+    """Cut mail we sent more than ``keep`` before ``now`` to its headers and fingerprint
+    (:func:`sent_headers_only`), the oldest first, those after the row ``after`` (so that
+    a caller going on in batches never reads a row twice); ``limit`` trims at most that
+    many. Returns how many were trimmed and the last row looked at, or None when no more
+    are due. Mail holding a key is scrubbed once sent already, and mail waiting, failed or
+    bounced is never cut. The caller commits."""
+    if keep is None:
+        return 0, None
+    ids, last = _sent_due(session, now, keep, after, limit)
+    return _cut_sent(session, ids, now, keep), last
+
+
+def purge_sent_batch(
+    db: Database, now: datetime, keep: timedelta | None, limit: int, after: int = 0
+) -> tuple[int, int | None]:
+    """``purge_sent_mail`` for at most ``limit`` messages: the rows due are found in a
+    transaction that only reads (on SQLite it holds no write lock while it goes through
+    the outbox), and cut in a short one of their own."""
+    if keep is None:
+        return 0, None
+    with db.reading() as session:
+        ids, last = _sent_due(session, now, keep, after, limit)
+    if not ids:
+        return 0, last
+    with db.transaction() as session:
+        return _cut_sent(session, ids, now, keep), last
+
+
+def _due(now: datetime, keep: timedelta) -> ColumnElement[bool]:
+    return and_(
+        OutboxMessage.status == OutboxStatus.SENT,
+        not_(OutboxMessage.secret),
+        OutboxMessage.sent_at < now - keep,
+        not_(_starts_with_mark(OutboxMessage.message)),
+    )
+
+
+def _sent_due(
+    session: Session, now: datetime, keep: timedelta, after: int, limit: int | None
+) -> tuple[list[int], int | None]:
+    """The rows due after ``after``, the oldest first, at most ``limit``; and the last of
+    them when there may be more (else None)."""
+    query = (
+        select(OutboxMessage.id)
+        .where(OutboxMessage.id > after, _due(now, keep))
+        .order_by(OutboxMessage.id)
+    )
+    ids = list(session.scalars(query if limit is None else query.limit(limit)))
+    more = limit is not None and len(ids) == limit
+    return ids, ids[-1] if more else None
+
+
+def _cut_sent(session: Session, ids: list[int], now: datetime, keep: timedelta) -> int:
+    """Cut these rows; each is rewritten under the conditions it was chosen by (it may have
+    bounced since, or another server may have cut it), so each message is cut once."""
+    due = _due(now, keep)
+    trimmed = 0
+    for start in range(0, len(ids), 100):
+        rows = session.execute(
+            select(OutboxMessage.id, OutboxMessage.message).where(
+                OutboxMessage.id.in_(ids[start : start + 100])
+            )
+        ).all()
+        for row_id, message in rows:
+            result = session.execute(
+                update(OutboxMessage)
+                .where(OutboxMessage.id == row_id, due)
+                .values(message=sent_headers_only(message, now, keep))
+                .execution_options(synchronize_session=False)
+            )
+            trimmed += result.rowcount  # type: ignore[attr-defined]
+    return trimmed

@@ -34,8 +34,9 @@ poll is older than ``healthy_within`` at a deadline, the round is *held*
 again for that long, or when the referee runs ``close-round``.
 
 Housekeeping: handled inbound mail older than ``[mail] keep_processed_mail`` is
-trimmed to its headers (``snl_pbem.app.retention``) when the scheduler starts and
-then once a day, in short transactions on the same worker thread as the closes.
+trimmed to its headers, and mail sent longer ago than ``keep_sent_mail`` to its headers and
+fingerprint (``snl_pbem.app.retention``), when the scheduler starts and then once a day,
+in short transactions on the same worker thread as the closes.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ from snl_pbem.app.deadline import (
 from snl_pbem.app.deadline import intake_grace as intake_grace_of
 from snl_pbem.app.intake import waiting_sizes
 from snl_pbem.app.mailbox_state import intake_health
-from snl_pbem.app.retention import purge_batch
+from snl_pbem.app.retention import purge_batch, purge_sent_batch
 from snl_pbem.app.rounds import (
     CloseOutcome,
     RoundBusy,
@@ -550,15 +551,39 @@ class RoundScheduler:
         )
         return total
 
+    def purge_sent(self) -> int:
+        """Cut mail sent longer ago than keep_sent_mail to its headers and fingerprint (in
+        transactions of PURGE_BATCH messages, each row read once); logs and returns how
+        many were cut."""
+        keep = self.config.settings.mail.keep_sent_mail
+        if keep is None:
+            log.info("sent mail is kept whole (keep_sent_mail = false)")
+            return 0
+        now = self.clock()
+        total, after = 0, 0
+        while True:
+            trimmed, last = purge_sent_batch(self.db, now, keep, PURGE_BATCH, after)
+            total += trimmed
+            if last is None:
+                break
+            after = last
+        log.info(
+            "trimmed %s sent more than %s ago to their headers and fingerprints",
+            counted(total, "message"),
+            format_duration(keep),
+        )
+        return total
+
     def _purge_job(self) -> None:
         """The daily purge: a failure (the database down) is one log line, tried again in
         an hour."""
         try:
             self.purge_mail()
+            self.purge_sent()
             self._trim_mark = trim_changes(self.db, self._trim_mark)
         except Exception as exc:
             log.warning(
-                "trimming old inbound mail failed (%s: %s); trying again in %s",
+                "trimming old mail failed (%s: %s); trying again in %s",
                 type(exc).__name__,
                 exc,
                 format_duration(PURGE_RETRY),

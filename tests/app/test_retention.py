@@ -14,13 +14,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 
-from snl_pbem.app.retention import LARGEST_TRIMMED, TRIMMED_HEADER, headers_only, purge_raw_mail
+from snl_pbem.app.retention import (
+    LARGEST_TRIMMED,
+    TRIMMED_HEADER,
+    headers_only,
+    purge_raw_mail,
+    purge_sent_mail,
+)
 from snl_pbem.config import MailSettings, load_config
 from snl_pbem.errors import ConfigError
 from snl_pbem.runners.scheduler import PURGE_BATCH, RoundScheduler, make_scheduler
-from snl_pbem.store import Database, InboundMessage
+from snl_pbem.store import Database, InboundMessage, OutboxMessage
 
 NOW = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
 KEEP = timedelta(days=90)
@@ -173,9 +179,85 @@ def test_the_scheduler_purges_in_batches_and_logs_how_many(
     assert "kept whole (keep_processed_mail = false)" in caplog.text
 
 
+def test_the_scheduler_cuts_sent_mail_in_batches_and_logs_how_many(
+    db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """More than a batch of mail sent 31 days ago is cut with keep_sent_mail = "30d", each
+    row once; mail sent 29 days ago, mail holding a key (scrubbed when sent), failed and
+    bounced mail are not."""
+    config = load_config(_config(tmp_path, db.url, 'keep_sent_mail = "30d"'))
+    old = NOW - timedelta(days=31)
+
+    def sent(i: int, status: str = "sent", at: datetime = old, secret: bool = False) -> None:
+        s.add(
+            OutboxMessage(
+                kind="report",
+                recipient=f"p{i % 7}@example.org",
+                message_id=f"<o{i}@example.org>",
+                message=b"From: snl@example.org\r\nSubject: r\r\n\r\nround %d\r\n" % i,
+                status=status,
+                secret=secret,
+                attempts=1,
+                next_attempt_at=at,
+                created_at=at,
+                sent_at=at if status in ("sent", "bounced") else None,
+            )
+        )
+
+    with db.transaction() as s:
+        for i in range(PURGE_BATCH + 3):
+            sent(i)
+        sent(-1, at=NOW - timedelta(days=29))
+        sent(-2, secret=True)
+        sent(-3, status="failed")
+        sent(-4, status="bounced")
+    rs = RoundScheduler(db, config, clock=lambda: NOW)
+    selects: list[str] = []
+
+    def seen(conn, cursor, statement, *_: object) -> None:
+        if statement.lstrip().upper().startswith("SELECT OUTBOX.ID \nFROM"):
+            selects.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
+        assert rs.purge_sent() == PURGE_BATCH + 3
+    event.remove(db.engine, "before_cursor_execute", seen)
+    assert "trimmed 503 messages sent more than 30d ago to their headers and fingerprints" in (
+        caplog.text.replace(str(PURGE_BATCH + 3), "503")
+    )
+    assert len(selects) == 2  # a batch, then the three left (each row read once)
+    with db.transaction() as s:
+        kept = {
+            row.message_id: row.message.startswith(TRIMMED_HEADER)
+            for row in s.scalars(select(OutboxMessage))
+        }
+    assert [m for m, cut in kept.items() if not cut] == [
+        f"<o{i}@example.org>" for i in (-1, -2, -3, -4)
+    ]
+    assert rs.purge_sent() == 0
+    rs.config = load_config(_config(tmp_path, db.url, "keep_sent_mail = false"))
+    with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
+        assert rs.purge_sent() == 0
+    assert "sent mail is kept whole (keep_sent_mail = false)" in caplog.text
+
+
 def test_the_scheduler_purges_at_start_and_then_daily(db: Database, tmp_path: Path) -> None:
     config = load_config(_config(tmp_path, db.url))
     old = add(db, "ignored", datetime.now(UTC) - timedelta(days=91))
+    with db.transaction() as s:  # and mail sent as long ago
+        s.add(
+            OutboxMessage(
+                kind="report",
+                recipient="ann@example.org",
+                message_id="<sent@example.org>",
+                message=b"From: snl@example.org\r\nSubject: r\r\n\r\nround 1\r\n",
+                status="sent",
+                attempts=1,
+                next_attempt_at=datetime.now(UTC) - timedelta(days=91),
+                created_at=datetime.now(UTC) - timedelta(days=91),
+                sent_at=datetime.now(UTC) - timedelta(days=91),
+            )
+        )
     scheduler = make_scheduler()
     rs = RoundScheduler(db, config, scheduler=scheduler)
     rs.rebuild()
@@ -184,13 +266,16 @@ def test_the_scheduler_purges_at_start_and_then_daily(db: Database, tmp_path: Pa
     scheduler.start()
     try:
         deadline = time.monotonic() + 120  # a hang detector: the purge runs at once
-        while time.monotonic() < deadline and not raws(db)[old].startswith(TRIMMED_HEADER):
+        while time.monotonic() < deadline and not all(
+            m.startswith(TRIMMED_HEADER) for m in (raws(db)[old], *outbox_messages(db))
+        ):
             time.sleep(0.1)
         rs.rebuild()  # the rescan keeps the one daily job, it does not run it again
         assert [j.id for j in scheduler.get_jobs()].count("purge-mail") == 1
     finally:
         scheduler.shutdown(wait=True)
     assert raws(db)[old].startswith(TRIMMED_HEADER)
+    assert outbox_messages(db)[0].startswith(TRIMMED_HEADER)
 
 
 def test_a_failed_purge_is_one_log_line_and_tried_again(
@@ -208,7 +293,7 @@ def test_a_failed_purge_is_one_log_line_and_tried_again(
     try:
         with caplog.at_level(logging.WARNING, "snl_pbem.scheduler"):
             rs._purge_job()
-        assert "trimming old inbound mail failed (RuntimeError: database down)" in caplog.text
+        assert "trimming old mail failed (RuntimeError: database down)" in caplog.text
         assert "Traceback" not in caplog.text
         assert scheduler.get_job("purge-mail-retry") is not None
     finally:
@@ -235,6 +320,14 @@ def test_the_new_mail_settings_and_their_defaults(tmp_path: Path) -> None:
     assert (mail.max_stored_per_sender, mail.max_stored_bytes_per_sender) == (5, 1048576)
     off = load_config(_config(tmp_path, "sqlite:///x.db", "keep_processed_mail = false"))
     assert off.settings.mail.keep_processed_mail is None
+    assert off.settings.mail.keep_sent_mail == timedelta(days=90)  # one does not set the other
+    sent = load_config(_config(tmp_path, "sqlite:///x.db", 'keep_sent_mail = "2d"')).settings
+    assert (sent.mail.keep_sent_mail, sent.mail.keep_processed_mail) == (
+        timedelta(days=2),
+        timedelta(days=90),
+    )
+    off = load_config(_config(tmp_path, "sqlite:///x.db", "keep_sent_mail = false"))
+    assert off.settings.mail.keep_sent_mail is None
 
 
 @pytest.mark.parametrize(
@@ -244,6 +337,8 @@ def test_the_new_mail_settings_and_their_defaults(tmp_path: Path) -> None:
         ('keep_processed_mail = "12h"', "mail.keep_processed_mail: '12h' is shorter than 1d"),
         ("keep_processed_mail = true", 'write a duration such as "90d", or false to keep'),
         ('keep_processed_mail = "3 months"', "'3 months' is not a duration"),
+        ('keep_sent_mail = "23h"', "mail.keep_sent_mail: '23h' is shorter than 1d"),
+        ("keep_sent_mail = 90", "mail.keep_sent_mail: "),
         ("max_stored_per_sender = 0", "mail.max_stored_per_sender: Input should be greater"),
         (
             "max_stored_bytes_per_sender = 100000",
@@ -265,6 +360,7 @@ def test_the_example_config_shows_the_defaults() -> None:
     mail = tomllib.loads(example.read_text())["mail"]
     defaults = MailSettings(address="a@example.org", referee="r@example.org")
     assert mail["keep_processed_mail"] == "90d" and defaults.keep_processed_mail == KEEP
+    assert mail["keep_sent_mail"] == "90d" and defaults.keep_sent_mail == KEEP
     assert mail["max_stored_per_sender"] == defaults.max_stored_per_sender
     assert mail["max_stored_bytes_per_sender"] == defaults.max_stored_bytes_per_sender
 
@@ -288,3 +384,135 @@ def test_an_order_trimmed_then_sent_again_is_still_a_duplicate(intake) -> None:
         )
         assert again.status == "duplicate" and again.inbound_id == first.inbound_id
     assert len(orders_of(db)) == 1
+
+
+# -- mail we sent ------------------------------------------------------------------------------
+
+
+def outbox(db: Database) -> dict[int, tuple[str, str, bool, bytes]]:
+    with db.transaction() as s:
+        return {
+            row.id: (row.kind, row.status, row.secret, row.message)
+            for row in s.scalars(select(OutboxMessage))
+        }
+
+
+def test_mail_sent_longer_ago_than_keep_sent_mail_keeps_its_headers_and_fingerprint(
+    intake, smtp_sink
+) -> None:
+    """Through the real intake and sender: the HELP we sent bob, once kept for
+    keep_sent_mail, is cut to its headers and the fingerprint of its lines. The intake
+    passes the same fingerprints for bob as before, so a copy of it that bob's
+    out-of-office pastes under his new orders is still ours: only DICE 3 counts, not the
+    example's DICE 4. Mail waiting is never cut, and the welcomes were scrubbed when sent."""
+    from mailhelpers import T0, orders_of
+
+    from snl_pbem.app import sentprints
+    from snl_pbem.app.intake import ingest
+    from snl_pbem.app.intake import reading as intake_module
+    from snl_pbem.app.outbox import drain_outbox
+    from snl_pbem.mail.smtp import SmtpConfig, SmtpSender
+
+    db, config = intake
+    keep = config.settings.mail.keep_sent_mail
+    assert keep == KEEP
+    head = b"From: bob@example.org\r\nTo: snl@example.org\r\nSubject: [g1] help\r\n"
+    asked = head + b"Message-ID: <b1@example.org>\r\n\r\nHELP\r\n"
+    assert ingest(db, config, asked, T0, "t").status == "processed"
+    sender = SmtpSender(SmtpConfig(smtp_sink.host, smtp_sink.port, "none"), "snl@example.org")
+    assert drain_outbox(db, config, sender, lambda: T0, worker="t").sent == 4  # 3 welcomes
+    sender.close()
+    [help_] = [m.raw for m in smtp_sink.delivered if b"In-Reply-To: <b1@" in m.raw]
+    shown = email.message_from_bytes(help_).get_payload(decode=True).decode()
+    assert "\nDICE 4 " in shown  # the example
+    sentprints._prints.clear()
+    before = intake_module._sent_to(db, config, "bob@example.org")
+    waiting = add_waiting(db)
+    kept = outbox(db)
+
+    with db.transaction() as s:
+        assert purge_sent_mail(s, T0 + keep, keep) == (0, None)  # sent exactly 90d ago: kept
+    with db.transaction() as s:
+        assert purge_sent_mail(s, T0 + keep + timedelta(seconds=1), keep) == (1, None)
+    after = outbox(db)
+    # the HELP only: not the welcomes (scrubbed once sent), nor mail waiting
+    [cut] = [row_id for row_id, row in after.items() if row != kept[row_id]]
+    assert kept[cut][:3] == ("guest-help", "sent", False)  # HELP with no key
+    assert after[waiting][1] == "pending"
+    message = after[cut][3]
+    assert message.startswith(TRIMMED_HEADER + b"body removed ")
+    assert b"kept 90d (keep_sent_mail); %d bytes as sent" % len(kept[cut][3]) in message
+    parsed = email.message_from_bytes(message, policy=email.policy.default)
+    assert parsed["To"] == "bob@example.org" and parsed["Subject"]  # who was sent what, when
+    assert b"DICE" not in message and b"Write to this address" not in message
+    assert len(message) < len(kept[cut][3])
+    sentprints._prints.clear()  # read from the cut bytes, not remembered
+    assert intake_module._sent_to(db, config, "bob@example.org") == before
+
+    away = (
+        head + b"Message-ID: <b2@example.org>\r\n\r\nKEY bob-key-123\r\nDICE 3\r\n\r\n"
+        b"I am away until Monday.\r\n\r\n" + shown.replace("\n", "\r\n").encode()
+    )
+    result = ingest(db, config, away, T0 + timedelta(minutes=5), "t")  # (in the round)
+    assert result.status == "processed", result.detail
+    [order] = orders_of(db)
+    assert (order.player, order.dice) == ("bob", "3")
+
+    with db.transaction() as s:  # done once; false keeps everything
+        later = T0 + timedelta(days=3650)
+        assert purge_sent_mail(s, T0 + keep + timedelta(days=2), keep) == (0, None)
+        assert purge_sent_mail(s, later, None) == (0, None)
+
+
+def add_waiting(db: Database) -> int:
+    with db.transaction() as s:
+        row = OutboxMessage(
+            kind="ack",
+            recipient="ann@example.org",
+            message_id="<waiting@example.org>",
+            message=b"From: snl@example.org\r\nTo: ann@example.org\r\n\r\nHello ann\r\n",
+            status="pending",
+            attempts=0,
+            next_attempt_at=NOW,
+            created_at=NOW - timedelta(days=400),
+        )
+        s.add(row)
+        s.flush()
+        return row.id
+
+
+def test_sent_mail_that_bounced_or_was_cut_meanwhile_is_not_cut_again(db: Database) -> None:
+    """The rows due are found first (outside the write lock), then cut each under the same
+    conditions: one that bounced in between stays whole, one another server cut is cut
+    once."""
+    from snl_pbem.app.retention import _cut_sent, _sent_due, purge_sent_batch
+
+    with db.transaction() as s:
+        for i in range(3):
+            s.add(
+                OutboxMessage(
+                    kind="report",
+                    recipient="ann@example.org",
+                    message_id=f"<m{i}@example.org>",
+                    message=b"From: snl@example.org\r\nSubject: r\r\n\r\nround %d\r\n" % i,
+                    status="sent",
+                    attempts=1,
+                    next_attempt_at=OLD,
+                    created_at=OLD,
+                    sent_at=OLD,
+                )
+            )
+    with db.reading() as s:
+        ids, last = _sent_due(s, NOW, KEEP, 0, 10)
+    assert len(ids) == 3 and last is None
+    with db.transaction() as s:
+        s.get(OutboxMessage, ids[0]).status = "bounced"  # a bounce came in meanwhile
+    assert purge_sent_batch(db, NOW, KEEP, 1, after=ids[1]) == (1, ids[2])  # another server
+    with db.transaction() as s:
+        assert _cut_sent(s, ids, NOW, KEEP) == 1  # only ids[1]: ids[0] bounced, ids[2] cut
+    assert [m.startswith(TRIMMED_HEADER) for m in outbox_messages(db)] == [False, True, True]
+
+
+def outbox_messages(db: Database) -> list[bytes]:
+    with db.transaction() as s:
+        return list(s.scalars(select(OutboxMessage.message).order_by(OutboxMessage.id)))

@@ -8,6 +8,7 @@ from sqlalchemy import func, select, union_all
 from sqlalchemy.orm import Session
 
 from snl_pbem.app import sentprints
+from snl_pbem.app.retention import is_trimmed_sent
 from snl_pbem.config import Config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.ours import fingerprint_of_sent
@@ -113,7 +114,9 @@ def _fingerprints(session: Session, rows: list[tuple[int, str, bool, str]]) -> d
         select(OutboxMessage.id, OutboxMessage.message).where(OutboxMessage.id.in_(sorted(missing)))
     ):
         _, message_id, is_secret, status = missing[outbox_id]
-        scrubbed = is_secret and status == OutboxStatus.SENT  # see drain_outbox
+        # its body was replaced by its fingerprint: once sent if it held a key (see
+        # drain_outbox), or once kept for keep_sent_mail (see retention)
+        scrubbed = (is_secret and status == OutboxStatus.SENT) or is_trimmed_sent(message)
         found[message_id] = fingerprint_of_sent(message, scrubbed=scrubbed)
         sentprints.remember(message_id, found[message_id])
     return found
