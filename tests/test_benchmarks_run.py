@@ -5,6 +5,7 @@ No timing is asserted here: benchmarks are read by people, not by the test suite
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -165,10 +166,25 @@ def test_run_all_writes_the_report(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr
     text = out.read_text()
-    titles = ("Rules engine", "Round close", "Mail intake", "Outbox", "Close delay", "HTML")
+    titles = ("Rules engine", "Round close", "Mail intake", "Outbox", "Close delay", "HTML", "Sent")
     for title in (*titles, "Hosting"):
         assert f"## {title}" in text
     assert "baseline" in text and "The benchmark failed" not in text, text
+
+
+def test_bench_retention_prints_the_purge_beside_a_bare_write() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_retention.py"), "--rows", "600", "--db", "sqlite"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line.split() for line in done.stdout.splitlines() if line.startswith("  sqlite")]
+    assert [line[1] for line in lines] == ["purge:", "baseline,"], done.stdout
+    assert "MiB" in done.stdout and re.search(r"bare: +[0-9.]+ s \([0-9.]+x\)", done.stdout)
+    assert "a day with nothing due" in done.stdout
 
 
 def test_bench_languages_prints_each_language_beside_english() -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import LargeBinary, and_, func, literal, not_, select, update
+from sqlalchemy import LargeBinary, and_, bindparam, func, literal, not_, select, update
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -135,9 +135,8 @@ def purge_batch(db: Database, now: datetime, keep: timedelta | None, limit: int)
 
 
 SENT_NOTE = (
-    b"\r\n[The body of this message was removed once it had been kept for keep_sent_mail. "
-    b"What is below is a fingerprint of its lines, which holds no text: a copy of it pasted "
-    b"in a reply is still known as the server's own.]\r\n"
+    b"\r\n[Body removed after keep_sent_mail. Below: a fingerprint of its lines (no text), "
+    b"so that a copy pasted in a reply is still known as ours.]\r\n"
 )
 
 
@@ -171,24 +170,24 @@ def purge_sent_mail(
     bounced is never cut. The caller commits."""
     if keep is None:
         return 0, None
-    ids, last = _sent_due(session, now, keep, after, limit)
-    return _cut_sent(session, ids, now, keep), last
+    cuts, last = _sent_due(session, now, keep, after, limit)
+    return _cut_sent(session, cuts, now, keep), last
 
 
 def purge_sent_batch(
     db: Database, now: datetime, keep: timedelta | None, limit: int, after: int = 0
 ) -> tuple[int, int | None]:
-    """``purge_sent_mail`` for at most ``limit`` messages: the rows due are found in a
-    transaction that only reads (on SQLite it holds no write lock while it goes through
-    the outbox), and cut in a short one of their own."""
+    """``purge_sent_mail`` for at most ``limit`` messages: the rows due are read, and
+    their new bytes made, in a transaction that only reads (on SQLite it holds no write
+    lock meanwhile), and written in a short one of their own."""
     if keep is None:
         return 0, None
     with db.reading() as session:
-        ids, last = _sent_due(session, now, keep, after, limit)
-    if not ids:
+        cuts, last = _sent_due(session, now, keep, after, limit)
+    if not cuts:
         return 0, last
     with db.transaction() as session:
-        return _cut_sent(session, ids, now, keep), last
+        return _cut_sent(session, cuts, now, keep), last
 
 
 def _due(now: datetime, keep: timedelta) -> ColumnElement[bool]:
@@ -202,36 +201,33 @@ def _due(now: datetime, keep: timedelta) -> ColumnElement[bool]:
 
 def _sent_due(
     session: Session, now: datetime, keep: timedelta, after: int, limit: int | None
-) -> tuple[list[int], int | None]:
-    """The rows due after ``after``, the oldest first, at most ``limit``; and the last of
-    them when there may be more (else None)."""
+) -> tuple[list[tuple[int, bytes]], int | None]:
+    """The rows due after ``after``, the oldest first, at most ``limit``, each with its new
+    bytes; and the last of them when there may be more (else None)."""
     query = (
-        select(OutboxMessage.id)
+        select(OutboxMessage.id, OutboxMessage.message)
         .where(OutboxMessage.id > after, _due(now, keep))
         .order_by(OutboxMessage.id)
     )
-    ids = list(session.scalars(query if limit is None else query.limit(limit)))
-    more = limit is not None and len(ids) == limit
-    return ids, ids[-1] if more else None
+    rows = session.execute(query if limit is None else query.limit(limit)).all()
+    cuts = [(row_id, sent_headers_only(message, now, keep)) for row_id, message in rows]
+    more = limit is not None and len(cuts) == limit
+    return cuts, cuts[-1][0] if more else None
 
 
-def _cut_sent(session: Session, ids: list[int], now: datetime, keep: timedelta) -> int:
-    """Cut these rows; each is rewritten under the conditions it was chosen by (it may have
+def _cut_sent(
+    session: Session, cuts: list[tuple[int, bytes]], now: datetime, keep: timedelta
+) -> int:
+    """Write these rows' new bytes, each under the conditions it was chosen by (it may have
     bounced since, or another server may have cut it), so each message is cut once."""
-    due = _due(now, keep)
+    statement = (  # built once: a row's writing is then the database's work alone
+        update(OutboxMessage)
+        .where(OutboxMessage.id == bindparam("row"), _due(now, keep))
+        .values(message=bindparam("cut"))
+        .execution_options(synchronize_session=False)
+    )
+    connection = session.connection()
     trimmed = 0
-    for start in range(0, len(ids), 100):
-        rows = session.execute(
-            select(OutboxMessage.id, OutboxMessage.message).where(
-                OutboxMessage.id.in_(ids[start : start + 100])
-            )
-        ).all()
-        for row_id, message in rows:
-            result = session.execute(
-                update(OutboxMessage)
-                .where(OutboxMessage.id == row_id, due)
-                .values(message=sent_headers_only(message, now, keep))
-                .execution_options(synchronize_session=False)
-            )
-            trimmed += result.rowcount  # type: ignore[attr-defined]
+    for row_id, message in cuts:
+        trimmed += connection.execute(statement, {"row": row_id, "cut": message}).rowcount
     return trimmed

@@ -73,6 +73,14 @@ BENCHES = [
         "idle scheduler's CPU per minute flat; start-up quick with thousands of games",
     ),
     (
+        "Sent mail kept: cutting old mail to its headers and fingerprint",
+        "bench_retention.py",
+        [],
+        ["--rows", "1000"],
+        "the daily purge holds SQLite's write lock for tens of milliseconds at a time, "
+        "whatever the outbox's size; a day with nothing due costs little",
+    ),
+    (
         "Players' languages: a round's mail in Chinese and Thai against English",
         "bench_languages.py",
         [],
