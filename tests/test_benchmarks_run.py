@@ -166,7 +166,15 @@ def test_run_all_writes_the_report(tmp_path) -> None:
     )
     assert done.returncode == 0, done.stderr
     text = out.read_text()
-    titles = ("Rules engine", "Round close", "Mail intake", "Outbox", "Close delay", "HTML", "Sent")
+    titles = (
+        "Rules engine",
+        "Round close",
+        "Mail intake",
+        "Outbox",
+        "Close delay",
+        "HTML",
+        "Mail kept",
+    )
     for title in (*titles, "Hosting"):
         assert f"## {title}" in text
     assert "baseline" in text and "The benchmark failed" not in text, text
@@ -182,7 +190,12 @@ def test_bench_retention_prints_the_purge_beside_a_bare_write() -> None:
     )
     assert done.returncode == 0, done.stderr
     lines = [line.split() for line in done.stdout.splitlines() if line.startswith("  sqlite")]
-    assert [line[1] for line in lines] == ["purge:", "baseline,"], done.stdout
+    assert [line[1:3] for line in lines] == [
+        ["sent", "purge:"],
+        ["sent", "baseline,"],
+        ["inbound", "purge:"],
+        ["inbound", "baseline,"],
+    ], done.stdout
     assert "MiB" in done.stdout and re.search(r"bare: +[0-9.]+ s \([0-9.]+x\)", done.stdout)
     assert "a day with nothing due" in done.stdout
 

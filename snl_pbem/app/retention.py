@@ -26,6 +26,8 @@ keeps the table from growing without end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import LargeBinary, and_, bindparam, func, literal, not_, select, update
@@ -101,37 +103,15 @@ def purge_raw_mail(
 
     Each row is rewritten under the same conditions it was chosen by, so two servers
     purging at once trim each message once. The caller commits."""
-    if keep is None:
-        return 0
-    due = and_(
-        InboundMessage.status.in_(TRIMMABLE),
-        InboundMessage.received_at < now - keep,
-        not_(_trimmed()),
-    )
-    query = select(InboundMessage.id).where(due).order_by(InboundMessage.id)
-    ids = list(session.scalars(query if limit is None else query.limit(limit)))
-    trimmed = 0
-    for start in range(0, len(ids), 100):
-        rows = session.execute(
-            select(InboundMessage.id, InboundMessage.raw).where(
-                InboundMessage.id.in_(ids[start : start + 100])
-            )
-        ).all()
-        for row_id, raw in rows:
-            result = session.execute(
-                update(InboundMessage)
-                .where(InboundMessage.id == row_id, due)
-                .values(raw=headers_only(raw, now, keep))
-                .execution_options(synchronize_session=False)
-            )
-            trimmed += result.rowcount  # type: ignore[attr-defined]
-    return trimmed
+    return _purge(session, _INBOUND, now, keep, 0, limit)[0]
 
 
-def purge_batch(db: Database, now: datetime, keep: timedelta | None, limit: int) -> int:
-    """One transaction of ``purge_raw_mail`` (at most ``limit`` messages)."""
-    with db.transaction() as session:
-        return purge_raw_mail(session, now, keep, limit=limit)
+def purge_batch(
+    db: Database, now: datetime, keep: timedelta | None, limit: int, after: int = 0
+) -> tuple[int, int | None]:
+    """``purge_raw_mail`` for at most ``limit`` messages after the row ``after``: how many
+    were trimmed, and the last row looked at (None: no more are due). See ``_purge_batch``."""
+    return _purge_batch(db, _INBOUND, now, keep, limit, after)
 
 
 SENT_NOTE = (
@@ -163,34 +143,21 @@ def purge_sent_mail(
     limit: int | None = None,
 ) -> tuple[int, int | None]:
     """Cut mail we sent more than ``keep`` before ``now`` to its headers and fingerprint
-    (:func:`sent_headers_only`), the oldest first, those after the row ``after`` (so that
-    a caller going on in batches never reads a row twice); ``limit`` trims at most that
-    many. Returns how many were trimmed and the last row looked at, or None when no more
-    are due. Mail holding a key is scrubbed once sent already, and mail waiting, failed or
-    bounced is never cut. The caller commits."""
-    if keep is None:
-        return 0, None
-    cuts, last = _sent_due(session, now, keep, after, limit)
-    return _cut_sent(session, cuts, now, keep), last
+    (:func:`sent_headers_only`), the oldest first, those after the row ``after``; ``limit``
+    cuts at most that many. Returns how many were cut and the last row looked at, or None
+    when no more are due. Mail holding a key is scrubbed once sent already, and mail
+    waiting, failed or bounced is never cut. The caller commits."""
+    return _purge(session, _SENT, now, keep, after, limit)
 
 
 def purge_sent_batch(
     db: Database, now: datetime, keep: timedelta | None, limit: int, after: int = 0
 ) -> tuple[int, int | None]:
-    """``purge_sent_mail`` for at most ``limit`` messages: the rows due are read, and
-    their new bytes made, in a transaction that only reads (on SQLite it holds no write
-    lock meanwhile), and written in a short one of their own."""
-    if keep is None:
-        return 0, None
-    with db.reading() as session:
-        cuts, last = _sent_due(session, now, keep, after, limit)
-    if not cuts:
-        return 0, last
-    with db.transaction() as session:
-        return _cut_sent(session, cuts, now, keep), last
+    """``purge_sent_mail`` for at most ``limit`` messages: see ``_purge_batch``."""
+    return _purge_batch(db, _SENT, now, keep, limit, after)
 
 
-def _due(now: datetime, keep: timedelta) -> ColumnElement[bool]:
+def _sent_due(now: datetime, keep: timedelta) -> ColumnElement[bool]:
     return and_(
         OutboxMessage.status == OutboxStatus.SENT,
         not_(OutboxMessage.secret),
@@ -199,35 +166,100 @@ def _due(now: datetime, keep: timedelta) -> ColumnElement[bool]:
     )
 
 
-def _sent_due(
-    session: Session, now: datetime, keep: timedelta, after: int, limit: int | None
+def _inbound_due(now: datetime, keep: timedelta) -> ColumnElement[bool]:
+    return and_(
+        InboundMessage.status.in_(TRIMMABLE),
+        InboundMessage.received_at < now - keep,
+        not_(_trimmed()),
+    )
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What a purge cuts: the table's id and bytes, which rows are due, their new bytes."""
+
+    id: InstrumentedAttribute[int]
+    data: InstrumentedAttribute[bytes]
+    due: Callable[[datetime, timedelta], ColumnElement[bool]]
+    cut: Callable[[bytes, datetime, timedelta], bytes]
+
+
+_INBOUND = _Kept(InboundMessage.id, InboundMessage.raw, _inbound_due, headers_only)
+_SENT = _Kept(OutboxMessage.id, OutboxMessage.message, _sent_due, sent_headers_only)
+
+
+def _purge(
+    session: Session,
+    kept: _Kept,
+    now: datetime,
+    keep: timedelta | None,
+    after: int,
+    limit: int | None,
+) -> tuple[int, int | None]:
+    if keep is None:
+        return 0, None
+    cuts, last = _find(session, kept, now, keep, after, limit)
+    return _write(session, kept, cuts, now, keep), last
+
+
+def _purge_batch(
+    db: Database,
+    kept: _Kept,
+    now: datetime,
+    keep: timedelta | None,
+    limit: int,
+    after: int,
+) -> tuple[int, int | None]:
+    """At most ``limit`` rows after the row ``after`` (so that a caller going on in
+    batches reads each row once): found, and their new bytes made, in a transaction that
+    only reads (on SQLite it holds no write lock while it goes through the table), then
+    written in a short one of their own."""
+    if keep is None:
+        return 0, None
+    with db.reading() as session:
+        cuts, last = _find(session, kept, now, keep, after, limit)
+    if not cuts:
+        return 0, last
+    with db.transaction() as session:
+        return _write(session, kept, cuts, now, keep), last
+
+
+def _find(
+    session: Session,
+    kept: _Kept,
+    now: datetime,
+    keep: timedelta,
+    after: int,
+    limit: int | None,
 ) -> tuple[list[tuple[int, bytes]], int | None]:
     """The rows due after ``after``, the oldest first, at most ``limit``, each with its new
-    bytes; and the last of them when there may be more (else None)."""
-    query = (
-        select(OutboxMessage.id, OutboxMessage.message)
-        .where(OutboxMessage.id > after, _due(now, keep))
-        .order_by(OutboxMessage.id)
-    )
-    rows = session.execute(query if limit is None else query.limit(limit)).all()
-    cuts = [(row_id, sent_headers_only(message, now, keep)) for row_id, message in rows]
-    more = limit is not None and len(cuts) == limit
-    return cuts, cuts[-1][0] if more else None
+    bytes (read 100 at a time: a stored message may be large); and the last of them when
+    there may be more (else None)."""
+    query = select(kept.id).where(kept.id > after, kept.due(now, keep)).order_by(kept.id)
+    ids = list(session.scalars(query if limit is None else query.limit(limit)))
+    cuts: list[tuple[int, bytes]] = []
+    for start in range(0, len(ids), 100):
+        rows = session.execute(
+            select(kept.id, kept.data).where(kept.id.in_(ids[start : start + 100]))
+        ).all()
+        cuts.extend((row_id, kept.cut(data, now, keep)) for row_id, data in rows)
+    more = limit is not None and len(ids) == limit
+    return sorted(cuts), ids[-1] if more else None
 
 
-def _cut_sent(
-    session: Session, cuts: list[tuple[int, bytes]], now: datetime, keep: timedelta
+def _write(
+    session: Session, kept: _Kept, cuts: list[tuple[int, bytes]], now: datetime, keep: timedelta
 ) -> int:
     """Write these rows' new bytes, each under the conditions it was chosen by (it may have
-    bounced since, or another server may have cut it), so each message is cut once."""
+    changed since: a message bounced, or another server cut it), so each is cut once."""
     statement = (  # built once: a row's writing is then the database's work alone
-        update(OutboxMessage)
-        .where(OutboxMessage.id == bindparam("row"), _due(now, keep))
-        .values(message=bindparam("cut"))
+        update(kept.id.class_)
+        .where(kept.id == bindparam("row"), kept.due(now, keep))
+        .values({kept.data: bindparam("cut")})
         .execution_options(synchronize_session=False)
     )
     connection = session.connection()
-    trimmed = 0
-    for row_id, message in cuts:
-        trimmed += connection.execute(statement, {"row": row_id, "cut": message}).rowcount
-    return trimmed
+    return sum(
+        connection.execute(statement, {"row": row_id, "cut": data}).rowcount
+        for row_id, data in cuts
+    )

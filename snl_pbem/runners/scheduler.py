@@ -537,13 +537,7 @@ class RoundScheduler:
         if keep is None:
             log.info("inbound mail is kept whole (keep_processed_mail = false)")
             return 0
-        now = self.clock()
-        total = 0
-        while True:
-            trimmed = purge_batch(self.db, now, keep, PURGE_BATCH)
-            total += trimmed
-            if trimmed < PURGE_BATCH:
-                break
+        total = self._purge_all(purge_batch, keep)
         log.info(
             "trimmed %s received more than %s ago to their headers",
             counted(total, "handled inbound message"),
@@ -553,26 +547,34 @@ class RoundScheduler:
 
     def purge_sent(self) -> int:
         """Cut mail sent longer ago than keep_sent_mail to its headers and fingerprint (in
-        transactions of PURGE_BATCH messages, each row read once); logs and returns how
-        many were cut."""
+        transactions of PURGE_BATCH messages); logs and returns how many were cut."""
         keep = self.config.settings.mail.keep_sent_mail
         if keep is None:
             log.info("sent mail is kept whole (keep_sent_mail = false)")
             return 0
-        now = self.clock()
-        total, after = 0, 0
-        while True:
-            trimmed, last = purge_sent_batch(self.db, now, keep, PURGE_BATCH, after)
-            total += trimmed
-            if last is None:
-                break
-            after = last
+        total = self._purge_all(purge_sent_batch, keep)
         log.info(
             "trimmed %s sent more than %s ago to their headers and fingerprints",
             counted(total, "message"),
             format_duration(keep),
         )
         return total
+
+    def _purge_all(
+        self,
+        batch: Callable[[Database, datetime, timedelta, int, int], tuple[int, int | None]],
+        keep: timedelta,
+    ) -> int:
+        """Every row due, a batch at a time, each batch going on after the last row the one
+        before looked at (each row read once a purge)."""
+        now = self.clock()
+        total, after = 0, 0
+        while True:
+            trimmed, last = batch(self.db, now, keep, PURGE_BATCH, after)
+            total += trimmed
+            if last is None:
+                return total
+            after = last
 
     def _purge_job(self) -> None:
         """The daily purge: a failure (the database down) is one log line, tried again in

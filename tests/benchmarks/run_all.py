@@ -73,7 +73,7 @@ BENCHES = [
         "idle scheduler's CPU per minute flat; start-up quick with thousands of games",
     ),
     (
-        "Sent mail kept: cutting old mail to its headers and fingerprint",
+        "Mail kept: the daily purge of old mail, sent and received",
         "bench_retention.py",
         [],
         ["--rows", "1000"],
