@@ -429,9 +429,9 @@ class MailSettings(_Section):
     keep_sent_mail: KeepDuration = timedelta(days=90)
     """How long mail we sent is kept whole after it was sent; after that only its headers
     and a fingerprint of its lines (no text) are kept, so a copy of it pasted in a reply
-    is still known as ours. Mail waiting, failed or bounced is never cut; mail holding an
-    order key is cut as soon as it is sent. At least 1d; ``false`` keeps it forever. See
-    snl_pbem.app.retention."""
+    is still known as ours. Mail waiting, failed, or bounced before then is never cut;
+    mail holding an order key is cut as soon as it is sent. At least 1d; ``false`` keeps
+    it forever. See snl_pbem.app.retention."""
     max_stored_per_sender: Annotated[int, Field(ge=1)] = 200
     """Inbound messages stored from one sender per day, at most (enforced by the intake)."""
     max_stored_bytes_per_sender: Annotated[int, Field(ge=1024)] = 20 * 1024 * 1024

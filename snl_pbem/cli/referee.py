@@ -24,6 +24,7 @@ from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import ingest, retry_set_aside
 from snl_pbem.app.referee import extend, pause, render_status, resume, status
 from snl_pbem.app.reopened import notify_restored
+from snl_pbem.app.retention import is_trimmed_sent
 from snl_pbem.app.rounds import close_with_backup, rollback_round
 from snl_pbem.app.stored_mail import (
     inbound_message,
@@ -571,7 +572,14 @@ def _outbox_show(db: Database, outbox_id: int, tz: ZoneInfo) -> int:
     )
     if row.last_error:
         print(f"last error: {row.last_error.rstrip()}", file=sys.stderr)
-    if row.secret:  # an order key: never on a terminal, in a scrollback or a pasted log
+    if is_trimmed_sent(row.message):  # see keep_sent_mail
+        print(
+            f"outbox {row.id}: its body was removed after keep_sent_mail: its headers and "
+            "a fingerprint of its lines are kept",
+            file=sys.stderr,
+        )
+        sys.stdout.buffer.write(row.message)
+    elif row.secret:  # an order key: never on a terminal, in a scrollback or a pasted log
         print(
             f"outbox {row.id}: headers only: the body holds {row.recipient}'s order key",
             file=sys.stderr,

@@ -577,28 +577,38 @@ class RoundScheduler:
             after = last
 
     def _purge_job(self) -> None:
-        """The daily purge: a failure (the database down) is one log line, tried again in
-        an hour."""
-        try:
-            self.purge_mail()
-            self.purge_sent()
-            self._trim_mark = trim_changes(self.db, self._trim_mark)
-        except Exception as exc:
-            log.warning(
-                "trimming old mail failed (%s: %s); trying again in %s",
-                type(exc).__name__,
-                exc,
-                format_duration(PURGE_RETRY),
-            )
-            if self.scheduler is not None:
-                self.scheduler.add_job(
-                    self._purge_job,
-                    "date",
-                    run_date=datetime.now(UTC) + PURGE_RETRY,
-                    id="purge-mail-retry",
-                    replace_existing=True,
-                    misfire_grace_time=None,
+        """The daily purge: each part on its own (one failing does not stop the others);
+        a failure (the database down) is one log line, and the purge is tried again in an
+        hour."""
+        failed = False
+        for what, part in (
+            ("old inbound mail", self.purge_mail),
+            ("old sent mail", self.purge_sent),
+            ("the change feed", self._trim_feed),
+        ):
+            try:
+                part()
+            except Exception as exc:
+                failed = True
+                log.warning(
+                    "trimming %s failed (%s: %s); trying again in %s",
+                    what,
+                    type(exc).__name__,
+                    exc,
+                    format_duration(PURGE_RETRY),
                 )
+        if failed and self.scheduler is not None:
+            self.scheduler.add_job(
+                self._purge_job,
+                "date",
+                run_date=datetime.now(UTC) + PURGE_RETRY,
+                id="purge-mail-retry",
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def _trim_feed(self) -> None:
+        self._trim_mark = trim_changes(self.db, self._trim_mark)
 
     def catch_up(self) -> list[CloseOutcome]:
         """At start: close every round whose deadline passed while nothing ran (with LMTP,

@@ -200,7 +200,7 @@ def test_the_scheduler_cuts_sent_mail_in_batches_and_logs_how_many(
                 attempts=1,
                 next_attempt_at=at,
                 created_at=at,
-                sent_at=at if status in ("sent", "bounced") else None,
+                sent_at=at,  # (even on the failed one: its status alone keeps it whole)
             )
         )
 
@@ -222,8 +222,9 @@ def test_the_scheduler_cuts_sent_mail_in_batches_and_logs_how_many(
     with caplog.at_level(logging.INFO, "snl_pbem.scheduler"):
         assert rs.purge_sent() == PURGE_BATCH + 3
     event.remove(db.engine, "before_cursor_execute", seen)
-    assert "trimmed 503 messages sent more than 30d ago to their headers and fingerprints" in (
-        caplog.text.replace(str(PURGE_BATCH + 3), "503")
+    assert (
+        f"trimmed {PURGE_BATCH + 3} messages sent more than 30d ago to their headers and "
+        "fingerprints" in caplog.text
     )
     assert len(selects) == 2  # a batch, then the three left (each row read once)
     with db.transaction() as s:
@@ -289,11 +290,14 @@ def test_a_failed_purge_is_one_log_line_and_tried_again(
     def broken() -> int:
         raise RuntimeError("database down")
 
+    went_on: list[str] = []
     rs.purge_mail = broken  # type: ignore[method-assign]
+    rs.purge_sent = lambda: went_on.append("sent") or 0  # type: ignore[method-assign]
     try:
         with caplog.at_level(logging.WARNING, "snl_pbem.scheduler"):
             rs._purge_job()
-        assert "trimming old mail failed (RuntimeError: database down)" in caplog.text
+        assert "trimming old inbound mail failed (RuntimeError: database down)" in caplog.text
+        assert went_on == ["sent"]  # the other parts went on: each alone
         assert "Traceback" not in caplog.text
         assert scheduler.get_job("purge-mail-retry") is not None
     finally:
@@ -517,3 +521,59 @@ def test_sent_mail_that_bounced_or_was_cut_meanwhile_is_not_cut_again(db: Databa
 def outbox_messages(db: Database) -> list[bytes]:
     with db.transaction() as s:
         return list(s.scalars(select(OutboxMessage.message).order_by(OutboxMessage.id)))
+
+
+def test_a_cut_message_keeps_the_fingerprint_it_had(tmp_path: Path) -> None:
+    """Whatever our mail holds (Thai or Chinese quoted-printable, a replay file attached,
+    more lines than are fingerprinted, a DKIM signature in front), the cut message's
+    fingerprint, read from its body, is the one the whole message had; and only a cut
+    message starts with the mark."""
+    import shutil
+    import subprocess
+
+    from snl_pbem.app.retention import is_trimmed_sent, sent_headers_only
+    from snl_pbem.mail.compose import compose
+    from snl_pbem.mail.dkim import sign
+    from snl_pbem.mail.ours import MAX_SENT_LINES, fingerprint_of_sent
+
+    def ours(body: str, language: str = "en", **kw: object) -> bytes:
+        return compose(
+            sender="snl@example.org",
+            sender_name="Snakes and Ladders referee",
+            to="ann@example.org",
+            subject="[g1] Positions after round 3 ตำแหน่ง 第三轮",
+            body=body,
+            now=NOW,
+            message_id="<snl.1@example.org>",
+            game_name="g1",
+            language=language,
+            **kw,  # type: ignore[arg-type]
+        )
+
+    report = "GAME g1\nKEY (your order key)\nDICE 4\n-- \nThe g1 referee\n"
+    messages = {
+        "thai": ours("สวัสดีคุณ ann\n\nตำแหน่งหลังรอบที่ 3:\n  1   ann   13\n" + report, "th"),
+        "chinese": ours("你好 ann\n\n第三轮后的位置\uff1a\n  1   ann   13\n" + report, "zh-Hans"),
+        "replay": ours(
+            "The game is over.\n" + report,
+            attachments=[("g1-replay.txt", "text/plain", b"round 1: 4 4 4\n" * 500)],
+        ),
+        "long": ours("\n".join(f"round {i}: ann 13, bob 12" for i in range(600))),
+    }
+    if shutil.which("openssl") is not None:
+        key = tmp_path / "dkim.pem"
+        subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True)
+        messages["dkim"] = sign(
+            messages["thai"], selector="snl", domain="example.org", private_key=key.read_bytes()
+        )
+        assert messages["dkim"].startswith(b"DKIM-Signature:")
+    for name, raw in messages.items():
+        whole = fingerprint_of_sent(raw)
+        assert whole and not is_trimmed_sent(raw), name
+        cut = sent_headers_only(raw, NOW, KEEP)
+        assert is_trimmed_sent(cut), name
+        assert len(cut) < (len(raw) if name in ("replay", "long") else len(raw) + 300), name
+        assert fingerprint_of_sent(cut, scrubbed=True) == whole, name
+        assert b"ann" not in cut.split(b"\r\n\r\n", 1)[1], name  # no text: digests only
+    assert len(fingerprint_of_sent(messages["long"]).split()) == MAX_SENT_LINES
+    assert b"round 1: 4 4 4" not in sent_headers_only(messages["replay"], NOW, KEEP)

@@ -274,6 +274,23 @@ def test_outbox_failed_mail_is_listed_shown_and_retried(make_config, capsys, smt
     code, _, err = run(capsys, "outbox", "retry", str(welcome.id), *cfg)
     assert code == 2 and "it is sent, not failed" in err
 
+    # once kept for keep_sent_mail, the referee's notice is its headers and fingerprint
+    from datetime import timedelta
+
+    from snl_pbem.app.retention import purge_sent_mail
+    from snl_pbem.store import Database
+    from snl_pbem.timeutil import utcnow
+
+    notice = next(r for r in outbox_rows(config) if r.kind == "delivery-failure")
+    db = Database(config.database_url)
+    with db.transaction() as s:
+        assert purge_sent_mail(s, utcnow() + timedelta(days=91), timedelta(days=90))[0] >= 1
+    db.dispose()
+    code, out, err = run(capsys, "outbox", "show", str(notice.id), *cfg)
+    assert code == 0 and out.startswith("X-SNL-PBEM-Trimmed: body removed ")
+    assert "To: ref@example.org" in out and "X-SNL-PBEM-Lines:" in out
+    assert f"outbox {notice.id}: its body was removed after keep_sent_mail" in err
+
 
 def test_outbox_retry_all_failed_keeps_mail_for_a_changed_address(
     make_config, capsys, smtp_sink
