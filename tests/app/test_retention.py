@@ -577,3 +577,30 @@ def test_a_cut_message_keeps_the_fingerprint_it_had(tmp_path: Path) -> None:
         assert b"ann" not in cut.split(b"\r\n\r\n", 1)[1], name  # no text: digests only
     assert len(fingerprint_of_sent(messages["long"]).split()) == MAX_SENT_LINES
     assert b"round 1: 4 4 4" not in sent_headers_only(messages["replay"], NOW, KEEP)
+
+
+def test_the_purges_walk_each_table_in_its_primary_keys_order(tmp_path: Path) -> None:
+    """SQLite (no statistics): each batch's search goes on from the last row the batch
+    before looked at, by the primary key; with the outbox's status index it read and
+    sorted every sent row at each batch, the square of the backlog in all."""
+    from sqlalchemy import text
+
+    from snl_pbem.app.retention import _INBOUND, _SENT
+    from snl_pbem.store.migrate import upgrade
+
+    db = Database(f"sqlite:///{tmp_path / 'plan.db'}")
+    upgrade(db)
+    for kept in (_SENT, _INBOUND):
+        query = (
+            select(kept.id)
+            .where(kept.id > 5, kept.due(NOW, KEEP))
+            .order_by(kept.id)
+            .limit(PURGE_BATCH)
+        )
+        sql = str(query.compile(db.engine, compile_kwargs={"literal_binds": True}))
+        with db.engine.connect() as connection:
+            plan = [row[3] for row in connection.execute(text("EXPLAIN QUERY PLAN " + sql))]
+        assert plan == [
+            f"SEARCH {kept.id.class_.__tablename__} USING INTEGER PRIMARY KEY (rowid>?)"
+        ]
+    db.dispose()
