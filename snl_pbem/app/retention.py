@@ -148,7 +148,7 @@ def purge_sent_mail(
     (:func:`sent_headers_only`), the oldest first, those after the row ``after``; ``limit``
     cuts at most that many. Returns how many were cut and the last row looked at, or None
     when no more are due. Mail holding a key is scrubbed once sent already, and mail
-    waiting, failed or bounced is never cut. The caller commits."""
+    waiting, failed, or bounced before then is never cut. The caller commits."""
     return _purge(session, _SENT, now, keep, after, limit)
 
 
