@@ -342,7 +342,7 @@ def test_the_new_mail_settings_and_their_defaults(tmp_path: Path) -> None:
         ("keep_processed_mail = true", 'write a duration such as "90d", or false to keep'),
         ('keep_processed_mail = "3 months"', "'3 months' is not a duration"),
         ('keep_sent_mail = "23h"', "mail.keep_sent_mail: '23h' is shorter than 1d"),
-        ("keep_sent_mail = 90", "mail.keep_sent_mail: "),
+        ("keep_sent_mail = 90", 'mail.keep_sent_mail: 90 is not a duration (write e.g. "90s"'),
         ("max_stored_per_sender = 0", "mail.max_stored_per_sender: Input should be greater"),
         (
             "max_stored_bytes_per_sender = 100000",
