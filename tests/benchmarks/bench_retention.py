@@ -2,19 +2,20 @@
 ``keep_processed_mail``), on SQLite and PostgreSQL.
 
 Sent: the outbox is filled with mail as a host of many games writes it: round reports of a
-20-player game in English, Chinese and Thai (quoted-printable, with the order template),
-and one in twenty a game's last mail with its replay file attached, all sent long ago; each
-is cut to its headers and the fingerprint of its lines. Half as many again, sent in the last
-ten days, come after them: not due, but every batch's search must pass them. Inbound: players' orders as a
-phone's client sends them, replying above the quoted report, handled long ago; each is cut
-to its headers. The server's purge (``RoundScheduler.purge_sent``, ``purge_mail``: the rows
-due found and their new bytes made in a transaction that only reads, then written in
-transactions of PURGE_BATCH) is timed, with its longest writing transaction (on SQLite, the
-longest a close or the intake can wait for the write lock) and the bytes before and after.
-The baseline, in the same run on an identical table, is the bare writing of the same new
-bytes: one ``UPDATE ... SET message = ? WHERE id = ?`` a row, committed every PURGE_BATCH
-rows, with the new bytes made before the clock starts. Then the purge of a day with nothing
-due, on the purged table: what every later day costs.
+20-player game in English, Chinese and Thai (quoted-printable, with the order template), and
+one in twenty a game's last mail with its replay file attached, all sent long ago; each is
+cut to its headers and the fingerprint of its lines. Inbound: players' orders as a phone's
+client sends them, replying above the quoted report, handled long ago; each is cut to its
+headers. In each table, half as many again, of the last ten days, come after the old ones:
+not due, but every batch's search must pass them. The server's purge
+(``RoundScheduler.purge_sent``, ``purge_mail``: the rows due found and their new bytes made
+in a transaction that only reads, then written in transactions of PURGE_BATCH) is timed,
+with its longest writing transaction (on SQLite, the longest a close or the intake can wait
+for the write lock) and the bytes before and after. The baseline, in the same run on an
+identical table, is the bare writing of the same new bytes: one ``UPDATE ... SET message = ?
+WHERE id = ?`` a row, committed every PURGE_BATCH rows, with the new bytes made before the
+clock starts. Then the purge of a day with nothing due, on the purged table: what every
+later day costs.
 
 Run: .venv/bin/python tests/benchmarks/bench_retention.py [--rows 20000]
      [--db sqlite,postgresql] [--tables sent,inbound]
