@@ -179,6 +179,29 @@ def test_the_scheduler_purges_in_batches_and_logs_how_many(
     assert "kept whole (keep_processed_mail = false)" in caplog.text
 
 
+def sent_mail(
+    tag: str,
+    at: datetime,
+    *,
+    status: str = "sent",
+    secret: bool = False,
+    recipient: str = "ann@example.org",
+) -> OutboxMessage:
+    """An outbox row: a report sent (or, by ``status``, waiting, failed...) at ``at``."""
+    return OutboxMessage(
+        kind="report",
+        recipient=recipient,
+        message_id=f"<{tag}@example.org>",
+        message=b"From: snl@example.org\r\nSubject: r\r\n\r\n%s\r\n" % tag.encode(),
+        status=status,
+        secret=secret,
+        attempts=1,
+        next_attempt_at=at,
+        created_at=at,
+        sent_at=None if status == "pending" else at,
+    )
+
+
 def test_the_scheduler_cuts_sent_mail_in_batches_and_logs_how_many(
     db: Database, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -189,20 +212,8 @@ def test_the_scheduler_cuts_sent_mail_in_batches_and_logs_how_many(
     old = NOW - timedelta(days=31)
 
     def sent(i: int, status: str = "sent", at: datetime = old, secret: bool = False) -> None:
-        s.add(
-            OutboxMessage(
-                kind="report",
-                recipient=f"p{i % 7}@example.org",
-                message_id=f"<o{i}@example.org>",
-                message=b"From: snl@example.org\r\nSubject: r\r\n\r\nround %d\r\n" % i,
-                status=status,
-                secret=secret,
-                attempts=1,
-                next_attempt_at=at,
-                created_at=at,
-                sent_at=at,  # (even on the failed one: its status alone keeps it whole)
-            )
-        )
+        # (a sent_at even on the failed one: its status alone keeps it whole)
+        s.add(sent_mail(f"o{i}", at, status=status, secret=secret, recipient=f"p{i % 7}@x.org"))
 
     with db.transaction() as s:
         for i in range(PURGE_BATCH + 3):
@@ -246,19 +257,7 @@ def test_the_scheduler_purges_at_start_and_then_daily(db: Database, tmp_path: Pa
     config = load_config(_config(tmp_path, db.url))
     old = add(db, "ignored", datetime.now(UTC) - timedelta(days=91))
     with db.transaction() as s:  # and mail sent as long ago
-        s.add(
-            OutboxMessage(
-                kind="report",
-                recipient="ann@example.org",
-                message_id="<sent@example.org>",
-                message=b"From: snl@example.org\r\nSubject: r\r\n\r\nround 1\r\n",
-                status="sent",
-                attempts=1,
-                next_attempt_at=datetime.now(UTC) - timedelta(days=91),
-                created_at=datetime.now(UTC) - timedelta(days=91),
-                sent_at=datetime.now(UTC) - timedelta(days=91),
-            )
-        )
+        s.add(sent_mail("sent", datetime.now(UTC) - timedelta(days=91)))
     scheduler = make_scheduler()
     rs = RoundScheduler(db, config, scheduler=scheduler)
     rs.rebuild()
@@ -470,16 +469,7 @@ def test_mail_sent_longer_ago_than_keep_sent_mail_keeps_its_headers_and_fingerpr
 
 def add_waiting(db: Database) -> int:
     with db.transaction() as s:
-        row = OutboxMessage(
-            kind="ack",
-            recipient="ann@example.org",
-            message_id="<waiting@example.org>",
-            message=b"From: snl@example.org\r\nTo: ann@example.org\r\n\r\nHello ann\r\n",
-            status="pending",
-            attempts=0,
-            next_attempt_at=NOW,
-            created_at=NOW - timedelta(days=400),
-        )
+        row = sent_mail("waiting", NOW - timedelta(days=400), status="pending")
         s.add(row)
         s.flush()
         return row.id
@@ -493,19 +483,7 @@ def test_sent_mail_that_bounced_or_was_cut_meanwhile_is_not_cut_again(db: Databa
 
     with db.transaction() as s:
         for i in range(3):
-            s.add(
-                OutboxMessage(
-                    kind="report",
-                    recipient="ann@example.org",
-                    message_id=f"<m{i}@example.org>",
-                    message=b"From: snl@example.org\r\nSubject: r\r\n\r\nround %d\r\n" % i,
-                    status="sent",
-                    attempts=1,
-                    next_attempt_at=OLD,
-                    created_at=OLD,
-                    sent_at=OLD,
-                )
-            )
+            s.add(sent_mail(f"m{i}", OLD))
     with db.reading() as s:
         cuts, last = _find(s, _SENT, NOW, KEEP, 0, 10)
     ids = [row_id for row_id, _ in cuts]
