@@ -423,8 +423,10 @@ def _recent(ctx: Context, to: str, kinds: tuple[str, ...]) -> int:
 _Recent = tuple[dict[str, datetime], dict[tuple[str, str], list[datetime]]]
 """What ``_recent`` keeps: each address's mail read since when, and the times of its mail
 by (address, kind)."""
-_RECENT_AT_ONCE = 100
-"""Addresses whose recent mail is read in one query (a batch has at most 25 senders)."""
+_RECENT_AT_ONCE = 200
+"""Addresses whose recent mail is read in one query: a batch's senders (at most
+``snl_pbem.runners.mailboxes.BATCH_MAX``, 100) and the address written to, which may be
+spelt otherwise."""
 
 
 def _sent(ctx: Context, to: str, kind: str) -> None:

@@ -633,22 +633,37 @@ def test_a_message_held_back_goes_at_once_when_a_close_asks_for_it(intake, monke
         assert done.result(timeout=HANG).status == "processed"
 
 
-def test_an_imap_fetch_of_orders_is_written_in_one_transaction(intake, monkeypatch) -> None:
-    """A whole IMAP fetch (``BATCH`` small messages, what the poller stores in one commit)
-    is read and written as one batch by the readers as ``serve`` makes them: a batch costs
-    about 13 ms besides its messages, and in batches of 25 a fetch paid it four times
-    (bench_ingest: 1.3x the orders a second through Dovecot with the fetch in one)."""
-    from snl_pbem.mail.imap import BATCH as FETCH
+def _batches_recorded(monkeypatch) -> tuple[list[tuple[int, ...]], list[bool]]:
+    """The readers' batches as read (their ids), and each transaction's ``savepoints``
+    (False: written at once; True: written again, a savepoint each)."""
+    import snl_pbem.app.intake.batch as batch_module
 
-    db, config = intake
     reads: list[tuple[int, ...]] = []
-    real_read = mailboxes_module.read_batch
+    writes: list[bool] = []
+    real_read, real_write = mailboxes_module.read_batch, batch_module._write
 
     def reading(db, config, ids):
         reads.append(tuple(ids))
         return real_read(db, config, ids)
 
+    def writing(db, config, todo, read, *, savepoints):
+        writes.append(savepoints)
+        return real_write(db, config, todo, read, savepoints=savepoints)
+
     monkeypatch.setattr(mailboxes_module, "read_batch", reading)
+    monkeypatch.setattr(batch_module, "_write", writing)
+    return reads, writes
+
+
+def test_an_imap_fetch_of_orders_is_written_in_one_transaction(intake, monkeypatch) -> None:
+    """A whole IMAP fetch (``BATCH`` small messages, what the poller stores in one commit)
+    is read and written as one batch, in one transaction, by the readers as ``serve`` makes
+    them: a batch costs about 13 ms besides its messages, and in batches of 25 a fetch paid
+    it four times (bench_ingest: 1.3x the orders a second through Dovecot in one)."""
+    from snl_pbem.mail.imap import BATCH as FETCH
+
+    db, config = intake
+    reads, writes = _batches_recorded(monkeypatch)
     names = ("ann", "bob", "cy")
     fetch = [
         (
@@ -670,3 +685,73 @@ def test_an_imap_fetch_of_orders_is_written_in_one_transaction(intake, monkeypat
     for _, future in stored:
         assert future.result(timeout=HANG).status == "processed"
     assert reads == [tuple(result.inbound_id for result, _ in stored)]
+    assert writes == [False]  # one transaction, never written again
+    assert len(orders_of(db)) == FETCH  # each message's order set stored
+
+
+def test_a_batch_of_large_messages_is_bounded_by_its_bytes(intake, monkeypatch) -> None:
+    """Replies quoting a report (tens of KB each, HTML often) fill a batch by their bytes
+    before its count: a batch reads no more bytes than 25 of the largest batched messages
+    (``BATCH_TOTAL_BYTES``), as its reading counts against ``IN_ORDER_SECONDS`` whole."""
+    db, config = intake
+    reads, _ = _batches_recorded(monkeypatch)
+    quote = "".join(f"> line {n:05d} of the round report you sent us\r\n" for n in range(1200))
+    raws = [
+        mail(f"KEY ann-key-123\nDICE {1 + i % 6}\n\n{quote}", "ann@example.org", f"q{i:02d}")
+        for i in range(40)
+    ]
+    size = len(raws[0])
+    assert all(len(raw) == size for raw in raws)
+    assert mailboxes_module.BATCH_BYTES // 2 < size <= mailboxes_module.BATCH_BYTES
+    entry = Intake(db, config, readers=Readers())
+    stored = entry.store_many([(raw, T0, "t", None, None, None) for raw in raws])
+    for _, future in stored:
+        future.result(timeout=HANG)
+    per_batch = mailboxes_module.BATCH_TOTAL_BYTES // size
+    assert 1 < per_batch < len(raws) < mailboxes_module.BATCH_MAX
+    assert [len(ids) for ids in reads] == [per_batch, len(raws) - per_batch]
+    assert [i for ids in reads for i in ids] == [result.inbound_id for result, _ in stored]
+
+
+PACED = 60.0
+"""A pace no test waits out: what these tests see taken is taken for another reason."""
+
+
+def test_fewer_than_a_batch_are_paced_and_what_comes_meanwhile_joins(intake, monkeypatch) -> None:
+    """LMTP's sessions deliver one message each at a time: fewer than a batch are taken
+    ``pace`` after the batch before at the soonest, with what came meanwhile (unpaced they
+    went about ten a batch, each batch's fixed cost paid again). The first message after a
+    pause is taken at once, and a whole batch queued is taken at once."""
+    db, config = intake
+    reads, _ = _batches_recorded(monkeypatch)
+    entry = Intake(db, config, readers=Readers(threads=2, batch=4, pace=PACED))
+    names = ("ann", "bob", "cy", "ann", "bob")
+    stored = []
+    for n, name in enumerate(names):
+        raw = mail(f"KEY {name}-key-123\nDICE {n + 1}", f"{name}@example.org", f"p{n}")
+        stored.append(entry.store(raw, T0, "t"))
+        if n == 0:  # alone after a pause: at once (a pace of a minute is never waited out)
+            assert stored[0][1].result(timeout=PACED / 2).status == "processed"
+        if n == 3:  # three paced: none taken (unpaced, the first is taken at once)
+            time.sleep(0.3)
+            assert len(reads) == 1
+    for _, future in stored:
+        assert future.result(timeout=PACED / 2).status == "processed"
+    ids = [result.inbound_id for result, _ in stored]
+    assert reads == [(ids[0],), tuple(ids[1:])]  # the fourth queued made a whole batch
+
+
+def test_a_message_a_close_waits_for_is_not_paced(intake, monkeypatch) -> None:
+    """A message held by the pace goes at once when a close asks for it."""
+    db, config = intake
+    reads, _ = _batches_recorded(monkeypatch)
+    readers = Readers(threads=2, batch=4, pace=PACED)
+    entry = Intake(db, config, readers=readers)
+    first = entry.store(mail("KEY ann-key-123\nDICE 1", "ann@example.org", "c0"), T0, "t")
+    assert first[1].result(timeout=PACED / 2).status == "processed"
+    raw = mail("KEY bob-key-123\nDICE 2", "bob@example.org", "c1")
+    result, future = entry.store(raw, T0, "t")
+    assert result.inbound_id is not None
+    readers.submit_urgent(db, config, {result.inbound_id: (len(raw), "bob@example.org")})
+    assert future.result(timeout=PACED / 2).status == "processed"
+    assert reads == [(first[0].inbound_id,), (result.inbound_id,)]
