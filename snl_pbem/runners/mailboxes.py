@@ -81,14 +81,16 @@ A batch of 100 orders is written in about 60 ms of a core (``apply_batch`` alone
 and is written again); a close's own messages go first. Larger messages fill a batch by
 their bytes first (``BATCH_TOTAL_BYTES``)."""
 PACE_SECONDS = 0.1
-"""Batches of fewer than ``BATCH_MAX`` are taken one this often at most (a close's messages,
-and a whole batch, at once). LMTP's sessions deliver one message each at a time, so its
-batches held what came while the one before was read and written (about ten); each batch
-costs about 13 ms besides its messages, in the process that also answers the sessions.
-Paced, they hold about forty: through LMTP 1.25-1.3x the orders a second on SQLite, 1.13x
-on PostgreSQL (bench_ingest). A message that comes alone after a pause is taken at once;
-under a flood its reply waits this much longer at most. The MTA's answer (250) never waits
-for it: it is sent once the message is stored."""
+"""While fewer messages than a batch (``BATCH_MAX``) are queued, a batch is taken this long
+after the one before at the soonest, so what comes meanwhile joins it. At once: a close's
+messages, a whole batch queued, a message that cannot join a batch (large, or of unknown
+size), and a message that comes after a pause. LMTP's sessions deliver one message each at
+a time, so its batches held what came while the one before was read and written (about
+ten); each batch costs about 13 ms besides its messages, in the process that also answers
+the sessions. Paced, they hold about forty: through LMTP 1.25-1.3x the orders a second on
+SQLite, 1.13x on PostgreSQL (bench_ingest). Under such a flood a message's reply waits up
+to this much longer; the MTA's answer (250) never waits for it: it is sent once the
+message is stored."""
 READ_AHEAD = 2
 """Batches read and waiting for their transaction (or in it) at most: the one being written
 and the next, read meanwhile."""
@@ -360,9 +362,14 @@ class Readers:
             return None, min(fresh[job.sender] for job in urgent) + self.in_order - now
         if fresh:  # in order, unless the one read last is slow
             return None, max(fresh.values()) + self.in_order - now
-        if len(self._queued) < self.batch and now < self._taken_at + self.pace:
+        head = min(self._queued.values(), key=lambda j: j.inbound_id)
+        if (
+            len(self._queued) < self.batch
+            and now < self._taken_at + self.pace
+            and 0 < head.size <= BATCH_BYTES  # (one that cannot join a batch gains nothing)
+        ):
             return None, self._taken_at + self.pace - now  # paced: what comes meanwhile joins
-        return min(self._queued.values(), key=lambda j: j.inbound_id), None
+        return head, None
 
     def _work(self) -> None:
         while True:

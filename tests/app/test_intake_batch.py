@@ -703,7 +703,8 @@ def test_a_batch_of_large_messages_is_bounded_by_its_bytes(intake, monkeypatch) 
     size = len(raws[0])
     assert all(len(raw) == size for raw in raws)
     assert mailboxes_module.BATCH_BYTES // 2 < size <= mailboxes_module.BATCH_BYTES
-    entry = Intake(db, config, readers=Readers())
+    # (in_order: ann's next batch is never taken while her first is read, however slow)
+    entry = Intake(db, config, readers=Readers(in_order=HANG))
     stored = entry.store_many([(raw, T0, "t", None, None, None) for raw in raws])
     for _, future in stored:
         future.result(timeout=HANG)
@@ -752,6 +753,24 @@ def test_a_message_a_close_waits_for_is_not_paced(intake, monkeypatch) -> None:
     raw = mail("KEY bob-key-123\nDICE 2", "bob@example.org", "c1")
     result, future = entry.store(raw, T0, "t")
     assert result.inbound_id is not None
+    time.sleep(0.3)
+    assert len(reads) == 1  # held by the pace (unpaced, it is taken at once)
     readers.submit_urgent(db, config, {result.inbound_id: (len(raw), "bob@example.org")})
+    assert future.result(timeout=PACED / 2).status == "processed"
+    assert reads == [(first[0].inbound_id,), (result.inbound_id,)]
+
+
+def test_a_message_that_cannot_join_a_batch_is_not_paced(intake, monkeypatch) -> None:
+    """A message too large to join a batch is read alone: the pace would gain nothing, and
+    it is taken at once."""
+    db, config = intake
+    reads, _ = _batches_recorded(monkeypatch)
+    entry = Intake(db, config, readers=Readers(threads=2, batch=4, pace=PACED))
+    first = entry.store(mail("KEY ann-key-123\nDICE 1", "ann@example.org", "l0"), T0, "t")
+    assert first[1].result(timeout=PACED / 2).status == "processed"
+    quote = "".join(f"> line {n:05d} of the round report you sent us\r\n" for n in range(2000))
+    raw = mail(f"KEY bob-key-123\nDICE 2\n\n{quote}", "bob@example.org", "l1")
+    assert len(raw) > mailboxes_module.BATCH_BYTES
+    result, future = entry.store(raw, T0, "t")
     assert future.result(timeout=PACED / 2).status == "processed"
     assert reads == [(first[0].inbound_id,), (result.inbound_id,)]
