@@ -633,6 +633,11 @@ def test_a_message_held_back_goes_at_once_when_a_close_asks_for_it(intake, monke
         assert done.result(timeout=HANG).status == "processed"
 
 
+def quoted(lines: int) -> str:
+    """A reply's quote of a round report, ``lines`` lines long (about 51 bytes each)."""
+    return "".join(f"> line {n:05d} of the round report you sent us\r\n" for n in range(lines))
+
+
 def _batches_recorded(monkeypatch) -> tuple[list[tuple[int, ...]], list[bool]]:
     """The readers' batches as read (their ids), and each transaction's ``savepoints``
     (False: written at once; True: written again, a savepoint each)."""
@@ -695,7 +700,7 @@ def test_a_batch_of_large_messages_is_bounded_by_its_bytes(intake, monkeypatch) 
     (``BATCH_TOTAL_BYTES``), as its reading counts against ``IN_ORDER_SECONDS`` whole."""
     db, config = intake
     reads, _ = _batches_recorded(monkeypatch)
-    quote = "".join(f"> line {n:05d} of the round report you sent us\r\n" for n in range(1200))
+    quote = quoted(1200)
     raws = [
         mail(f"KEY ann-key-123\nDICE {1 + i % 6}\n\n{quote}", "ann@example.org", f"q{i:02d}")
         for i in range(40)
@@ -768,7 +773,7 @@ def test_a_message_that_cannot_join_a_batch_is_not_paced(intake, monkeypatch) ->
     entry = Intake(db, config, readers=Readers(threads=2, batch=4, pace=PACED))
     first = entry.store(mail("KEY ann-key-123\nDICE 1", "ann@example.org", "l0"), T0, "t")
     assert first[1].result(timeout=PACED / 2).status == "processed"
-    quote = "".join(f"> line {n:05d} of the round report you sent us\r\n" for n in range(2000))
+    quote = quoted(2000)
     raw = mail(f"KEY bob-key-123\nDICE 2\n\n{quote}", "bob@example.org", "l1")
     assert len(raw) > mailboxes_module.BATCH_BYTES
     result, future = entry.store(raw, T0, "t")
