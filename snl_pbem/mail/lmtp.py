@@ -60,6 +60,13 @@ STATUS = {
 
 T = TypeVar("T")
 
+STORE_THREADS = 32
+"""Threads that store delivered messages (the receiver's loop's executor), so that as many
+sessions as an MTA opens at once (Postfix: 20 to one destination) have their messages
+stored together (``snl_pbem.runners.mailboxes.GroupStore``). asyncio's own default, on two
+cores, is six: a seventh session's message waited for a thread, and a group held six at
+most. A thread is made only when none is free."""
+
 Deliver = Callable[[bytes, str], object]
 """Store (and process) one raw message; raises if it could not be stored."""
 
@@ -143,6 +150,9 @@ class ReceiverController(Controller):
         self._redelivery: concurrent.futures.Future[None] | None = None
         self.fqdn = socket.getfqdn()  # once: aiosmtpd would look it up for every connection
         self.loop.set_exception_handler(self._loop_error)
+        self.loop.set_default_executor(  # (shut down with the loop, as asyncio's own)
+            concurrent.futures.ThreadPoolExecutor(STORE_THREADS, "snl-pbem-lmtp-store")
+        )
         aiosmtpd_log = logging.getLogger("mail.log")
         if not any(isinstance(f, ThrottleFilter) for f in aiosmtpd_log.filters):
             aiosmtpd_log.addFilter(ThrottleFilter())

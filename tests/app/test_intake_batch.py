@@ -779,3 +779,79 @@ def test_a_message_that_cannot_join_a_batch_is_not_paced(intake, monkeypatch) ->
     result, future = entry.store(raw, T0, "t")
     assert future.result(timeout=PACED / 2).status == "processed"
     assert reads == [(first[0].inbound_id,), (result.inbound_id,)]
+
+
+def test_a_group_store_lingers_for_others_only_after_a_group_of_several(
+    intake, monkeypatch
+) -> None:
+    """LMTP's group store (``GroupStore``): a message alone is written at once; after a
+    group of several (sessions delivering together), the next waits ``linger`` for others,
+    and one that comes meanwhile is written in the same transaction. Each caller returns
+    once its own message is committed."""
+    db, config = intake
+    group = mailboxes_module.GroupStore(db, config, linger=0.25)
+    groups: list[int] = []
+    written = mailboxes_module.store_many
+    release = threading.Event()
+
+    def recorded(db_, config_, messages, envelopes):
+        groups.append(len(messages))
+        if len(groups) == 2:  # the second group waits until two more queue behind it
+            assert release.wait(HANG)
+        return written(db_, config_, messages, envelopes)
+
+    monkeypatch.setattr(mailboxes_module, "store_many", recorded)
+    lingered: list[float] = []
+    sleep = time.sleep
+    meanwhile: list[int] = []  # a message another session delivers while one lingers
+
+    def linger(seconds: float) -> None:
+        lingered.append(seconds)
+        if meanwhile:
+            threads.append(deliver(meanwhile.pop()))
+            until(lambda: len(group._queue) == 2)
+
+    monkeypatch.setattr(mailboxes_module.time, "sleep", linger)
+
+    def message(n: int) -> tuple[bytes, object, str, None, None, None]:
+        return (
+            mail(f"KEY ann-key-123\nDICE {n}", "ann@example.org", f"g{n}"),
+            T0,
+            "lmtp",
+            None,
+            None,
+            None,
+        )
+
+    def deliver(n: int) -> threading.Thread:
+        raw = message(n)
+        thread = threading.Thread(target=lambda: stored.append(group.store(raw, (None, None))))
+        thread.start()
+        return thread
+
+    def until(done) -> None:
+        deadline = time.monotonic() + HANG
+        while not done():
+            assert time.monotonic() < deadline
+            sleep(0.001)
+
+    stored: list = []
+    group.store(message(1), (None, None))  # alone: written at once
+    threads = [deliver(2)]
+    until(lambda: len(groups) == 2)  # written alone too (held in its write)
+    threads += [deliver(3), deliver(4)]
+    until(lambda: len(group._queue) == 2)
+    release.set()  # 2 is committed; 3 and 4 go together, at once
+    for thread in threads:
+        thread.join(HANG)
+    assert groups == [1, 1, 2] and lingered == []
+    threads, meanwhile[:] = [], [6]
+    group.store(message(5), (None, None))  # after a group of two: it lingers, 6 joins it
+    for thread in threads:
+        thread.join(HANG)
+    assert groups == [1, 1, 2, 2] and lingered == [0.25]
+    assert len(stored) == 4 and all(result.status == "new" for result, _ in stored)
+    group.store(message(7), (None, None))  # after a group of two: it lingers, alone
+    assert groups == [1, 1, 2, 2, 1] and lingered == [0.25, 0.25]
+    group.store(message(8), (None, None))  # after one alone: at once
+    assert groups == [1, 1, 2, 2, 1, 1] and lingered == [0.25, 0.25]

@@ -130,6 +130,47 @@ def test_database_busy_is_a_temporary_451(tmp_path: Path) -> None:
         db.dispose()
 
 
+def test_as_many_sessions_as_an_mta_opens_are_stored_at_once() -> None:
+    """Twenty sessions (Postfix's limit to one destination) each deliver a message while
+    the stores are held: all twenty are in the store at once (``STORE_THREADS``; asyncio's
+    default on two cores is six threads, and a group store could hold six at most), and
+    each gets its 250 once let go."""
+    inside: list[bytes] = []
+    lock, release = threading.Lock(), threading.Event()
+
+    def deliver(raw: bytes, source: str) -> None:
+        with lock:
+            inside.append(raw)
+        assert release.wait(60)
+
+    controller, port = plain_receiver(deliver)
+    codes: list[int] = []
+
+    def session(n: int) -> None:
+        with lmtp(port) as client:
+            client.timeout = 60
+            client.ehlo("mta.example.org")
+            client.mail(f"p{n}@example.org")
+            client.rcpt("snl@example.org")
+            code, _ = client.data(f"From: p{n}@example.org\r\n\r\nDICE 3\r\n".encode())
+            codes.append(code)
+
+    threads = [threading.Thread(target=session, args=(n,)) for n in range(20)]
+    try:
+        for thread in threads:
+            thread.start()
+        until = time.monotonic() + 60  # a hang detector: with six threads it never comes
+        while len(inside) < 20 and time.monotonic() < until:
+            time.sleep(0.01)
+        assert len(inside) == 20
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(60)
+        controller.stop()
+    assert codes == [250] * 20
+
+
 def test_lmtp_answers_once_per_recipient(receiver) -> None:
     port, db, _ = receiver
     raw = (CORPUS / "apple_mail_reply.eml").read_bytes()
