@@ -64,8 +64,8 @@ STORE_THREADS = 32
 """Threads that store delivered messages (the receiver's loop's executor), so that as many
 sessions as an MTA opens at once (Postfix: 20 to one destination) have their messages
 stored together (``snl_pbem.runners.mailboxes.GroupStore``). asyncio's own default, on two
-cores, is six: a seventh session's message waited for a thread, and a group held six at
-most. A thread is made only when none is free."""
+cores, is six (``min(32, cores + 4)``): a seventh session's message waited for a thread,
+and a group held six at most. A thread is made only when none is free."""
 
 Deliver = Callable[[bytes, str], object]
 """Store (and process) one raw message; raises if it could not be stored."""

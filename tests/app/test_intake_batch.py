@@ -781,29 +781,25 @@ def test_a_message_that_cannot_join_a_batch_is_not_paced(intake, monkeypatch) ->
     assert reads == [(first[0].inbound_id,), (result.inbound_id,)]
 
 
-def test_a_group_store_lingers_for_others_only_after_a_group_of_several(
-    intake, monkeypatch
-) -> None:
-    """LMTP's group store (``GroupStore``): a message alone is written at once; after a
-    group of several (sessions delivering together), the next waits ``linger`` for others,
-    and one that comes meanwhile is written in the same transaction. Each caller returns
-    once its own message is committed."""
+def test_a_group_store_lingers_for_others_only_soon_after_a_group_of_several(intake) -> None:
+    """LMTP's group store (``GroupStore``): a message alone is written at once; soon after
+    a group of several (sessions delivering together), the next waits ``linger`` for
+    others, and one that comes meanwhile is written in the same transaction; after a pause
+    none waits. Each caller returns once its own message is committed. (Its sleep and its
+    clock are the test's: nothing here depends on the machine's speed.)"""
     db, config = intake
-    group = mailboxes_module.GroupStore(db, config, linger=0.25)
     groups: list[int] = []
-    written = mailboxes_module.store_many
     release = threading.Event()
 
     def recorded(db_, config_, messages, envelopes):
         groups.append(len(messages))
         if len(groups) == 2:  # the second group waits until two more queue behind it
             assert release.wait(HANG)
-        return written(db_, config_, messages, envelopes)
+        return store_many(db_, config_, messages, envelopes)
 
-    monkeypatch.setattr(mailboxes_module, "store_many", recorded)
     lingered: list[float] = []
-    sleep = time.sleep
     meanwhile: list[int] = []  # a message another session delivers while one lingers
+    now = [0.0]
 
     def linger(seconds: float) -> None:
         lingered.append(seconds)
@@ -811,17 +807,13 @@ def test_a_group_store_lingers_for_others_only_after_a_group_of_several(
             threads.append(deliver(meanwhile.pop()))
             until(lambda: len(group._queue) == 2)
 
-    monkeypatch.setattr(mailboxes_module.time, "sleep", linger)
+    group = mailboxes_module.GroupStore(
+        db, config, linger=0.25, within=0.1, sleep=linger, clock=lambda: now[0]
+    )
 
     def message(n: int) -> tuple[bytes, object, str, None, None, None]:
-        return (
-            mail(f"KEY ann-key-123\nDICE {n}", "ann@example.org", f"g{n}"),
-            T0,
-            "lmtp",
-            None,
-            None,
-            None,
-        )
+        raw = mail(f"KEY ann-key-123\nDICE {n}", "ann@example.org", f"g{n}")
+        return (raw, T0, "lmtp", None, None, None)
 
     def deliver(n: int) -> threading.Thread:
         raw = message(n)
@@ -833,25 +825,29 @@ def test_a_group_store_lingers_for_others_only_after_a_group_of_several(
         deadline = time.monotonic() + HANG
         while not done():
             assert time.monotonic() < deadline
-            sleep(0.001)
+            time.sleep(0.001)
 
     stored: list = []
-    group.store(message(1), (None, None))  # alone: written at once
-    threads = [deliver(2)]
-    until(lambda: len(groups) == 2)  # written alone too (held in its write)
-    threads += [deliver(3), deliver(4)]
-    until(lambda: len(group._queue) == 2)
-    release.set()  # 2 is committed; 3 and 4 go together, at once
-    for thread in threads:
-        thread.join(HANG)
-    assert groups == [1, 1, 2] and lingered == []
-    threads, meanwhile[:] = [], [6]
-    group.store(message(5), (None, None))  # after a group of two: it lingers, 6 joins it
-    for thread in threads:
-        thread.join(HANG)
-    assert groups == [1, 1, 2, 2] and lingered == [0.25]
-    assert len(stored) == 4 and all(result.status == "new" for result, _ in stored)
-    group.store(message(7), (None, None))  # after a group of two: it lingers, alone
-    assert groups == [1, 1, 2, 2, 1] and lingered == [0.25, 0.25]
-    group.store(message(8), (None, None))  # after one alone: at once
-    assert groups == [1, 1, 2, 2, 1, 1] and lingered == [0.25, 0.25]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mailboxes_module, "store_many", recorded)
+        group.store(message(1), (None, None))  # alone: written at once
+        threads = [deliver(2)]
+        until(lambda: len(groups) == 2)  # written alone too (held in its write)
+        threads += [deliver(3), deliver(4)]
+        until(lambda: len(group._queue) == 2)
+        release.set()  # 2 is committed; 3 and 4 go together, at once
+        for thread in threads:
+            thread.join(HANG)
+        assert groups == [1, 1, 2] and lingered == []
+        threads, meanwhile[:], now[0] = [], [6], 0.05
+        group.store(message(5), (None, None))  # soon after a group of two: 6 joins it
+        for thread in threads:
+            thread.join(HANG)
+        assert groups == [1, 1, 2, 2] and lingered == [0.25]
+        assert len(stored) == 4 and all(result.status == "new" for result, _ in stored)
+        now[0] = 0.1
+        group.store(message(7), (None, None))  # soon after that group: it lingers, alone
+        assert groups == [1, 1, 2, 2, 1] and lingered == [0.25, 0.25]
+        now[0] = 0.2
+        group.store(message(8), (None, None))  # after a pause: at once
+        assert groups == [1, 1, 2, 2, 1, 1] and lingered == [0.25, 0.25]
