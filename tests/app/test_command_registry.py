@@ -183,7 +183,9 @@ def test_the_players_guide_names_every_command_a_player_can_send() -> None:
 
 def test_the_registry_reads_a_mail_as_the_sandbox_did() -> None:
     """ParsedMail keeps the lines it read; the registry's reading of them is the
-    sandbox's (with every command registered, the same table)."""
+    sandbox's (with every command registered, the same table), so the sandbox's is used
+    and they are not read again (issue 23; with another table they are: the toy command's
+    test below)."""
     bodies = [
         "GAME g1\r\nKEY ann-key-123\r\nDICE 4 2\r\nTRAPDOOR 37\r\nSTATUS\r\n",
         "KEY ann-key-123\r\nDICE 2\r\n\r\nOn Mon, 30 Nov 2026 at 09:00, Ann <ann@example.org> "
@@ -194,7 +196,11 @@ def test_the_registry_reads_a_mail_as_the_sandbox_did() -> None:
         parsed = parse_message(mail(body, "Re: [g1] orders"), "game@example.org")
         assert parsed.commands is not None
         assert parsed.lines == tuple(read_lines(body)[0])
-        assert read(parsed) == parsed.commands
+        again = read_commands(
+            parsed.lines, parsed.dropped, parsed.cut, parsed.subject, reading_table()
+        )
+        assert again == parsed.commands
+        assert read(parsed) is parsed.commands
 
 
 def test_a_toy_command_is_one_file() -> None:
