@@ -10,9 +10,9 @@ sandbox) and processed in parallel, and tells each typed result to one
 IMAP fetch is stored in one transaction before it is moved; LMTP deliveries that arrive
 while one is being written are written together next (:class:`GroupStore`; while several
 sessions deliver, a group waits a millisecond for others), each answered 250 once
-committed; and the small messages queued behind the one a reader
-takes are read in one sandbox round trip and processed in one transaction, a savepoint
-each (``snl_pbem.app.intake.batch``). A message that runs to the sandbox's time limit
+committed; and the small messages queued behind the one a reader takes are read in one
+sandbox round trip and processed in one transaction, a savepoint each
+(``snl_pbem.app.intake.batch``). A message that runs to the sandbox's time limit
 holds one reader for that long, never the mailbox or the messages after it. A round's close asks
 the same readers for the messages received before its deadline and still
 unread, and waits for them at most ``CLOSE_WAIT_SECONDS``

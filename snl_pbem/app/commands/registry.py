@@ -116,9 +116,10 @@ def unregister(word: str) -> Command:
 
 _VERSION = [0]
 """Bumped at every change of the commands (``_changed``)."""
-_TABLE: list[tuple[int, Mapping[str, Reader]]] = []
-"""``reading_table``'s table and the version it was made of: made once while no command
-changes, as every message read in a batch asks for it (issue 23)."""
+_TABLE: list[tuple[int, Mapping[str, Reader], bool]] = []
+"""``reading_table``'s table, the version it was made of, and whether it is READERS (the
+sandbox's: ``read``): made once while no command changes, as every message read in a batch
+asks for it (issue 23)."""
 
 
 def _changed() -> None:
@@ -193,14 +194,21 @@ def commands(
 def reading_table() -> Mapping[str, Reader]:
     """Each first word (aliases too) and its reader: the table for
     :func:`snl_pbem.mail.commands.read_commands`."""
+    return _made()[0]
+
+
+def _made() -> tuple[Mapping[str, Reader], bool]:
+    """The reading table, and whether it is READERS: the same words, each to the same
+    reader."""
     register_order_words()  # (may change the commands: before the table is looked at)
     version = _VERSION[0]  # read first: a change while the table is made makes it stale
     made = _TABLE[:1]
     if made and made[0][0] == version:
-        return made[0][1]
+        return made[0][1], made[0][2]
     table = MappingProxyType({first: c.read for c in commands() for first in c.firsts})
-    _TABLE[:] = [(version, table)]
-    return table
+    sandboxs = dict(table) == dict(READERS)
+    _TABLE[:] = [(version, table, sandboxs)]
+    return table, sandboxs
 
 
 def read(mail: ParsedMail) -> Commands:
@@ -212,25 +220,10 @@ def read(mail: ParsedMail) -> Commands:
     of the readers' time through Dovecot by py-spy's samples). A robot's mail has none."""
     if mail.commands is None:
         return read_commands((), 0, None)
-    table = reading_table()
-    if _as_the_sandboxs(table):
+    table, sandboxs = _made()
+    if sandboxs:
         return mail.commands
     return read_commands(mail.lines, mail.dropped, mail.cut, mail.subject, table)
-
-
-_SANDBOXS: list[tuple[Mapping[str, Reader], bool]] = []
-"""The last table compared with READERS, and whether they are the same (one at a time: a
-table is made again only when a command is registered or unregistered)."""
-
-
-def _as_the_sandboxs(table: Mapping[str, Reader]) -> bool:
-    """Whether ``table`` is READERS: the same words, each to the same reader."""
-    known = _SANDBOXS[:1]
-    if known and known[0][0] is table:
-        return known[0][1]
-    same = dict(table) == dict(READERS)
-    _SANDBOXS[:] = [(table, same)]
-    return same
 
 
 def help_lines(group: str) -> tuple[str, ...]:
