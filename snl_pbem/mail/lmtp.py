@@ -82,6 +82,22 @@ class GameAddressHandler:
         self.not_stored = 0
         """Messages answered 451 (not stored: the MTA keeps them and retries later)."""
 
+    async def handle_EHLO(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        """LHLO's reply (EHLO's, over SMTP): aiosmtpd's, naming PIPELINING too (RFC 2920).
+        aiosmtpd reads a session's commands in order from what has arrived, whether or not
+        the client waited for each reply; told so, an MTA sends MAIL, RCPT and DATA
+        together (Postfix's LMTP client, smtp(8), does when the reply names it): two round
+        trips a message instead of four."""
+        session.host_name = hostname  # (aiosmtpd sets it itself only without this hook)
+        return [*responses[:-1], "250-PIPELINING", responses[-1]]
+
     async def handle_RCPT(
         self,
         server: SMTP,
