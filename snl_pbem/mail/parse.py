@@ -1223,22 +1223,27 @@ not one ends it (an empty line, or a body without the empty line before it)."""
 class _Head(dict[str, str]):
     """The first value of some headers, by lower-cased name, as a compat32 ``Message``
     gives them: ``get`` is ``Message.get`` (any case), all ``header`` and
-    ``sender_address`` call."""
+    ``sender_address`` call. ``eight_bit``: a value held 8-bit bytes (the parser gives a
+    ``Header`` for it, and it is left out here). ``cut``: the one whose value ran to the
+    limit read, with more of the message after it (it may go on past it: left out)."""
+
+    eight_bit = False
+    cut: str | None = None
 
     def get(self, name: str, default: Any = None) -> Any:
         return super().get(name.lower(), default)
 
 
-def first_headers(raw: bytes, names: tuple[str, ...], limit: int = ENVELOPE_BYTES) -> _Head | None:
+def first_headers(raw: bytes, names: tuple[str, ...], limit: int = ENVELOPE_BYTES) -> _Head:
     """The first value of each of ``names`` (lower-case) in ``raw[:limit]``, as
     ``BytesHeaderParser`` (compat32) reads it, without building its message: the header
     section is cut into lines as its parser cuts them (at CR, LF or CRLF), a header's
     lines joined as ``Compat32.header_source_parse`` joins them, a first line starting
     ``From `` taken as the envelope's, one elsewhere or starting with ``:`` set aside, a
-    continuation with no header before it too. None when a value wanted holds 8-bit bytes
-    (the parser gives a ``Header`` for it: read it with the parser). About 8 us for an
-    order's head, against 35 us through the parser (issue 23: the poller reads each
-    message's envelope before storing it)."""
+    continuation with no header before it too. A value with 8-bit bytes, or cut by the
+    limit, is left out (``_Head.eight_bit``, ``_Head.cut``). About 8 us for an order's
+    head, against 35 us through the parser (issue 23: the poller reads each message's
+    envelope before storing it)."""
     found = _Head()
     name, value = "", ""  # the header being read, when one of ``names``
     text = raw[:limit].decode("ascii", "surrogateescape")
@@ -1260,10 +1265,14 @@ def first_headers(raw: bytes, names: tuple[str, ...], limit: int = ENVELOPE_BYTE
         lower = line[:colon].lower()
         if lower in names:
             name, value = lower, line[colon + 1 :].lstrip(" \t")
+    else:  # the limit reached within the header section
+        if name and name not in found and len(raw) > limit:
+            found.cut, name = name, ""  # (its end, or a fold of it, may lie past the limit)
     if name and name not in found:
         found[name] = value.rstrip("\r\n")
-    if any(_has_surrogates(v) for v in found.values()):
-        return None
+    for key in [key for key, kept in found.items() if _has_surrogates(kept)]:
+        found.eight_bit = True
+        del found[key]
     return found
 
 
@@ -1278,15 +1287,18 @@ def _has_surrogates(text: str) -> bool:
 
 def envelope_of(raw: bytes) -> tuple[str | None, str | None]:
     """``(Message-ID, From address)`` read from the headers alone: cheap, bounded (the
-    first 64 KiB), cleaned for the database; never raises."""
+    first 64 KiB), cleaned for the database; never raises. A header cut by the 64 KiB is
+    not read (the full reading of a From that runs on past it, ``parse_message``'s, would
+    name another sender: the one whose mail this one's lines were compared with)."""
     try:
-        head: Message | _Head | None = first_headers(raw, ("message-id", "from"))
-        if head is None:
+        fast = first_headers(raw, ("message-id", "from"))
+        head: Message | _Head = fast
+        if fast.eight_bit:
             head = email.parser.BytesHeaderParser().parsebytes(raw[:ENVELOPE_BYTES])
     except Exception:
         return None, None
-    value = header(head, "Message-ID")
-    sender, _doubt = sender_address(head)
+    value = header(head, "Message-ID") if fast.cut != "message-id" else ""
+    sender = sender_address(head)[0] if fast.cut != "from" else None
     # 998 bytes, not characters: 998 CJK characters are 2,994 bytes, past PostgreSQL's
     # index row limit (2,704), and the database refusing the row refused its whole batch
     kept = value.encode("utf-8", "surrogatepass")[:998].decode("utf-8", "ignore")
