@@ -1287,9 +1287,10 @@ def _has_surrogates(text: str) -> bool:
 
 def envelope_of(raw: bytes) -> tuple[str | None, str | None]:
     """``(Message-ID, From address)`` read from the headers alone: cheap, bounded (the
-    first 64 KiB), cleaned for the database; never raises. A header cut by the 64 KiB is
-    not read (the full reading of a From that runs on past it, ``parse_message``'s, would
-    name another sender: the one whose mail this one's lines were compared with)."""
+    first 64 KiB), cleaned for the database; never raises. A Message-ID or From whose
+    value runs to the 64 KiB, with more after it, is not read: a From's first 64 KiB may
+    name another sender than the whole of it (``parse_message``'s reading), and the lines
+    of this message would be compared with what we sent that other one."""
     try:
         fast = first_headers(raw, ("message-id", "from"))
         head: Message | _Head = fast

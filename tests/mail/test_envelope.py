@@ -1,6 +1,7 @@
 """``envelope_of`` reads a message's Message-ID and From address before it is stored (the
 poller, for each message it fetches): without the header parser where it can
-(``first_headers``, issue 23), always as the parser would."""
+(``first_headers``, issue 23), as the parser would, but for a value the 64 KiB read cuts,
+which is not read."""
 
 from __future__ import annotations
 
