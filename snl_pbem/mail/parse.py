@@ -1215,9 +1215,11 @@ def _as_received(msg: Message, raw: bytes) -> bytes:
 ENVELOPE_BYTES = 65536
 """``envelope_of`` reads a message's first 64 KiB at most."""
 
+
 _HEADER_LINE = re.compile(r"(From |[\041-\071\073-\176]*:|[\t ])")
-"""A line of the header section (``email.feedparser.headerRE``): the first line that is
-not one ends it (an empty line, or a body without the empty line before it)."""
+"""A line of the header section, as the parser knows one (``email.feedparser.headerRE``,
+which typeshed does not declare): the first line that is not one ends them (an empty
+line, or a body without the empty line before it)."""
 
 
 class _Head(dict[str, str]):
@@ -1270,19 +1272,10 @@ def first_headers(raw: bytes, names: tuple[str, ...], limit: int = ENVELOPE_BYTE
             found.cut, name = name, ""  # (its end, or a fold of it, may lie past the limit)
     if name and name not in found:
         found[name] = value.rstrip("\r\n")
-    for key in [key for key, kept in found.items() if _has_surrogates(kept)]:
-        found.eight_bit = True
+    for key in [key for key, kept in found.items() if not kept.isascii()]:
+        found.eight_bit = True  # (decoded as ASCII: anything else is an 8-bit byte)
         del found[key]
     return found
-
-
-def _has_surrogates(text: str) -> bool:
-    """Whether ``text`` (decoded with surrogateescape) held 8-bit bytes."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def envelope_of(raw: bytes) -> tuple[str | None, str | None]:

@@ -12,6 +12,7 @@ import pytest
 from mailhelpers import CORPUS
 
 from snl_pbem.mail.parse import (
+    _HEADER_LINE,
     ENVELOPE_BYTES,
     envelope_of,
     first_headers,
@@ -29,6 +30,15 @@ def parsed(raw: bytes, limit: int = ENVELOPE_BYTES) -> tuple[str | None, str | N
         return None, None
     kept = header(head, "Message-ID").encode("utf-8", "surrogatepass")[:998]
     return kept.decode("utf-8", "ignore") or None, sender_address(head)[0]
+
+
+def test_a_header_line_is_what_the_parser_takes_for_one() -> None:
+    """``first_headers`` ends the section where ``email.feedparser`` does (its ``headerRE``,
+    which typeshed does not declare): the same pattern, anchored as ``match`` anchors it."""
+    import email.feedparser
+
+    parsers = getattr(email.feedparser, "headerRE")  # noqa: B009 (undeclared)
+    assert parsers.pattern == "^" + _HEADER_LINE.pattern
 
 
 def test_every_corpus_message_reads_as_the_parser_reads_it() -> None:

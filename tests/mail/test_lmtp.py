@@ -188,18 +188,6 @@ def test_lmtp_answers_once_per_recipient(receiver) -> None:
     assert len(orders_of(db)) == 1
 
 
-def replies(sock: socket.socket, n: int) -> list[int]:
-    """The codes of the next ``n`` replies (each of one or more lines) on ``sock``."""
-    reader = sock.makefile("rb")
-    codes = []
-    while len(codes) < n:
-        line = reader.readline()
-        assert line, "closed"
-        if line[3:4] != b"-":
-            codes.append(int(line[:3]))
-    return codes
-
-
 def test_commands_sent_together_are_answered_in_order(receiver) -> None:
     """LHLO names PIPELINING (RFC 2920): an MTA may send MAIL, RCPT and DATA at once, as
     Postfix's LMTP client does when told so, and have each answered in order; a group whose
@@ -209,19 +197,15 @@ def test_commands_sent_together_are_answered_in_order(receiver) -> None:
     with lmtp(port) as client:
         code, features = client.ehlo("mta.example.org")
         assert code == 250 and client.has_extn("pipelining"), features
-        sock = client.sock
-        assert sock is not None
-        sock.settimeout(10)
-        sock.sendall(b"MAIL FROM:<ann@example.org>\r\nRCPT TO:<someone@example.org>\r\nDATA\r\n")
-        assert replies(sock, 3) == [250, 550, 503]  # no recipient: DATA refused, no body sent
-        sock.sendall(
-            b"RSET\r\nMAIL FROM:<ann@example.org>\r\nRCPT TO:<snl@example.org>\r\nDATA\r\n"
-        )
-        assert replies(sock, 4) == [250, 250, 250, 354]
+        client.send(b"MAIL FROM:<ann@example.org>\r\nRCPT TO:<someone@example.org>\r\nDATA\r\n")
+        replies = [client.getreply()[0] for _ in range(3)]
+        assert replies == [250, 550, 503]  # no recipient: DATA refused, no body sent
+        client.send(b"RSET\r\nMAIL FROM:<ann@example.org>\r\nRCPT TO:<snl@example.org>\r\nDATA\r\n")
+        assert [client.getreply()[0] for _ in range(4)] == [250, 250, 250, 354]
         assert orders_of(db) == []
         data = re.sub(rb"(?m)^\.", b"..", re.sub(rb"\r\n|\r|\n", b"\r\n", raw))  # as smtplib
-        sock.sendall(data + b"\r\n" * (not data.endswith(b"\r\n")) + b".\r\n")
-        assert replies(sock, 1) == [250]
+        client.send(data + b"\r\n" * (not data.endswith(b"\r\n")) + b".\r\n")
+        assert client.getreply()[0] == 250
     assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "3")]
 
 
