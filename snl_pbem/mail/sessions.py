@@ -208,6 +208,8 @@ class GuardedSMTP(SMTP):
         not a bare connection; shed after those (see :class:`Sessions`)."""
         self._admitted = False
         self._greeted = False
+        self._held: list[bytes] = []
+        """Replies written with the next one (``push``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -257,12 +259,31 @@ class GuardedSMTP(SMTP):
 
     async def push(self, status: AnyStr) -> None:
         """A reply; after the greeting, a 2xx or 3xx one accepts a command: progress, and
-        the session has spoken."""
+        the session has spoken.
+
+        Replies to commands a client sent together (PIPELINING, RFC 2920 §3.2 lets a
+        server send them together) go out in one write, as Postfix's smtpd writes them:
+        a reply held back (``_held_back``) waits for the next one that is not. Each write
+        wakes the client and was a third of the receiver's loop's time; a pipelined
+        message (MAIL, RCPT, DATA, its data) had four replies, written now in two."""
         if self._greeted and status[:1] in ("2", "3", b"2", b"3"):
             self.spoken = True
             self.sessions.progressed(self)
         self._greeted = True
-        await super().push(status)
+        line = status if isinstance(status, bytes) else status.encode(self._charset)
+        line += b"\r\n"
+        if _held_back(line, self._reader):
+            self._held.append(line)
+            return
+        if self._held:
+            line = b"".join([*self._held, line])
+            self._held.clear()
+        self._writer.write(line)
+        await self._writer.drain()
+
+    @property
+    def _charset(self) -> str:
+        return "utf-8" if self.enable_SMTPUTF8 else "ascii"  # (as aiosmtpd's own push)
 
     def connection_lost(self, error: Exception | None) -> None:
         self.sessions.drop(self)
@@ -290,7 +311,9 @@ class GuardedSMTP(SMTP):
         if transport is None or transport.is_closing():
             return
         if isinstance(transport, asyncio.WriteTransport):
-            transport.write(CLOSING[reason].format(host=self.hostname).encode() + b"\r\n")
+            closing = CLOSING[reason].format(host=self.hostname).encode() + b"\r\n"
+            transport.write(b"".join([*self._held, closing]))  # (none held but in a group)
+            self._held.clear()
         self.abort()
 
     def abort(self) -> None:
@@ -311,6 +334,22 @@ class GuardedSMTP(SMTP):
             if self.transport is not None:
                 self.sessions.progressed(self)
                 self._reset_timeout()
+
+
+def _held_back(line: bytes, reader: asyncio.StreamReader | None) -> bool:
+    """Whether a reply ``line`` waits to be written with the next (``GuardedSMTP.push``):
+    a line more of its reply follows (``250-``, as LHLO's), or a ``250`` while the client's
+    next command has arrived already (a whole line of it read and not yet taken: the
+    session takes it next, without waiting for anything, and answers it). Any other reply
+    is written at once, with those held: a ``354`` the client waits for before its data,
+    a refusal, ``221`` before closing. asyncio's StreamReader keeps what it has read in
+    ``_buffer``; another without it holds back only the first kind."""
+    if line[3:4] == b"-":
+        return True
+    if not line.startswith(b"250 "):
+        return False
+    waiting = getattr(reader, "_buffer", None)
+    return isinstance(waiting, bytearray) and b"\n" in waiting
 
 
 class GuardedLMTP(LMTP, GuardedSMTP):

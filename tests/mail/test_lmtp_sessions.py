@@ -9,6 +9,7 @@ in 35 s. Here the server runs with 256 file handles and the test holds 300 conne
 
 from __future__ import annotations
 
+import asyncio
 import select
 import smtplib
 import socket
@@ -275,6 +276,81 @@ def read_line(sock: socket.socket) -> bytes:
         assert chunk, line
         line += chunk
     return line
+
+
+# -- replies to commands sent together go out together ---------------------------------
+
+
+@pytest.fixture
+def writes(monkeypatch) -> list[bytes]:
+    """Each write of the receiver's sessions to their sockets (asyncio's StreamWriter,
+    which only the receiver uses here: the clients are plain sockets)."""
+    written: list[bytes] = []
+    write = asyncio.StreamWriter.write
+
+    def recording(self: asyncio.StreamWriter, data: bytes) -> None:
+        written.append(bytes(data))
+        write(self, data)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "write", recording)
+    return written
+
+
+def replies(sock: socket.socket, count: int) -> list[bytes]:
+    """The server's next ``count`` reply lines."""
+    sock.settimeout(WAIT)
+    data = b""
+    while data.count(b"\r\n") < count:
+        chunk = sock.recv(4096)
+        assert chunk, data
+        data += chunk
+    return data.splitlines()
+
+
+def test_replies_to_commands_sent_together_are_written_together(receiver, writes) -> None:
+    """RFC 2920 §3.2: a server may send the replies to a client's pipelined commands
+    together. LHLO's lines go in one write; MAIL, RCPT and DATA sent at once are answered
+    in one write (each write woke the client and was a third of the receiver's loop's
+    time); a command the client waited for is answered at once; a refusal and a 221 are
+    written at once, with what was held before them."""
+    port, _, stored = receiver
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        assert replies(sock, 1)[0].startswith(b"220 ")
+        del writes[:]
+        sock.sendall(b"LHLO mta.example.org\r\n")
+        lhlo = replies(sock, 1)
+        while not lhlo[-1].startswith(b"250 "):
+            lhlo += replies(sock, 1)
+        assert b"250-PIPELINING" in lhlo and len(lhlo) > 2
+        assert writes == [b"".join(line + b"\r\n" for line in lhlo)]  # one write
+
+        del writes[:]
+        sock.sendall(b"MAIL FROM:<ann@example.org>\r\nRCPT TO:<snl@example.org>\r\nDATA\r\n")
+        group = replies(sock, 3)
+        assert [line[:4] for line in group] == [b"250 ", b"250 ", b"354 "]
+        assert writes == [b"".join(line + b"\r\n" for line in group)]
+        del writes[:]
+        sock.sendall(MESSAGE + b".\r\n")
+        assert replies(sock, 1)[0].startswith(b"250 2.0.0")
+        assert len(writes) == 1 and stored == [MESSAGE]
+
+        del writes[:]  # the client waits for each reply: each is written as it comes
+        for command in (b"MAIL FROM:<bob@example.org>", b"RCPT TO:<snl@example.org>", b"RSET"):
+            sock.sendall(command + b"\r\n")
+            assert replies(sock, 1)[0].startswith(b"250 "), command
+        assert len(writes) == 3
+
+        del writes[:]  # a refused recipient: written at once, with the 250 held before it
+        sock.sendall(b"MAIL FROM:<ann@example.org>\r\nRCPT TO:<x@example.org>\r\nDATA\r\n")
+        assert [line[:4] for line in replies(sock, 3)] == [b"250 ", b"550 ", b"503 "]
+        assert [w[:4] for w in writes] == [b"250 ", b"503 "] and b"\r\n550 " in writes[0]
+
+        del writes[:]  # the last reply before closing: written, with what was held
+        sock.sendall(b"RSET\r\nNOOP\r\nQUIT\r\nNOOP\r\n")
+        said = read_to_end(sock)
+        assert [line[:4] for line in said.splitlines()] == [b"250 ", b"250 ", b"221 "]
+        assert writes[0] == said  # (aiosmtpd answers the NOOP after it into the closed socket)
+    assert stored == [MESSAGE]
 
 
 # -- through serve, with few file handles ---------------------------------------------
