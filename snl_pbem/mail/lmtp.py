@@ -61,23 +61,73 @@ STATUS = {
 T = TypeVar("T")
 
 STORE_THREADS = 32
-"""Threads that store delivered messages (the receiver's loop's executor), so that as many
-sessions as an MTA opens at once (Postfix: 20 to one destination) have their messages
-stored together (``snl_pbem.runners.mailboxes.GroupStore``). asyncio's own default, on two
-cores, is six (``min(32, cores + 4)``): a seventh session's message waited for a thread,
-and a group held six at most. A thread is made only when none is free."""
+"""Threads that run a handler's ``deliver`` (the receiver's loop's executor), one for each
+message being stored, so that as many sessions as an MTA opens at once (Postfix: 20 to one
+destination) each have one. asyncio's own default, on two cores, is six
+(``min(32, cores + 4)``): a seventh session's message waited for a thread. A thread is made
+only when none is free. The server's receiver uses none: it ``submit``s each message to
+one writer thread (``snl_pbem.runners.mailboxes.GroupStore``)."""
 
 Deliver = Callable[[bytes, str], object]
 """Store (and process) one raw message; raises if it could not be stored."""
+Submit = Callable[[bytes, str, Callable[[object], object]], None]
+"""Have one raw message stored without waiting: the callable given is called, from any
+thread, once it is (with an exception if it could not be)."""
+
+
+class _Settler:
+    """Outcomes that come from another thread, set on their futures in the loop: one
+    wake-up of the loop for all that come together (a group committed at once), not one
+    each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._lock = threading.Lock()
+        self._due: list[tuple[asyncio.Future[object], object]] = []
+
+    def settle(self, future: asyncio.Future[object], outcome: object) -> None:
+        with self._lock:
+            self._due.append((future, outcome))
+            if len(self._due) > 1:
+                return  # the loop is asked already, and not yet served
+        try:
+            self.loop.call_soon_threadsafe(self._set)
+        except RuntimeError:  # the loop is closed: no session waits any more
+            with self._lock:
+                self._due.clear()
+
+    def _set(self) -> None:
+        with self._lock:
+            due, self._due = self._due, []
+        for future, outcome in due:
+            if future.done():  # cancelled: its session went away meanwhile
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
 
 
 class GameAddressHandler:
     """aiosmtpd handler: accepts mail for the game address only, stores it, then says 250."""
 
-    def __init__(self, address: str, deliver: Deliver, *, lmtp: bool = True) -> None:
+    def __init__(
+        self,
+        address: str,
+        deliver: Deliver | None = None,
+        *,
+        lmtp: bool = True,
+        submit: Submit | None = None,
+    ) -> None:
+        """``deliver`` is called in the loop's executor for each message; ``submit``
+        instead, when given, in the loop, and the session waits for its word."""
+        if (deliver is None) == (submit is None):
+            raise ValueError("give either deliver or submit")
         self.address = address.lower()
         self.deliver = deliver
+        self.submit = submit
         self.lmtp = lmtp
+        self._settler: _Settler | None = None
         self.throttle = Throttle(log)
         self.not_stored = 0
         """Messages answered 451 (not stored: the MTA keeps them and retries later)."""
@@ -117,15 +167,26 @@ class GameAddressHandler:
         peer = session.peer[0] if isinstance(session.peer, tuple) else str(session.peer)
         # LMTP (RFC 2033 §4.2): one reply per accepted recipient.
         replies = max(1, len(envelope.rcpt_tos)) if self.lmtp else 1
-        loop = asyncio.get_running_loop()
         try:
             with storing(server):
-                await loop.run_in_executor(None, self.deliver, raw, f"lmtp:{peer}")
+                await self._stored(raw, f"lmtp:{peer}")
         except Exception as exc:
             log.error("could not store a message from %s: %s: %s", peer, type(exc).__name__, exc)
             self.not_stored += 1
             return "\r\n".join([STATUS["temporary"]] * replies)
         return "\r\n".join([STATUS["stored"]] * replies)
+
+    def _stored(self, raw: bytes, source: str) -> Awaitable[object]:
+        """Done once the message is stored (raises if it could not be)."""
+        loop = asyncio.get_running_loop()
+        if self.submit is None:
+            assert self.deliver is not None
+            return loop.run_in_executor(None, self.deliver, raw, source)
+        if self._settler is None or self._settler.loop is not loop:
+            self._settler = _Settler(loop)
+        future: asyncio.Future[object] = loop.create_future()
+        self.submit(raw, source, partial(self._settler.settle, future))
+        return future
 
     async def handle_exception(self, error: Exception) -> str:
         """aiosmtpd logs a traceback per failing command otherwise: once per interval here."""

@@ -8,11 +8,11 @@ it to :class:`Readers`, a few threads that have stored messages read (in the
 sandbox) and processed in parallel, and tells each typed result to one
 ``on_result`` (the server's). Both work in batches where that costs little or no wait: an
 IMAP fetch is stored in one transaction before it is moved; LMTP deliveries that arrive
-while one is being written are written together next (:class:`GroupStore`; while several
-sessions deliver, a group waits a millisecond for others), each answered 250 once
-committed; and the small messages queued behind the one a reader takes are read in one
-sandbox round trip and processed in one transaction, a savepoint each
-(``snl_pbem.app.intake.batch``). A message that runs to the sandbox's time limit
+while one is being written are written together next, by one writer thread
+(:class:`GroupStore`; while several sessions deliver, a group waits a millisecond for
+others), each answered 250 once committed; and the small messages queued behind the one
+a reader takes are read in one sandbox round trip and processed in one transaction, a
+savepoint each (``snl_pbem.app.intake.batch``). A message that runs to the sandbox's time limit
 holds one reader for that long, never the mailbox or the messages after it. A round's close asks
 the same readers for the messages received before its deadline and still
 unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
@@ -21,6 +21,7 @@ unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -495,13 +496,15 @@ def settle(
     return True
 
 
+Stored = tuple[IngestResult, tuple[bytes, str | None] | None]
+"""A message stored (``store_many``'s outcome for it)."""
+
+
 @dataclass(eq=False)
 class _Waiting:
     message: Incoming
     envelope: tuple[str | None, str | None]
-    wake: threading.Event = field(default_factory=threading.Event)
-    done: bool = False
-    outcome: tuple[IngestResult, tuple[bytes, str | None] | None] | BaseException | None = None
+    done: Callable[[Stored | BaseException], object]
 
 
 LINGER_SECONDS = 0.001
@@ -518,13 +521,24 @@ LINGER_WITHIN_SECONDS = 0.1
 that comes after a pause, or while one session delivers alone, is written at once."""
 
 
+WRITER_IDLE_SECONDS = 5.0
+"""A group store's writer thread ends after this long with nothing to write, and starts
+again with the next message (an Intake made and dropped leaves no thread behind)."""
+
+
 class GroupStore:
-    """Group commit for messages that come one by one from several threads (LMTP's
-    sessions): the first is written at once, alone; those that arrive while a batch is
-    being written are written together next, in one transaction (``store_many``). Soon
-    after a group of several (``within`` seconds), a group waits ``linger`` seconds first
-    for others to join it (``LINGER_SECONDS``); otherwise none waits for another to arrive.
-    Each caller returns only once its message is committed (then its 250 may be sent)."""
+    """Group commit for messages that come one by one (LMTP's sessions): one writer thread
+    writes them, the first at once, alone; those that arrive while a group is being
+    written are written together next, in one transaction (``store_many``). Soon after a
+    group of several (``within`` seconds), a group waits ``linger`` seconds first for
+    others to join it (``LINGER_SECONDS``); otherwise none waits for another to arrive.
+    Each message is told its outcome only once it is committed (then its 250 may be sent).
+
+    One writer, not the delivering threads taking turns to write: each message had held a
+    thread of the receiver's executor, woken by the one that wrote its group, and woke the
+    loop itself. ``bench_ingest`` (3,000 orders over eight LMTP sessions, three runs each
+    way): SQLite 474-528 a second against 363-428, the process's CPU a message 1.26-1.41 ms
+    against 1.62-2.05; PostgreSQL 351-441 against 257-367."""
 
     def __init__(
         self,
@@ -535,33 +549,75 @@ class GroupStore:
         *,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        idle: float = WRITER_IDLE_SECONDS,
     ) -> None:
         self.db = db
         self.config = config
         self.linger = linger
         self.within = within
+        self.idle = idle
         self._sleep = sleep
         self._clock = clock
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._queue: list[_Waiting] = []
-        self._writing = False
+        self._writer: threading.Thread | None = None
         self._several_at = float("-inf")  # when a group of several was written last
 
-    def store(
-        self, message: Incoming, envelope: tuple[str | None, str | None]
-    ) -> tuple[IngestResult, tuple[bytes, str | None] | None]:
-        """Store ``message`` (its ``envelope_of``: ``envelope``), with what came meanwhile."""
-        me = _Waiting(message, envelope)
-        with self._lock:
-            self._queue.append(me)
-            lead = not self._writing
-            self._writing = True
-        if not lead:
-            me.wake.wait()  # written by the thread before, or this thread's turn to write
-        if not me.done:
+    def submit(
+        self,
+        message: Incoming,
+        envelope: tuple[str | None, str | None],
+        done: Callable[[Stored | BaseException], object],
+    ) -> None:
+        """Queue ``message`` (its ``envelope_of``: ``envelope``) to be written; ``done`` is
+        called with its outcome once its group is committed, or with the exception that
+        stopped the group (the database away: none of it is stored), in the writer's
+        thread."""
+        with self._cond:
+            self._queue.append(_Waiting(message, envelope, done))
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write, name="snl-pbem-store", daemon=True
+                )
+                self._writer.start()
+            else:
+                self._cond.notify()
+
+    def store(self, message: Incoming, envelope: tuple[str | None, str | None]) -> Stored:
+        """Store ``message``, with what comes meanwhile; return once it is committed."""
+        outcome: list[Stored | BaseException] = []
+        committed = threading.Event()
+
+        def done(result: Stored | BaseException) -> None:
+            outcome.append(result)
+            committed.set()
+
+        self.submit(message, envelope, done)
+        committed.wait()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
+
+    def _write(self) -> None:
+        try:
+            self._write_groups()
+        except BaseException as exc:  # (a bug of ours): none queued may wait for ever
+            log.exception("the store's writer stopped")
+            with self._cond:
+                self._writer, queued, self._queue = None, self._queue, []
+            for waiting in queued:
+                with contextlib.suppress(Exception):
+                    waiting.done(exc)
+
+    def _write_groups(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue and not self._cond.wait_for(lambda: self._queue, self.idle):
+                    self._writer = None  # (under the lock: the next ``submit`` starts one)
+                    return
             if self.linger and self._clock() - self._several_at < self.within:
                 self._sleep(self.linger)  # others are delivering: they join this group
-            with self._lock:
+            with self._cond:
                 batch, self._queue = self._queue, []
             try:
                 outcomes: list[Any] = list(
@@ -574,21 +630,13 @@ class GroupStore:
                 )
             except BaseException as exc:  # the database away: none is stored
                 outcomes = [exc] * len(batch)
+            if len(batch) > 1:
+                self._several_at = self._clock()
             for waiting, outcome in zip(batch, outcomes, strict=True):
-                waiting.outcome, waiting.done = outcome, True
-                if waiting is not me:
-                    waiting.wake.set()
-            with self._lock:
-                if len(batch) > 1:
-                    self._several_at = self._clock()
-                if self._queue:
-                    self._queue[0].wake.set()  # its thread writes what came meanwhile
-                else:
-                    self._writing = False
-        if isinstance(me.outcome, BaseException):
-            raise me.outcome
-        assert me.outcome is not None
-        return me.outcome
+                try:
+                    waiting.done(outcome)
+                except Exception:  # the writer must never die of it
+                    log.exception("after storing a message")
 
 
 class Intake:
@@ -626,6 +674,31 @@ class Intake:
         envelope = envelope_of(raw)  # read once: for the row, and for the readers
         result, _ = self._group.store((raw, received_at, source, uidvalidity, uid, size), envelope)
         return result, read_stored(self.readers, self.db, self.config, result, raw, envelope[1])
+
+    def submit(
+        self,
+        raw: bytes,
+        received_at: datetime,
+        source: str,
+        done: Callable[[tuple[IngestResult, Future[IngestResult]] | BaseException], object],
+    ) -> None:
+        """``store`` without waiting: ``done`` is called, in the store's writer thread,
+        with what ``store`` returns, or with the exception it would raise."""
+        envelope = envelope_of(raw)  # read once: for the row, and for the readers
+
+        def stored(outcome: Stored | BaseException) -> None:
+            if isinstance(outcome, BaseException):
+                done(outcome)
+                return
+            result = outcome[0]
+            try:
+                reading = read_stored(self.readers, self.db, self.config, result, raw, envelope[1])
+            except Exception as exc:  # (as ``store`` would raise it: the caller must be told)
+                done(exc)
+                return
+            done((result, reading))
+
+        self._group.submit((raw, received_at, source, None, None, None), envelope, stored)
 
     def store_many(
         self, messages: list[Incoming]
@@ -839,23 +912,30 @@ def lmtp_receiver(
         return None
     through = intake or Intake(db, config)
 
-    def deliver(raw: bytes, source: str) -> IngestResult:
+    def submit(raw: bytes, source: str, done: Callable[[object], object]) -> None:
         """Store the message and have it read; the MTA is answered (250) once it is
         committed, as DESIGN's guarantee asks, not once it is read: a session that waited
         for the reading as well delivered one message per store and reading, so an MTA's
         few sessions held the intake to a small fraction of what the readers do with a
         mailbox's fetch. Its reading goes on beside the next delivery, judged by its
         receipt time; a close waits for it as for any message stored before its
-        deadline."""
-        received = lmtp_receipt_time(config, raw, clock())
-        result, future = through.store(raw, received, source)
-        if not result.stored:
-            raise RuntimeError("message not stored")
-        future.add_done_callback(through.told)  # told once read (at once if known already)
-        return result
+        deadline. ``done``: its outcome, once committed (an exception: not stored)."""
+
+        def stored(outcome: tuple[IngestResult, Future[IngestResult]] | BaseException) -> None:
+            if isinstance(outcome, BaseException):
+                done(outcome)
+                return
+            result, future = outcome
+            if not result.stored:
+                done(RuntimeError("message not stored"))
+                return
+            future.add_done_callback(through.told)  # told once read (at once if known already)
+            done(result)
+
+        through.submit(raw, lmtp_receipt_time(config, raw, clock()), source, stored)
 
     handler = GameAddressHandler(
-        config.settings.mail.address, deliver, lmtp=lmtp.protocol == "lmtp"
+        config.settings.mail.address, submit=submit, lmtp=lmtp.protocol == "lmtp"
     )
     return ReceiverController(
         handler,

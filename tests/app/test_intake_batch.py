@@ -851,3 +851,107 @@ def test_a_group_store_lingers_for_others_only_soon_after_a_group_of_several(int
         now[0] = 0.2
         group.store(message(8), (None, None))  # after a pause: at once
         assert groups == [1, 1, 2, 2, 1, 1] and lingered == [0.25, 0.25]
+
+
+def test_a_group_stores_writer_ends_when_idle_and_outlives_a_failing_caller(intake, caplog) -> None:
+    """The group store's one writer thread: it ends after ``idle`` seconds with nothing
+    to write and starts again with the next message; a caller whose ``done`` fails is
+    logged, and the writer goes on to tell the others of its group and to write the next."""
+    db, config = intake
+    group = mailboxes_module.GroupStore(db, config, linger=0, idle=0.05)
+
+    def message(n: int) -> tuple[bytes, object, str, None, None, None]:
+        raw = mail(f"KEY ann-key-123\nDICE {n}", "ann@example.org", f"w{n}")
+        return (raw, T0, "lmtp", None, None, None)
+
+    def until(done) -> None:
+        deadline = time.monotonic() + HANG
+        while not done():
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+
+    writers: list[threading.Thread] = []
+    firsts: list = []
+
+    def first_done(outcome) -> None:
+        writers.append(threading.current_thread())
+        firsts.append(outcome)
+
+    group.submit(message(1), (None, None), first_done)
+    until(lambda: firsts)
+    (writer,), ((first, _),) = writers, firsts
+    assert writer.name == "snl-pbem-store"
+    until(lambda: group._writer is None)  # idle: it ends
+    writer.join(HANG)
+    assert not writer.is_alive()
+    told: list = []
+    release = threading.Event()
+    real_store_many = mailboxes_module.store_many
+
+    def held(*args):
+        assert release.wait(HANG)
+        return real_store_many(*args)
+
+    def failing(outcome) -> None:
+        raise RuntimeError("the caller's own failure")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mailboxes_module, "store_many", held)
+        group.submit(message(2), (None, None), told.append)  # a new writer, held in its write
+        until(lambda: group._writer is not None and not group._queue)
+        group.submit(message(3), (None, None), failing)  # these two: the next group
+        group.submit(message(4), (None, None), told.append)
+        release.set()
+        until(lambda: len(told) == 2)
+    assert [result.status for result, _ in told] == ["new", "new"]
+    assert "after storing a message" in caplog.text and "the caller's own failure" in caplog.text
+    fifth, _ = group.store(message(5), (None, None))  # the writer lived on
+    assert first.status == fifth.status == "new"
+    with db.transaction() as session:
+        assert len(session.scalars(select(InboundMessage)).all()) == 5
+
+
+def test_a_message_submitted_is_told_even_when_its_reading_cannot_be_asked(
+    intake, monkeypatch
+) -> None:
+    """``Intake.submit`` (the server's LMTP receiver): should handing the stored message
+    to the readers fail, its caller is told so (as ``store`` would raise: the MTA is
+    answered 451 and delivers again, found already stored), never left waiting."""
+    db, config = intake
+    entry = mailboxes_module.Intake(db, config, readers=mailboxes_module.Readers())
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("the readers are gone")
+
+    monkeypatch.setattr(mailboxes_module, "read_stored", refused)
+    told: list = []
+    entry.submit(mail("KEY ann-key-123\nDICE 2", "ann@example.org", "s1"), T0, "lmtp", told.append)
+    deadline = time.monotonic() + HANG
+    while not told:
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert isinstance(told[0], RuntimeError) and "readers are gone" in str(told[0])
+
+
+def test_a_group_stores_writer_that_fails_tells_those_queued_and_the_next_starts_anew(
+    intake, caplog
+) -> None:
+    """Should the writer itself fail (a bug of ours, here its clock), those queued are told
+    (their MTA answered 451), none is left waiting for ever, and the next message starts
+    a new writer."""
+    db, config = intake
+    broken = [True]
+
+    def clock() -> float:
+        if broken[0]:
+            broken[0] = False
+            raise RuntimeError("a broken clock")
+        return time.monotonic()
+
+    group = mailboxes_module.GroupStore(db, config, linger=0.001, clock=clock)
+    raw = mail("KEY ann-key-123\nDICE 2", "ann@example.org", "b1")
+    with pytest.raises(RuntimeError, match="a broken clock"):
+        group.store((raw, T0, "lmtp", None, None, None), (None, None))
+    assert "the store's writer stopped" in caplog.text
+    result, _ = group.store((raw, T0, "lmtp", None, None, None), (None, None))
+    assert result.status == "new"

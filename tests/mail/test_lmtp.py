@@ -25,6 +25,8 @@ from snl_pbem.mail.etrn import EtrnRefused, ask_to_deliver
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
 from snl_pbem.store import Database
 
+WAIT = 120  # waits end on their event; the limit only detects a hang
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -92,11 +94,16 @@ def test_too_large_is_refused_with_552(receiver) -> None:
     assert orders_of(db) == []
 
 
-def test_database_busy_is_a_temporary_451(tmp_path: Path) -> None:
-    """SQLite locked by another process: the MTA is told to retry, and nothing is lost."""
+@pytest.mark.parametrize("path", ["a handler's deliver", "the server's receiver"])
+def test_database_busy_is_a_temporary_451(tmp_path: Path, path: str) -> None:
+    """SQLite locked by another process: the MTA is told to retry, and nothing is lost;
+    through a handler's own ``deliver`` (in the loop's executor) and through the server's
+    receiver (``lmtp_receiver``: a store's writer thread, read after the 250)."""
     from mailhelpers import game_config
 
     from snl_pbem.app.games import start_game, sync_games
+    from snl_pbem.config import load_config
+    from snl_pbem.runners.mailboxes import lmtp_receiver
     from snl_pbem.store.migrate import upgrade
 
     db = Database(f"sqlite:///{tmp_path / 'snl.db'}", sqlite_busy_ms=200)
@@ -110,9 +117,15 @@ def test_database_busy_is_a_temporary_451(tmp_path: Path) -> None:
         if not ingest(db, config, raw, T0, source).stored:
             raise RuntimeError("not stored")
 
-    controller = ReceiverController(
-        GameAddressHandler("snl@example.org", deliver), "127.0.0.1", port, max_size=1 << 20
-    )
+    if path == "a handler's deliver":
+        controller: ReceiverController | None = ReceiverController(
+            GameAddressHandler("snl@example.org", deliver), "127.0.0.1", port, max_size=1 << 20
+        )
+    else:
+        text = (tmp_path / "config.toml").read_text()
+        (tmp_path / "config.toml").write_text(f"{text}\n[mail.lmtp]\nport = {port}\n")
+        controller = lmtp_receiver(db, load_config(tmp_path / "config.toml"), clock=lambda: T0)
+    assert controller is not None
     controller.start()
     blocker = sqlite3.connect(tmp_path / "snl.db", isolation_level=None)
     try:
@@ -124,6 +137,9 @@ def test_database_busy_is_a_temporary_451(tmp_path: Path) -> None:
         blocker.execute("ROLLBACK")
         with lmtp(port) as client:  # the MTA retries later
             assert client.sendmail("ann@example.org", ["snl@example.org"], raw) == {}
+        deadline = time.monotonic() + WAIT  # (the server's receiver reads it after the 250)
+        while not orders_of(db) and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "3")]
     finally:
         blocker.close()
@@ -131,13 +147,16 @@ def test_database_busy_is_a_temporary_451(tmp_path: Path) -> None:
         db.dispose()
 
 
-def test_as_many_sessions_as_an_mta_opens_are_stored_at_once() -> None:
+@pytest.mark.parametrize("way", ["deliver", "submit"])
+def test_as_many_sessions_as_an_mta_opens_are_stored_at_once(way: str) -> None:
     """Twenty sessions (Postfix's limit to one destination) each deliver a message while
-    the stores are held: all twenty are in the store at once (``STORE_THREADS``; asyncio's
-    default is ``min(32, cores + 4)`` threads, six on two cores, and a group store could
-    hold six at most: without the change this fails on fewer than 16 cores), and each gets
-    its 250 once let go."""
+    the stores are held: all twenty are in the store at once, and each gets its 250 once
+    let go. A handler's ``deliver`` runs in the loop's executor (``STORE_THREADS``;
+    asyncio's default is ``min(32, cores + 4)`` threads, six on two cores: without them
+    this fails on fewer than 16 cores); the server's receiver ``submit``s each message to
+    its store's writer and holds no thread while it waits."""
     inside: list[bytes] = []
+    told: list = []
     lock, release = threading.Lock(), threading.Event()
 
     def deliver(raw: bytes, source: str) -> None:
@@ -145,7 +164,19 @@ def test_as_many_sessions_as_an_mta_opens_are_stored_at_once() -> None:
             inside.append(raw)
         assert release.wait(60)
 
-    controller, port = plain_receiver(deliver)
+    def submit(raw: bytes, source: str, done) -> None:
+        with lock:
+            inside.append(raw)
+            told.append(done)
+
+    if way == "deliver":
+        controller, port = plain_receiver(deliver)
+    else:
+        port = free_port()
+        controller = ReceiverController(
+            GameAddressHandler("snl@example.org", submit=submit), "127.0.0.1", port, max_size=1024
+        )
+        controller.start()
     codes: list[int] = []
 
     def session(n: int) -> None:
@@ -165,8 +196,12 @@ def test_as_many_sessions_as_an_mta_opens_are_stored_at_once() -> None:
         while len(inside) < 20 and time.monotonic() < until:
             time.sleep(0.01)
         assert len(inside) == 20
+        assert codes == []  # none is answered before it is stored
     finally:
         release.set()
+        with lock:
+            for done in told:
+                done("stored")  # (as the writer thread tells them)
         for thread in threads:
             thread.join(60)
         controller.stop()
@@ -209,9 +244,49 @@ def test_commands_sent_together_are_answered_in_order(receiver) -> None:
     assert [(o.player, o.dice) for o in orders_of(db)] == [("ann", "3")]
 
 
-# -- asking the MTA for what it queued at start-up (ETRN, issue 21) -------------------------
+def test_outcomes_that_come_together_wake_the_loop_once() -> None:
+    """The server's receiver learns that a group is stored from the store's writer thread:
+    the outcomes that come before the loop has run are set in one call of the loop (one
+    wake-up, not one a message); a future cancelled meanwhile (its session gone) is
+    passed over, and a failure is set as its exception (the MTA is answered 451)."""
+    import asyncio
 
-WAIT = 120  # waits end on their event; the limit only detects a hang
+    from snl_pbem.mail.lmtp import _Settler
+
+    loop = asyncio.new_event_loop()
+    calls: list[object] = []
+    real = loop.call_soon_threadsafe
+
+    def counted(callback, *args, **kwargs):
+        calls.append(callback)
+        return real(callback, *args, **kwargs)
+
+    loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+    try:
+        settler = _Settler(loop)
+        futures = [loop.create_future() for _ in range(4)]
+        futures[1].cancel()
+        failure = RuntimeError("not stored")
+        outcomes = ["a", "b", failure, "d"]
+        writer = threading.Thread(
+            target=lambda: [settler.settle(f, o) for f, o in zip(futures, outcomes, strict=True)]
+        )
+        writer.start()
+        writer.join(WAIT)
+        assert len(calls) == 1  # one wake-up for the four
+        loop.run_until_complete(asyncio.sleep(0))
+        assert futures[0].result() == "a" and futures[3].result() == "d"
+        assert futures[1].cancelled() and futures[2].exception() is failure
+        later = loop.create_future()
+        settler.settle(later, "e")  # after the loop has run: asked again
+        loop.run_until_complete(later)
+        assert len(calls) == 2 and later.result() == "e"
+    finally:
+        loop.close()
+    settler.settle(loop.create_future(), "f")  # a closed loop: nothing waits, nothing raised
+
+
+# -- asking the MTA for what it queued at start-up (ETRN, issue 21) -------------------------
 
 
 class EtrnSMTP(SMTP):

@@ -3,6 +3,7 @@ sender could write; and no round closes before the MTA's redelivery grace after 
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -143,10 +144,14 @@ def test_the_receiver_stores_the_mta_receipt_time(tmp_path: Path) -> None:
     # without mta_hostname: timed at receipt, as before
     plain = lmtp_config(tmp_path, db.url, "port = 1\n")
     assert lmtp_receipt_time(plain, message(POSTFIX_UNKNOWN), NOW) == NOW
-    # the receiver's deliver passes it on to ingest
+    # the receiver passes it on to the store, and says so once it is committed
     controller = lmtp_receiver(db, config, clock=lambda: NOW)
-    assert controller is not None
-    controller.handler.deliver(message(POSTFIX_UNKNOWN), "lmtp:127.0.0.1")
+    assert controller is not None and controller.handler.submit is not None
+    told = threading.Event()
+    controller.handler.submit(
+        message(POSTFIX_UNKNOWN), "lmtp:127.0.0.1", lambda outcome: told.set()
+    )
+    assert told.wait(60)  # (a hang detector, not a speed)
     with db.transaction() as s:
         stored = s.scalars(select(InboundMessage.received_at)).all()
     assert [t.replace(tzinfo=UTC) if t.tzinfo is None else t for t in stored] == [AT]
