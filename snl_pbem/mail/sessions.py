@@ -210,6 +210,7 @@ class GuardedSMTP(SMTP):
         self._greeted = False
         self._held: list[bytes] = []
         """Replies written with the next one (``push``)."""
+        self._held_size = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -272,12 +273,14 @@ class GuardedSMTP(SMTP):
         self._greeted = True
         line = status if isinstance(status, bytes) else status.encode(self._charset)
         line += b"\r\n"
-        if _held_back(line, self._reader):
+        if self._held_size + len(line) <= HELD_BYTES and _held_back(line, self._reader):
             self._held.append(line)
+            self._held_size += len(line)
             return
         if self._held:
             line = b"".join([*self._held, line])
             self._held.clear()
+            self._held_size = 0
         self._writer.write(line)
         await self._writer.drain()
 
@@ -314,6 +317,7 @@ class GuardedSMTP(SMTP):
             closing = CLOSING[reason].format(host=self.hostname).encode() + b"\r\n"
             transport.write(b"".join([*self._held, closing]))  # (none held but in a group)
             self._held.clear()
+            self._held_size = 0
         self.abort()
 
     def abort(self) -> None:
@@ -334,6 +338,13 @@ class GuardedSMTP(SMTP):
             if self.transport is not None:
                 self.sessions.progressed(self)
                 self._reset_timeout()
+
+
+HELD_BYTES = 4096
+"""Replies held back (``GuardedSMTP.push``) at most: past it they are written, and the
+session waits while its client does not read them (``drain``), as with a reply each. A
+client that sends thousands of commands at once and reads nothing held 2 MB of replies
+a session (LHLO's reply is nine times its command), not 64 KB: the hostile review."""
 
 
 def _held_back(line: bytes, reader: asyncio.StreamReader | None) -> bool:

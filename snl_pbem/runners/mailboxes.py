@@ -21,7 +21,6 @@ unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import threading
@@ -498,13 +497,29 @@ def settle(
 
 Stored = tuple[IngestResult, tuple[bytes, str | None] | None]
 """A message stored (``store_many``'s outcome for it)."""
+Envelope = tuple[str | None, str | None]
+"""A message's Message-ID and sender (``envelope_of``)."""
+Told = Callable[[Stored | BaseException, Envelope | None], object]
+"""Told a message's outcome once its group is committed (or the exception that stopped
+it), with its envelope (None if it was not read)."""
 
 
 @dataclass(eq=False)
 class _Waiting:
-    message: Incoming
-    envelope: tuple[str | None, str | None]
-    done: Callable[[Stored | BaseException], object]
+    prepare: Callable[[], tuple[Incoming, Envelope]]
+    done: Told
+    message: Incoming | None = None
+    envelope: Envelope | None = None
+    told: bool = False
+
+    def tell(self, outcome: Stored | BaseException) -> None:
+        if self.told:
+            return
+        self.told = True
+        try:
+            self.done(outcome, self.envelope)
+        except Exception:  # the writer must never die of it
+            log.exception("after storing a message")
 
 
 LINGER_SECONDS = 0.001
@@ -563,80 +578,88 @@ class GroupStore:
         self._writer: threading.Thread | None = None
         self._several_at = float("-inf")  # when a group of several was written last
 
-    def submit(
-        self,
-        message: Incoming,
-        envelope: tuple[str | None, str | None],
-        done: Callable[[Stored | BaseException], object],
-    ) -> None:
-        """Queue ``message`` (its ``envelope_of``: ``envelope``) to be written; ``done`` is
-        called with its outcome once its group is committed, or with the exception that
-        stopped the group (the database away: none of it is stored), in the writer's
-        thread."""
+    def submit(self, prepare: Callable[[], tuple[Incoming, Envelope]], done: Told) -> None:
+        """Have a message written: ``prepare`` (run in the writer's thread, before its
+        group: what it reads of the message costs the caller nothing) gives it and its
+        envelope; ``done`` is told its outcome once its group is committed, or the
+        exception that stopped it (``prepare``'s own, or the group's: the database away,
+        none of it stored), in the writer's thread. Raises if no writer can be started."""
+        waiting = _Waiting(prepare, done)
         with self._cond:
-            self._queue.append(_Waiting(message, envelope, done))
-            if self._writer is None:
-                self._writer = threading.Thread(
-                    target=self._write, name="snl-pbem-store", daemon=True
-                )
-                self._writer.start()
-            else:
+            self._queue.append(waiting)
+            if self._writer is not None:
                 self._cond.notify()
+                return
+            writer = threading.Thread(target=self._write, name="snl-pbem-store", daemon=True)
+            try:
+                writer.start()
+            except BaseException:  # (out of threads): this one is refused, none is stranded
+                self._queue.remove(waiting)
+                raise
+            self._writer = writer
 
-    def store(self, message: Incoming, envelope: tuple[str | None, str | None]) -> Stored:
-        """Store ``message``, with what comes meanwhile; return once it is committed."""
+    def store(self, message: Incoming, envelope: Envelope) -> Stored:
+        """Store ``message`` (its ``envelope_of``: ``envelope``), with what comes
+        meanwhile; return once it is committed."""
         outcome: list[Stored | BaseException] = []
         committed = threading.Event()
 
-        def done(result: Stored | BaseException) -> None:
+        def done(result: Stored | BaseException, _: Envelope | None) -> None:
             outcome.append(result)
             committed.set()
 
-        self.submit(message, envelope, done)
+        self.submit(lambda: (message, envelope), done)
         committed.wait()
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
         return outcome[0]
 
     def _write(self) -> None:
+        batch: list[_Waiting] = []
         try:
-            self._write_groups()
-        except BaseException as exc:  # (a bug of ours): none queued may wait for ever
+            while True:
+                with self._cond:
+                    if not self._queue and not self._cond.wait_for(lambda: self._queue, self.idle):
+                        self._writer = None  # (under the lock: the next ``submit`` starts one)
+                        return
+                if self.linger and self._clock() - self._several_at < self.within:
+                    self._sleep(self.linger)  # others are delivering: they join this group
+                with self._cond:
+                    batch, self._queue = self._queue, []
+                self._write_group(batch)
+        except BaseException as exc:  # (a bug of ours): none may wait for ever
             log.exception("the store's writer stopped")
             with self._cond:
                 self._writer, queued, self._queue = None, self._queue, []
-            for waiting in queued:
-                with contextlib.suppress(Exception):
-                    waiting.done(exc)
+            for waiting in [*batch, *queued]:
+                waiting.tell(exc)  # (those told already are not told again)
 
-    def _write_groups(self) -> None:
-        while True:
-            with self._cond:
-                if not self._queue and not self._cond.wait_for(lambda: self._queue, self.idle):
-                    self._writer = None  # (under the lock: the next ``submit`` starts one)
-                    return
-            if self.linger and self._clock() - self._several_at < self.within:
-                self._sleep(self.linger)  # others are delivering: they join this group
-            with self._cond:
-                batch, self._queue = self._queue, []
+    def _write_group(self, batch: list[_Waiting]) -> None:
+        ready: list[_Waiting] = []
+        for waiting in batch:
             try:
-                outcomes: list[Any] = list(
-                    store_many(
-                        self.db,
-                        self.config,
-                        [w.message for w in batch],
-                        [w.envelope for w in batch],
-                    )
+                waiting.message, waiting.envelope = waiting.prepare()
+            except Exception as exc:  # that message alone is not stored
+                waiting.tell(exc)
+            else:
+                ready.append(waiting)
+        if not ready:
+            return
+        try:
+            outcomes: list[Any] = list(
+                store_many(
+                    self.db,
+                    self.config,
+                    [w.message for w in ready if w.message is not None],
+                    [w.envelope for w in ready if w.envelope is not None],
                 )
-            except BaseException as exc:  # the database away: none is stored
-                outcomes = [exc] * len(batch)
-            if len(batch) > 1:
-                self._several_at = self._clock()
-            for waiting, outcome in zip(batch, outcomes, strict=True):
-                try:
-                    waiting.done(outcome)
-                except Exception:  # the writer must never die of it
-                    log.exception("after storing a message")
+            )
+        except Exception as exc:  # the database away: none is stored
+            outcomes = [exc] * len(ready)
+        for waiting, outcome in zip(ready, outcomes, strict=True):
+            waiting.tell(outcome)
+        if len(ready) > 1:
+            self._several_at = self._clock()
 
 
 class Intake:
@@ -678,18 +701,24 @@ class Intake:
     def submit(
         self,
         raw: bytes,
-        received_at: datetime,
+        received_at: Callable[[], datetime],
         source: str,
         done: Callable[[tuple[IngestResult, Future[IngestResult]] | BaseException], object],
     ) -> None:
         """``store`` without waiting: ``done`` is called, in the store's writer thread,
-        with what ``store`` returns, or with the exception it would raise."""
-        envelope = envelope_of(raw)  # read once: for the row, and for the readers
+        with what ``store`` returns, or with the exception it would raise. The receipt
+        time (``received_at()``) and the envelope are read there too, just before the
+        message's group is written: not in the caller's thread (the LMTP receiver's
+        loop, which every session waits on)."""
 
-        def stored(outcome: Stored | BaseException) -> None:
+        def prepare() -> tuple[Incoming, Envelope]:
+            return (raw, received_at(), source, None, None, None), envelope_of(raw)
+
+        def stored(outcome: Stored | BaseException, envelope: Envelope | None) -> None:
             if isinstance(outcome, BaseException):
                 done(outcome)
                 return
+            assert envelope is not None  # (read before it was stored)
             result = outcome[0]
             try:
                 reading = read_stored(self.readers, self.db, self.config, result, raw, envelope[1])
@@ -698,7 +727,7 @@ class Intake:
                 return
             done((result, reading))
 
-        self._group.submit((raw, received_at, source, None, None, None), envelope, stored)
+        self._group.submit(prepare, stored)
 
     def store_many(
         self, messages: list[Incoming]
@@ -932,7 +961,8 @@ def lmtp_receiver(
             future.add_done_callback(through.told)  # told once read (at once if known already)
             done(result)
 
-        through.submit(raw, lmtp_receipt_time(config, raw, clock()), source, stored)
+        now = clock()  # when it came; read against its Received headers in the writer
+        through.submit(raw, lambda: lmtp_receipt_time(config, raw, now), source, stored)
 
     handler = GameAddressHandler(
         config.settings.mail.address, submit=submit, lmtp=lmtp.protocol == "lmtp"

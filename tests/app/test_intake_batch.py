@@ -873,11 +873,11 @@ def test_a_group_stores_writer_ends_when_idle_and_outlives_a_failing_caller(inta
     writers: list[threading.Thread] = []
     firsts: list = []
 
-    def first_done(outcome) -> None:
+    def first_done(outcome, _envelope) -> None:
         writers.append(threading.current_thread())
         firsts.append(outcome)
 
-    group.submit(message(1), (None, None), first_done)
+    group.submit(lambda: (message(1), (None, None)), first_done)
     until(lambda: firsts)
     (writer,), ((first, _),) = writers, firsts
     assert writer.name == "snl-pbem-store"
@@ -888,19 +888,22 @@ def test_a_group_stores_writer_ends_when_idle_and_outlives_a_failing_caller(inta
     release = threading.Event()
     real_store_many = mailboxes_module.store_many
 
+    def tell(outcome, _envelope) -> None:
+        told.append(outcome)
+
     def held(*args):
         assert release.wait(HANG)
         return real_store_many(*args)
 
-    def failing(outcome) -> None:
+    def failing(outcome, _envelope) -> None:
         raise RuntimeError("the caller's own failure")
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mailboxes_module, "store_many", held)
-        group.submit(message(2), (None, None), told.append)  # a new writer, held in its write
+        group.submit(lambda: (message(2), (None, None)), tell)  # a new writer, held in its write
         until(lambda: group._writer is not None and not group._queue)
-        group.submit(message(3), (None, None), failing)  # these two: the next group
-        group.submit(message(4), (None, None), told.append)
+        group.submit(lambda: (message(3), (None, None)), failing)  # these two: the next group
+        group.submit(lambda: (message(4), (None, None)), tell)
         release.set()
         until(lambda: len(told) == 2)
     assert [result.status for result, _ in told] == ["new", "new"]
@@ -925,7 +928,9 @@ def test_a_message_submitted_is_told_even_when_its_reading_cannot_be_asked(
 
     monkeypatch.setattr(mailboxes_module, "read_stored", refused)
     told: list = []
-    entry.submit(mail("KEY ann-key-123\nDICE 2", "ann@example.org", "s1"), T0, "lmtp", told.append)
+    entry.submit(
+        mail("KEY ann-key-123\nDICE 2", "ann@example.org", "s1"), lambda: T0, "lmtp", told.append
+    )
     deadline = time.monotonic() + HANG
     while not told:
         assert time.monotonic() < deadline
@@ -955,3 +960,144 @@ def test_a_group_stores_writer_that_fails_tells_those_queued_and_the_next_starts
     assert "the store's writer stopped" in caplog.text
     result, _ = group.store((raw, T0, "lmtp", None, None, None), (None, None))
     assert result.status == "new"
+
+    class Stop(BaseException):
+        """Not an Exception: past the group's own handling, to the writer's."""
+
+    def stopped(*args):
+        raise Stop()
+
+    told: list = []
+    said = threading.Event()
+    with pytest.MonkeyPatch.context() as patch:  # the group being written is told too
+        patch.setattr(mailboxes_module, "store_many", stopped)
+        group.submit(
+            lambda: ((raw, T0, "lmtp", None, None, None), (None, None)),
+            lambda outcome, _: (told.append(outcome), said.set()),
+        )
+        assert said.wait(HANG)
+    assert isinstance(told[0], Stop)
+
+
+def test_a_group_stores_writer_that_cannot_start_refuses_that_message_only(
+    intake, monkeypatch
+) -> None:
+    """No thread to be had (the process's limit): the message that would have started the
+    writer is refused (its MTA answered 451), and the next starts one; none is left queued
+    behind a writer that never ran (the hostile review)."""
+    db, config = intake
+    group = mailboxes_module.GroupStore(db, config, linger=0)
+    real_start = threading.Thread.start
+    refusals = [RuntimeError("can't start new thread")]
+
+    def start(self: threading.Thread) -> None:
+        if self.name == "snl-pbem-store" and refusals:
+            raise refusals.pop()
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    raw = mail("KEY ann-key-123\nDICE 2", "ann@example.org", "t1")
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        group.store((raw, T0, "lmtp", None, None, None), (None, None))
+    assert group._queue == [] and group._writer is None
+    told: list = []
+    stored = threading.Event()
+    group.submit(
+        lambda: ((raw, T0, "lmtp", None, None, None), (None, None)),
+        lambda outcome, _: (told.append(outcome), stored.set()),
+    )
+    assert stored.wait(HANG)  # (a writer that never ran would never say)
+    assert told[0][0].status == "new"
+
+
+def test_a_group_is_told_what_was_committed_even_when_the_writer_fails_after(
+    intake, caplog
+) -> None:
+    """The writer fails once a group of two is committed (here its clock, read after a
+    group of several): both are told they are stored, as they are; a message whose own
+    reading fails (``prepare``) is told so, and the others of its group are stored; the
+    next message starts a writer anew."""
+    db, config = intake
+    calls = [0]
+
+    def clock() -> float:
+        calls[0] += 1
+        if calls[0] == 3:  # (before the first group, before the second, then after it)
+            raise RuntimeError("a broken clock")
+        return time.monotonic()
+
+    group = mailboxes_module.GroupStore(db, config, linger=0.001, clock=clock)
+    told: dict[str, object] = {}
+    both = threading.Event()
+    release = threading.Event()
+    real_store_many = mailboxes_module.store_many
+
+    def held(*args):
+        assert release.wait(HANG)
+        return real_store_many(*args)
+
+    def tell(name: str):
+        def done(outcome, _envelope) -> None:
+            told[name] = outcome
+            if len(told) == 4:
+                both.set()
+
+        return done
+
+    def prepared(n: int):
+        raw = mail(f"KEY ann-key-123\nDICE {n}", "ann@example.org", f"c{n}")
+        return lambda: ((raw, T0, "lmtp", None, None, None), (None, None))
+
+    def unreadable():
+        raise ValueError("an envelope that cannot be read")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mailboxes_module, "store_many", held)
+        group.submit(prepared(1), tell("first"))  # alone, held in its write
+        deadline = time.monotonic() + HANG
+        while group._queue:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        group.submit(prepared(2), tell("second"))
+        group.submit(unreadable, tell("unreadable"))
+        group.submit(prepared(3), tell("third"))
+        release.set()
+        assert both.wait(HANG)
+        while group._writer is not None:  # (it fails just after telling them)
+            assert time.monotonic() < deadline + HANG
+            time.sleep(0.005)
+    assert isinstance(told["unreadable"], ValueError)
+    assert [told[name][0].status for name in ("first", "second", "third")] == ["new"] * 3
+    assert "the store's writer stopped" in caplog.text and "a broken clock" in caplog.text
+    result, _ = group.store(prepared(4)()[0], (None, None))
+    assert result.status == "new"
+
+
+def test_a_message_submitted_is_read_in_the_writer_not_in_the_callers_thread(
+    intake, monkeypatch
+) -> None:
+    """``Intake.submit``: the envelope and the receipt time (a crafted header section
+    took milliseconds to read) are read in the store's writer, not in the caller's thread
+    (the LMTP receiver's loop, which every session waits on: the hostile review)."""
+    db, config = intake
+    entry = mailboxes_module.Intake(db, config, readers=mailboxes_module.Readers())
+    where: dict[str, str] = {}
+    real_envelope_of = mailboxes_module.envelope_of
+
+    def envelope_of(raw: bytes):
+        where["envelope"] = threading.current_thread().name
+        return real_envelope_of(raw)
+
+    def received_at():
+        where["receipt time"] = threading.current_thread().name
+        return T0
+
+    monkeypatch.setattr(mailboxes_module, "envelope_of", envelope_of)
+    told: list = []
+    said = threading.Event()
+    raw = mail("KEY ann-key-123\nDICE 2", "ann@example.org", "r1")
+    entry.submit(raw, received_at, "lmtp", lambda outcome: (told.append(outcome), said.set()))
+    assert said.wait(HANG)
+    result, reading = told[0]
+    assert result.status == "new" and reading.result(HANG).status == "processed"
+    assert where == {"envelope": "snl-pbem-store", "receipt time": "snl-pbem-store"}

@@ -27,6 +27,7 @@ from mailhelpers import orders_of
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import load_config
 from snl_pbem.mail.lmtp import GameAddressHandler, ReceiverController
+from snl_pbem.mail.sessions import HELD_BYTES
 from snl_pbem.store import Database
 from snl_pbem.store.migrate import upgrade
 
@@ -351,6 +352,22 @@ def test_replies_to_commands_sent_together_are_written_together(receiver, writes
         assert [line[:4] for line in said.splitlines()] == [b"250 ", b"250 ", b"221 "]
         assert writes[0] == said  # (aiosmtpd answers the NOOP after it into the closed socket)
     assert stored == [MESSAGE]
+
+
+def test_replies_held_back_are_bounded(receiver, writes) -> None:
+    """A client that sends thousands of commands at once and reads slowly: replies held
+    back for the next are written once they reach ``HELD_BYTES``, so the session waits on
+    its client (``drain``) as with a reply each, instead of answering them all into one
+    write of megabytes (the hostile review: 2 MB held a session)."""
+    port, _, _ = receiver
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        assert replies(sock, 1)[0].startswith(b"220 ")
+        del writes[:]
+        sock.sendall(b"NOOP\r\n" * 3000)
+        answered = replies(sock, 3000)
+    assert len(answered) == 3000 and all(line == b"250 OK" for line in answered)
+    assert max(len(w) for w in writes) <= HELD_BYTES + len(b"250 OK\r\n")
+    assert len(writes) <= 3000 * len(b"250 OK\r\n") // (HELD_BYTES // 2)  # still together
 
 
 # -- through serve, with few file handles ---------------------------------------------
