@@ -508,7 +508,6 @@ it), with its envelope (None if it was not read)."""
 class _Waiting:
     prepare: Callable[[], tuple[Incoming, Envelope]]
     done: Told
-    message: Incoming | None = None
     envelope: Envelope | None = None
     told: bool = False
 
@@ -636,24 +635,21 @@ class GroupStore:
 
     def _write_group(self, batch: list[_Waiting]) -> None:
         ready: list[_Waiting] = []
+        messages: list[Incoming] = []
+        envelopes: list[Envelope] = []
         for waiting in batch:
             try:
-                waiting.message, waiting.envelope = waiting.prepare()
+                message, waiting.envelope = waiting.prepare()
             except Exception as exc:  # that message alone is not stored
                 waiting.tell(exc)
-            else:
-                ready.append(waiting)
+                continue
+            ready.append(waiting)
+            messages.append(message)
+            envelopes.append(waiting.envelope)
         if not ready:
             return
         try:
-            outcomes: list[Any] = list(
-                store_many(
-                    self.db,
-                    self.config,
-                    [w.message for w in ready if w.message is not None],
-                    [w.envelope for w in ready if w.envelope is not None],
-                )
-            )
+            outcomes: list[Any] = list(store_many(self.db, self.config, messages, envelopes))
         except Exception as exc:  # the database away: none is stored
             outcomes = [exc] * len(ready)
         for waiting, outcome in zip(ready, outcomes, strict=True):
