@@ -21,13 +21,15 @@ unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -249,24 +251,40 @@ class Readers:
                     jobs[future] = job
         progress = start  # when one of them was last read quickly
         pending = {future: inbound_id for inbound_id, future in futures.items()}
+        # a small message is always waited for (ALWAYS_AWAITED_BYTES): on a machine slow
+        # enough that ordinary mail takes longer than in_order to read, the close is late,
+        # never without the orders
+        small = sum(1 for f, job in jobs.items() if job.size <= ALWAYS_AWAITED_BYTES)
+        # each future hooked once, its completion queued: waiting on all those pending for
+        # the first done, again for each one, hung a waiter on every one each time (the
+        # square of a close's thousands)
+        done: queue.SimpleQueue[Future[IngestResult]] = queue.SimpleQueue()
+        for future in pending:
+            future.add_done_callback(done.put)  # (put at once if done meanwhile)
+        timeout: float | None = 0.0
         while pending:
+            try:
+                finished = [done.get(timeout=timeout)]
+            except queue.Empty:
+                finished = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    finished.append(done.get_nowait())
             now = time.monotonic()
-            for future in [f for f in pending if f.done()]:
-                del pending[future]
+            for future in finished:
+                if pending.pop(future, None) is None:
+                    continue
                 job = jobs.get(future)
                 if job is None:  # read before we looked
                     progress = max(progress, now)
-                elif job.finished - job.started < self.in_order:
+                    continue
+                small -= job.size <= ALWAYS_AWAITED_BYTES
+                if job.finished - job.started < self.in_order:
                     progress = max(progress, job.finished)
-            # a small message is always waited for (ALWAYS_AWAITED_BYTES): on a machine slow
-            # enough that ordinary mail takes longer than in_order to read, the close is late,
-            # never without the orders
-            small = any(job.size <= ALWAYS_AWAITED_BYTES for f, job in jobs.items() if f in pending)
             until = max(start + seconds, progress + self.in_order)
             if not pending or (now >= until and not small):
                 break
             timeout = max(until - now, 0.0) if not small else max(min(until - now, 1.0), 0.2)
-            wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
         return sorted(pending.values())
 
     def finish(self, seconds: float) -> bool:
