@@ -21,6 +21,7 @@ unread, and waits for them at most ``CLOSE_WAIT_SECONDS``
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import itertools
 import logging
@@ -28,7 +29,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -94,6 +95,9 @@ the sessions. Paced, they hold about forty: through LMTP 1.25-1.3x the orders a 
 SQLite, 1.13x on PostgreSQL (bench_ingest). Under such a flood a message's reply waits up
 to this much longer; the MTA's answer (250) never waits for it: it is sent once the
 message is stored."""
+BATCH_SCANNED = 10
+"""Taking a batch looks at this many times ``BATCH_MAX`` queued messages after its first
+at most (those of senders with a message being read are passed over)."""
 READ_AHEAD = 2
 """Batches read and waiting for their transaction (or in it) at most: the one being written
 and the next, read meanwhile."""
@@ -179,6 +183,13 @@ class Readers:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._queued: dict[tuple[int, int], _Job] = {}
+        self._urgent: dict[tuple[int, int], _Job] = {}
+        """The queued messages a close waits for (usually few)."""
+        self._order: list[tuple[int, int]] = []
+        """(inbound id, id(db)) of every queued message, in stored order, and of some taken
+        since (passed over; dropped at the front as taking goes on, and all at once when they
+        outnumber the queued): the head and what follows it found without sorting the queue,
+        which cost the square of a backlog (``_stored_order``)."""
         self._running: dict[tuple[int, int], _Job] = {}
         self._workers: list[threading.Thread] = []
         self._names = itertools.count(1)
@@ -201,11 +212,13 @@ class Readers:
             job = self._queued.get(key) or self._running.get(key)
             if job is None:
                 job = _Job(db, config, inbound_id, size, sender or f"#{inbound_id}")
-                self._queued[key] = job
+                self._enqueue(key, job)
                 self._start_worker()
                 self._cond.notify()
             if urgent and not job.urgent:  # a close waits for it: it goes now (``_first``)
                 job.urgent = True
+                if key in self._queued:
+                    self._urgent[key] = job
                 self._cond.notify_all()
             return job.future
 
@@ -338,27 +351,59 @@ class Readers:
         # her next waits for one still being read (a batch read waits for its turn: one
         # taken after it is written after it)
         busy = {job.sender for job in self._running.values() if job.read_at is None}
-        queued = [
-            job
-            for job in self._queued.values()
-            if job is not first
-            and job.db is first.db
-            and job.urgent == first.urgent
-            and job.sender not in busy
-        ]
-        # the order the rules above take them in: stored order, or at a close the smallest
-        # first (see the class)
-        order = (lambda j: (j.size, j.inbound_id)) if first.urgent else (lambda j: j.inbound_id)
+        # the order the rules above take them in: at a close the smallest first (its few
+        # messages sorted), else stored order from ``first`` on (the queue's head: none
+        # before it), looking at BATCH_SCANNED of them at most (one sender's flood passed
+        # over while her message is read costs a short look, not the whole queue)
+        if first.urgent:
+            following: Iterable[_Job] = sorted(
+                (j for j in self._urgent.values() if _smaller(first, j)),
+                key=lambda j: (j.size, j.inbound_id),
+            )
+        else:
+            after = (first.inbound_id, id(first.db))
+            following = itertools.islice(self._stored_order(after), BATCH_SCANNED * self.batch)
         batch, size = [first], first.size
-        for job in sorted(queued, key=order):
+        for job in following:
+            if job is first or job.db is not first.db or job.urgent != first.urgent:
+                continue
+            if job.sender in busy:
+                continue
             if len(batch) >= self.batch or not 0 < job.size <= BATCH_BYTES:
                 break
-            if order(job) > order(first):
-                size += job.size
-                if size > BATCH_TOTAL_BYTES:
-                    break
-                batch.append(job)
+            size += job.size
+            if size > BATCH_TOTAL_BYTES:
+                break
+            batch.append(job)
         return batch
+
+    def _enqueue(self, key: tuple[int, int], job: _Job) -> None:
+        self._queued[key] = job
+        entry, order = (job.inbound_id, key[0]), self._order
+        if not order or entry > order[-1]:  # (stored order: nearly always)
+            order.append(entry)
+            return
+        at = bisect.bisect_left(order, entry)
+        if at == len(order) or order[at] != entry:  # (its entry may still stand, passed over)
+            order.insert(at, entry)
+
+    def _stored_order(self, after: tuple[int, int] | None = None) -> Iterator[_Job]:
+        """The queued messages in stored order (those after the entry ``after`` only): the
+        taken ones' entries are dropped as they are met at the front, and all at once when
+        they outnumber the queued ones, so taking a batch costs its own messages, not the
+        queue's. The caller holds the lock and changes nothing while it iterates."""
+        order, queued = self._order, self._queued
+        if len(order) > 2 * len(queued) + 1024:
+            order[:] = [entry for entry in order if (entry[1], entry[0]) in queued]
+        front = 0
+        while front < len(order) and (order[front][1], order[front][0]) not in queued:
+            front += 1
+        del order[:front]
+        start = 0 if after is None else bisect.bisect_right(order, after)
+        for at in range(start, len(order)):
+            job = queued.get((order[at][1], order[at][0]))
+            if job is not None:
+                yield job
 
     def _first(self) -> tuple[_Job | None, float | None]:
         if not self._queued or self._paused:
@@ -367,7 +412,7 @@ class Readers:
         written = {job.turn for job in self._running.values() if job.read_at is not None}
         if len(written) >= READ_AHEAD:  # read batches wait for their turn: enough of them
             return None, None
-        urgent = [job for job in self._queued.values() if job.urgent]
+        urgent = list(self._urgent.values())
         if written and not urgent and len(self._queued) < self.batch:
             return None, None  # ahead only a whole batch: else all that queues meanwhile, after
         fresh: dict[str, float] = {}  # sender: when her message read for under in_order began
@@ -381,7 +426,7 @@ class Readers:
             return None, min(fresh[job.sender] for job in urgent) + self.in_order - now
         if fresh:  # in order, unless the one read last is slow
             return None, max(fresh.values()) + self.in_order - now
-        head = min(self._queued.values(), key=lambda j: j.inbound_id)
+        head = next(self._stored_order())  # (every queued message has its entry)
         if (
             len(self._queued) < self.batch
             and now < self._taken_at + self.pace
@@ -397,14 +442,7 @@ class Readers:
                 while jobs is None:
                     self._cond.wait(pause)
                     jobs, pause = self._next()
-                now = time.monotonic()
-                turn = next(self._turns)
-                self._taken_at = now
-                for job in jobs:
-                    key = (id(job.db), job.inbound_id)
-                    del self._queued[key]
-                    job.started, job.turn = now, turn
-                    self._running[key] = job
+                self._take(jobs)
             outcomes = self._process(jobs)
             with self._cond:
                 now = time.monotonic()
@@ -424,6 +462,18 @@ class Readers:
                     job.future.set_exception(outcome)
                 else:
                     job.future.set_result(outcome)
+
+    def _take(self, jobs: list[_Job]) -> None:
+        """Move a batch from the queue to those being read (the lock held)."""
+        now = time.monotonic()
+        turn = next(self._turns)
+        self._taken_at = now
+        for job in jobs:
+            key = (id(job.db), job.inbound_id)
+            del self._queued[key]
+            self._urgent.pop(key, None)
+            job.started, job.turn = now, turn
+            self._running[key] = job
 
     def _process(self, jobs: list[_Job]) -> dict[int, IngestResult | BaseException]:
         """Each job's outcome: the batch read (``read_batch``: parsed, no lock taken), then,
@@ -466,6 +516,11 @@ class Readers:
 
 _readers: Readers | None = None
 _readers_lock = threading.Lock()
+
+
+def _smaller(first: _Job, job: _Job) -> bool:
+    """Whether ``first`` goes before ``job`` at a close: the smaller first, then stored order."""
+    return (first.size, first.inbound_id) < (job.size, job.inbound_id)
 
 
 def default_readers() -> Readers:

@@ -593,6 +593,66 @@ def test_a_close_waits_for_thousands_of_readings_hooking_each_once() -> None:
     assert 0 < len(hung) <= len(futures), len(hung)
 
 
+def _taken(readers: Readers) -> list[int] | None:
+    """The next batch the readers would take (its ids), taken and done at once."""
+    jobs, _ = readers._next()
+    if jobs is None:
+        return None
+    readers._take(jobs)
+    for job in jobs:
+        del readers._running[(id(job.db), job.inbound_id)]
+    return [job.inbound_id for job in jobs]
+
+
+def test_batches_are_taken_in_stored_order_whatever_order_they_were_queued_in() -> None:
+    """The queue's head and what follows it are found in stored order (the inbound ids),
+    as submitted out of order, a close's messages first (the smallest first), and a
+    message queued again after it was taken goes in its place once more."""
+    db = Database("sqlite://")
+    readers = Readers(threads=0, batch=3, pace=0.0)
+    for inbound_id in (7, 3, 9, 1, 5, 8):
+        readers.submit(db, None, inbound_id, size=500, sender=f"p{inbound_id}@example.org")
+    urgent = {12: (900, "p12@x.example"), 8: (500, "p8@example.org"), 11: (400, "p11@x.example")}
+    readers.submit_urgent(db, None, urgent)
+    assert _taken(readers) == [11, 8, 12]  # a close's first: the smallest first
+    assert _taken(readers) == [1, 3, 5]
+    readers.submit(db, None, 3, size=500, sender="p3@example.org")
+    readers.submit(db, None, 2, size=500, sender="p2@example.org")
+    assert _taken(readers) == [2, 3, 7]
+    assert _taken(readers) == [9]
+    assert _taken(readers) is None and readers.idle()
+
+
+def test_taking_a_batch_from_a_backlog_looks_at_the_batch_not_the_backlog() -> None:
+    """A backlog (an IMAP poll after an outage) is taken a batch at a time, each looking at
+    its own messages: the whole queue sorted for each batch cost the square of the backlog
+    (30,000 queued: 37 us a message, against 3.5 at 3,000). Counted here: the queued
+    messages looked at, for 20,000 in batches of 100."""
+    looked: list[int] = [0]
+
+    class Counted(dict):  # type: ignore[type-arg]
+        def get(self, key, default=None):  # type: ignore[no-untyped-def]
+            looked[0] += 1
+            return super().get(key, default)
+
+        def values(self):  # type: ignore[no-untyped-def]
+            looked[0] += len(self)
+            return super().values()
+
+    db = Database("sqlite://")
+    readers = Readers(threads=0, pace=0.0)
+    readers._queued = Counted()
+    n = 20_000
+    for inbound_id in range(1, n + 1):
+        readers.submit(db, None, inbound_id, size=500, sender=f"p{inbound_id % 500}@example.org")
+    looked[0] = 0
+    taken: list[int] = []
+    while (batch := _taken(readers)) is not None:
+        taken += batch
+    assert taken == list(range(1, n + 1))
+    assert looked[0] <= 3 * n, looked[0]
+
+
 class _FirstBatchHeld:
     """The readers' batches, read (``reads``, their ids) and written as usual, but the first
     batch's transaction held open from ``writing`` until ``release``; ``second`` is set
