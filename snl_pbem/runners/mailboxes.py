@@ -95,9 +95,6 @@ the sessions. Paced, they hold about forty: through LMTP 1.25-1.3x the orders a 
 SQLite, 1.13x on PostgreSQL (bench_ingest). Under such a flood a message's reply waits up
 to this much longer; the MTA's answer (250) never waits for it: it is sent once the
 message is stored."""
-BATCH_SCANNED = 10
-"""Taking a batch looks at this many times ``BATCH_MAX`` queued messages after its first
-at most (those of senders with a message being read are passed over)."""
 READ_AHEAD = 2
 """Batches read and waiting for their transaction (or in it) at most: the one being written
 and the next, read meanwhile."""
@@ -189,7 +186,9 @@ class Readers:
         """(inbound id, id(db)) of every queued message, in stored order, and of some taken
         since (passed over; dropped at the front as taking goes on, and all at once when they
         outnumber the queued): the head and what follows it found without sorting the queue,
-        which cost the square of a backlog (``_stored_order``)."""
+        which cost the square of a backlog (``_stored_order``). (Readers serving several
+        databases, as tests do, order the same id of two by the database, not by when each
+        was queued.)"""
         self._running: dict[tuple[int, int], _Job] = {}
         self._workers: list[threading.Thread] = []
         self._names = itertools.count(1)
@@ -353,16 +352,14 @@ class Readers:
         busy = {job.sender for job in self._running.values() if job.read_at is None}
         # the order the rules above take them in: at a close the smallest first (its few
         # messages sorted), else stored order from ``first`` on (the queue's head: none
-        # before it), looking at BATCH_SCANNED of them at most (one sender's flood passed
-        # over while her message is read costs a short look, not the whole queue)
+        # before it)
         if first.urgent:
             following: Iterable[_Job] = sorted(
                 (j for j in self._urgent.values() if _smaller(first, j)),
                 key=lambda j: (j.size, j.inbound_id),
             )
         else:
-            after = (first.inbound_id, id(first.db))
-            following = itertools.islice(self._stored_order(after), BATCH_SCANNED * self.batch)
+            following = self._stored_order((first.inbound_id, id(first.db)))
         batch, size = [first], first.size
         for job in following:
             if job is first or job.db is not first.db or job.urgent != first.urgent:

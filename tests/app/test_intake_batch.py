@@ -520,14 +520,18 @@ def test_a_message_stored_has_its_headers_read_once(intake, monkeypatch) -> None
     assert senders == ["ann@example.org"] * 3 + ["bob@example.org"]
 
 
-def _hooked_futures(n: int) -> tuple[list[Future[int]], list[object]]:
-    """``n`` futures, and every hook hung on them: each waiter ``concurrent.futures.wait``
-    hangs, each done-callback."""
+def _hooked_futures(n: int) -> tuple[list[Future[int]], list[object], threading.Thread]:
+    """``n`` futures, every hook hung on them (each waiter ``concurrent.futures.wait``
+    hangs, each done-callback), and a thread that sets their results one by one, a
+    millisecond or more apart (0.6 s at the least for 600), from the first hook on: none
+    is done before the wait looks at them, however slow the machine."""
     hung: list[object] = []
+    begin = threading.Event()
 
     class Waiters(list):  # type: ignore[type-arg]
         def append(self, item: object) -> None:
             hung.append(item)
+            begin.set()
             super().append(item)
 
     class Counted(Future[int]):
@@ -537,15 +541,10 @@ def _hooked_futures(n: int) -> tuple[list[Future[int]], list[object]]:
 
         def add_done_callback(self, fn) -> None:  # type: ignore[no-untyped-def]
             hung.append(fn)
+            begin.set()
             super().add_done_callback(fn)
 
-    return [Counted() for _ in range(n)], hung
-
-
-def _done_one_by_one(futures: list[Future[int]]) -> tuple[threading.Thread, threading.Event]:
-    """A thread that, once its event is set, sets each future's result a millisecond or
-    more apart (0.6 s at the least for 600)."""
-    begin = threading.Event()
+    futures: list[Future[int]] = [Counted() for _ in range(n)]
 
     def finish() -> None:
         begin.wait(HANG)
@@ -555,7 +554,7 @@ def _done_one_by_one(futures: list[Future[int]]) -> tuple[threading.Thread, thre
 
     worker = threading.Thread(target=finish)
     worker.start()
-    return worker, begin
+    return futures, hung, worker
 
 
 def test_a_poll_waits_for_thousands_of_readings_hooking_each_once() -> None:
@@ -565,9 +564,7 @@ def test_a_poll_waits_for_thousands_of_readings_hooking_each_once() -> None:
     still pending each time: a poll of 30,000 after an outage, read over 10 s, cost the
     poller 1.3 s of CPU. Waiting for the first done, again and again, cost the square.
     Here 600 are done one by one (three looks or more)."""
-    futures, hung = _hooked_futures(600)
-    worker, begin = _done_one_by_one(futures)
-    begin.set()
+    futures, hung, worker = _hooked_futures(600)
     assert mailboxes_module.settle(futures, HANG)
     worker.join()
     assert 0 < len(hung) <= len(futures), len(hung)  # once each, at most
@@ -584,9 +581,7 @@ def test_a_close_waits_for_thousands_of_readings_hooking_each_once() -> None:
     """A close's wait for its messages (``wait_for_close``) hooks each once too: it waited
     for the first done, again for each one, hanging a waiter on every one still pending
     each time (600 messages: 180,000 waiters; 5,000: 12 million)."""
-    futures, hung = _hooked_futures(600)
-    worker, begin = _done_one_by_one(futures)
-    begin.set()
+    futures, hung, worker = _hooked_futures(600)
     unread = Readers().wait_for_close(Database("sqlite://"), dict(enumerate(futures)), HANG)
     worker.join()
     assert unread == []
