@@ -30,6 +30,24 @@ def test_bench_rules_prints_engine_and_baseline() -> None:
     assert "linearity" in done.stdout
 
 
+def test_bench_backlog_prints_each_part_at_both_sizes_beside_its_baseline() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH / "bench_backlog.py"),
+            *("--sizes", "200,400", "--close-sizes", "50,100", "--rate", "20000"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = re.findall(r"^\s+([\d,]+) messages: .* \(baseline\s+[\d.]+\)$", done.stdout, re.M)
+    assert rows == ["200", "400", "200", "400", "50", "100"], done.stdout
+    assert done.stdout.count("larger/smaller") == 3
+
+
 def test_bench_slow_close_prints_before_after_and_baseline() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH / "bench_slow_close.py"), "--messages", "6", "--limit", "0.2"],
