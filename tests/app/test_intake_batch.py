@@ -630,6 +630,10 @@ def test_taking_a_batch_from_a_backlog_looks_at_the_batch_not_the_backlog() -> N
             looked[0] += 1
             return super().get(key, default)
 
+        def __contains__(self, key: object) -> bool:
+            looked[0] += 1
+            return super().__contains__(key)
+
         def values(self):  # type: ignore[no-untyped-def]
             looked[0] += len(self)
             return super().values()
