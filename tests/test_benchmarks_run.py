@@ -15,15 +15,21 @@ import pytest
 BENCH = Path(__file__).parent / "benchmarks"
 
 
-def test_bench_rules_prints_engine_and_baseline() -> None:
+def _bench(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run benchmark ``script`` with ``args``; it must succeed (its output on failure)."""
     done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_rules.py"), "--sizes", "300,600", "--repeats", "1"],
+        [sys.executable, str(BENCH / script), *args],
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=timeout,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+def test_bench_rules_prints_engine_and_baseline() -> None:
+    done = _bench("bench_rules.py", "--sizes", "300,600", "--repeats", "1", timeout=120)
     rows = [line.split() for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert [row[0] for row in rows] == ["300", "600"]
     assert all(row[5].endswith("x") for row in rows)
@@ -31,32 +37,16 @@ def test_bench_rules_prints_engine_and_baseline() -> None:
 
 
 def test_bench_backlog_prints_each_part_at_both_sizes_beside_its_baseline() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "bench_backlog.py"),
-            *("--sizes", "200,400", "--close-sizes", "50,100", "--rate", "20000"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    done = _bench(
+        "bench_backlog.py", *("--sizes", "200,400", "--close-sizes", "50,100", "--rate", "20000")
     )
-    assert done.returncode == 0, done.stderr
     rows = re.findall(r"^\s+([\d,]+) messages: .* \(baseline\s+[\d.]+\)$", done.stdout, re.M)
     assert rows == ["200", "400", "200", "400", "50", "100"], done.stdout
     assert done.stdout.count("larger/smaller") == 3
 
 
 def test_bench_slow_close_prints_before_after_and_baseline() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_slow_close.py"), "--messages", "6", "--limit", "0.2"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _bench("bench_slow_close.py", "--messages", "6", "--limit", "0.2")
     rows = [
         line
         for line in done.stdout.splitlines()
@@ -68,14 +58,7 @@ def test_bench_slow_close_prints_before_after_and_baseline() -> None:
 
 
 def test_bench_html_prints_every_shape_beside_real_mail() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_html.py"), "--size-kib", "64", "--repeats", "1"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _bench("bench_html.py", "--size-kib", "64", "--repeats", "1")
     rows = [line.split() for line in done.stdout.splitlines() if line.endswith("x")]
     baselines = [line for line in done.stdout.splitlines() if line.startswith("baseline:")]
     assert len(rows) >= 20 and len(baselines) == 4, done.stdout
@@ -95,19 +78,11 @@ def table(stdout: str, head: str) -> list[list[str]]:
 
 
 def test_bench_site_prints_close_pass_and_full_rewrite() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "bench_site.py"),
-            *("--games", "30", "--rounds", "3", "--players", "3", "--played", "1"),
-            *("--db", "sqlite"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
+    done = _bench(
+        "bench_site.py",
+        *("--games", "30", "--rounds", "3", "--players", "3", "--played", "1"),
+        *("--db", "sqlite"),
     )
-    assert done.returncode == 0, done.stdout + done.stderr
     assert "first build, all 30 games" in done.stdout
     assert "baseline: a full rewrite of all 30 games (everything=True)" in done.stdout
     rows = table(done.stdout, "database    games  first s")
@@ -175,14 +150,7 @@ def test_bench_hosting_prints_storm_idle_and_baselines(tmp_path) -> None:
 @pytest.mark.slow  # every benchmark, with PostgreSQL and Dovecot: about 3 min under load
 def test_run_all_writes_the_report(tmp_path) -> None:
     out = tmp_path / "BENCHMARKS.md"
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "run_all.py"), "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr
+    _bench("run_all.py", "--quick", "--out", str(out), timeout=900)
     text = out.read_text()
     titles = (
         "Rules engine",
@@ -199,14 +167,7 @@ def test_run_all_writes_the_report(tmp_path) -> None:
 
 
 def test_bench_retention_prints_the_purge_beside_a_bare_write() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_retention.py"), "--rows", "600", "--db", "sqlite"],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _bench("bench_retention.py", "--rows", "600", "--db", "sqlite")
     lines = [line.split() for line in done.stdout.splitlines() if line.startswith("  sqlite")]
     assert [line[1:3] for line in lines] == [
         ["sent", "purge:"],
@@ -219,18 +180,7 @@ def test_bench_retention_prints_the_purge_beside_a_bare_write() -> None:
 
 
 def test_bench_languages_prints_each_language_beside_english() -> None:
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(BENCH / "bench_languages.py"),
-            *("--players", "6", "--rounds", "1", "--repeats", "1"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = _bench("bench_languages.py", *("--players", "6", "--rounds", "1", "--repeats", "1"))
     rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
     found = {row[0]: row for row in rows if row[0] in ("en", "zh-Hans", "th")}
     assert set(found) == {"en", "zh-Hans", "th"}, done.stdout
