@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Executable, and_, bindparam, func, insert, or
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from snl_pbem.app import sentprints, txcache
+from snl_pbem.app import txcache
 from snl_pbem.app.state import holder_name, holder_names
 from snl_pbem.app.turns import sending_turn
 from snl_pbem.config import Config
@@ -123,8 +123,6 @@ def mail_row(
         attachments=attachments,
         language=language,
     )
-    if not broadcast:  # the one it goes to may answer it: known as ours without a parse
-        sentprints.remember(message_id, fingerprint(body))
     dkim_settings = config.settings.mail.dkim
     if dkim_settings is not None:  # signed once, at enqueue: a resend is the same bytes
         raw = dkim_sign(
@@ -144,6 +142,10 @@ def mail_row(
         "next_attempt_at": now,
         "created_at": now,
         "secret": secret,
+        # what its recipient's replies are compared with, kept with it: worked out from
+        # the stored bytes instead, each of a long game's players' forty latest thrashed
+        # any memory kept for them (issue 23)
+        "fingerprint": fingerprint(body),
     }
 
 

@@ -344,6 +344,16 @@ class OutboxMessage(Base):
     __table_args__ = (
         Index("ix_outbox_status_next_attempt", "status", "next_attempt_at"),
         Index("ix_outbox_recipient_status_id", "recipient", "status", "id"),
+        # the latest mail that gave a sender a key, however old, read from the newest
+        # without reading their whole history (snl_pbem.app.intake.reading._latest_to)
+        Index(
+            "ix_outbox_recipient_secret",
+            "recipient",
+            "status",
+            "id",
+            sqlite_where=text("secret = 1"),
+            postgresql_where=text("secret"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -361,6 +371,10 @@ class OutboxMessage(Base):
     sent_at: Mapped[datetime | None]
     secret: Mapped[bool] = mapped_column(Boolean, default=False)
     """Holds an order key: the body is scrubbed once sent."""
+    fingerprint: Mapped[str | None] = mapped_column(Text)
+    """The digests of its lines (``snl_pbem.mail.ours.fingerprint``: no text, no key),
+    written with it: its recipient's next messages are compared with it. None in mail
+    written before it was kept (worked out from the body when needed)."""
     claimed_by: Mapped[str | None] = mapped_column(String(100))
     claim_until: Mapped[datetime | None]
     """A sender working on this message; another may take it over once this passes."""

@@ -72,6 +72,8 @@ class Sent:
     sent: tuple[str, ...]
     """What the intake passes with a reply from the recipient: the fingerprints of every
     mail to them up to this one, newest first (a scrubbed one as kept once scrubbed)."""
+    kept: str | None = None
+    """The fingerprint written with it (its outbox row's)."""
 
     def __repr__(self) -> str:  # what hypothesis prints for a failing example
         return f"<{self.ruleset} {self.kind} to {self.recipient}>"
@@ -155,6 +157,7 @@ def play(db: Database, config, game_name: str, ruleset: str) -> list[Sent]:
                     str(subject),
                     shown(row.message),
                     tuple(mine[:40]),
+                    row.fingerprint,
                 )
             )
     return corpus
@@ -190,6 +193,17 @@ def test_the_corpus_holds_every_kind_of_mail(corpus) -> None:
         ):  # fmt: skip
             assert (ruleset, kind) in kinds
     assert ("classic", "game-over") in kinds
+
+
+def test_every_mail_we_write_keeps_the_fingerprint_of_what_it_says(corpus) -> None:
+    """Every mail of every kind, broadcasts too, is written with the fingerprint its
+    recipient's replies are compared with: the one read back from its bytes, as sent and
+    once scrubbed (issue 23: worked out from the bytes at each reply, a long game's forty
+    latest a player thrashed the fingerprints kept in memory)."""
+    for sent in corpus:
+        assert sent.kept, sent
+        assert sent.sent[0] == sent.kept, sent  # as kept (scrubbed when it held a key)
+    assert {m.kind for m in corpus} >= {"report", "welcome", "ack"}
 
 
 # -- how clients quote, paste and auto-reply -------------------------------------------------
@@ -431,3 +445,102 @@ def test_what_we_sent_is_the_latest_mail_and_every_mail_that_gave_a_key(intake) 
     assert list(found) == [*expected[:SENT_COMPARED], welcome_print]
     assert intake_module._sent_to(db, config, None) == ()
     assert intake_module._sent_to(db, config, "nobody@example.org") == ()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_what_we_sent_each_sender_is_picked_alike_from_any_history(intake, seed) -> None:
+    """The latest SENT_COMPARED of our mail to a sender that may have reached it and the
+    latest SECRET_COMPARED that gave a key, whatever the spellings of the address, the
+    statuses and the secrets: as a plain reading of the whole history picks them, for one
+    sender and for more senders than one statement asks for. Most rows keep their
+    fingerprint (written with them); the others' are worked out from their bodies."""
+    import random
+
+    from snl_pbem.app.intake.reading import SECRET_COMPARED, _sent_to_many
+    from snl_pbem.store import Player
+
+    db, config = intake
+    rng = random.Random(seed)
+    bob = ["bob@example.org", "Bob@Example.ORG"]  # his row's spelling, and as he writes
+    strangers = [f"x{i}@example.org" for i in range(38)]
+    history: list[tuple[int, str, str, bool, str]] = []
+    with db.transaction() as s:
+        s.execute(
+            Player.__table__.update()
+            .where(Player.email == "bob@example.org")
+            .values(email="Bob@Example.ORG")
+        )
+        s.query(OutboxMessage).delete()
+        for i in range(700):
+            to = rng.choice([*bob, *bob, "ann@example.org", rng.choice(strangers)])
+            status = rng.choice(["sent", "sent", "pending", "failed", "bounced"])
+            secret = rng.random() < 0.04
+            kept = rng.random() < 0.8
+            print_ = fingerprint(f"Hello,\nmail {i}")
+            row = OutboxMessage(
+                kind="ack",
+                recipient=to,
+                message_id=f"<h{seed}.{i}@example.org>",
+                message=(
+                    f"From: snl@example.org\r\nTo: {to}\r\nSubject: s{i}\r\n"
+                    f"\r\nHello,\r\nmail {i}\r\n"
+                ).encode(),
+                status=status,
+                attempts=0,
+                next_attempt_at=T0,
+                created_at=T0,
+                # (a key's mail is scrubbed once sent: these bodies keep no fingerprint)
+                secret=secret and kept,
+                fingerprint=print_ if kept else None,
+            )
+            s.add(row)
+            s.flush()
+            history.append((row.id, to.lower(), status, row.secret, print_))
+
+    def expected(sender: str) -> tuple[str, ...]:
+        mine = sorted(
+            (h for h in history if h[1] == sender and h[2] in ("sent", "pending")), reverse=True
+        )
+        keyed = [h for h in mine if h[3]][:SECRET_COMPARED]
+        return tuple(h[4] for h in sorted({*mine[:SENT_COMPARED], *keyed}, reverse=True))
+
+    senders = ["bob@example.org", "ann@example.org", *strangers, "nobody@example.org"]
+    many = _sent_to_many(db, config, [*senders, None])
+    assert many[None] == ()
+    for sender in senders:
+        assert many[sender] == expected(sender), sender
+    assert intake_module._sent_to(db, config, "bob@example.org") == expected("bob@example.org")
+    assert len(expected("bob@example.org")) > SENT_COMPARED  # the old keys counted too
+
+
+def test_what_we_sent_a_sender_is_read_along_indexes_not_their_history(intake) -> None:
+    """Each reply's comparison reads the latest of our mail to its sender back from the
+    newest along an index (the secret ones along their own): never the sender's whole
+    history, sorted (issue 23: 301 us a sender at a hundred messages each)."""
+    from sqlalchemy import text
+
+    from snl_pbem.app.intake.reading import _latest_statement
+
+    db, _config = intake
+    statement = _latest_statement(db.engine.dialect.name, 1)
+    with db.engine.connect() as connection:
+        if db.is_sqlite:
+            plan = " ".join(
+                str(row)
+                for row in connection.execute(
+                    text(f"EXPLAIN QUERY PLAN {statement.text}"), {"r0": "bob@example.org"}
+                )
+            )
+            assert "TEMP B-TREE" not in plan and "SCAN outbox" not in plan, plan
+        else:  # a table this small is read whole unless told otherwise
+            connection.execute(text("SET enable_seqscan = off"))
+            connection.execute(text("SET enable_bitmapscan = off"))
+            plan = " ".join(
+                str(row)
+                for row in connection.execute(
+                    text(f"EXPLAIN {statement.text}"), {"r0": "bob@example.org"}
+                )
+            )
+            assert "Sort" not in plan and "Seq Scan" not in plan, plan
+    assert "ix_outbox_recipient_status_id" in plan, plan
+    assert "ix_outbox_recipient_secret" in plan, plan
