@@ -15,7 +15,10 @@ server process's CPU a message (its sandbox's workers, Dovecot and the LMTP clie
 steadier than the rate on a machine shared with others.
 
 Run: .venv/bin/python tests/benchmarks/bench_ingest.py [--messages 5000] [--players 500]
-     [--db sqlite,postgresql] [--via imap,lmtp] [--rate 50 --seconds 10]
+     [--db sqlite,postgresql] [--via imap,lmtp] [--rate 50 --seconds 10] [--sent 40]
+
+``--sent``: each player was sent that many of our messages before (a long game's steady
+state: each message is compared with its sender's latest forty).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from dovecotserver import DovecotServer
 from imapclient import IMAPClient
 from pgserver import PostgresServer
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import load_config
@@ -111,10 +114,46 @@ def game(players: int, url: str | None, lmtp_port: int = 0) -> Iterator[tuple[Da
         upgrade(db)
         sync_games(db, config, T0)
         start_game(db, config, "bench", T0)
+        given_before(db, SENT_BEFORE)
         try:
             yield db, config
         finally:
             db.dispose()
+
+
+SENT_BEFORE = 0
+"""Mail of ours each player was sent before the run (``--sent``): what every order they
+write is compared with (the intake reads the latest SENT_COMPARED)."""
+
+
+def given_before(db: Database, sent: int) -> None:
+    """Give each player ``sent`` more of our mail, sent, as a long game has (its reports
+    and answers; here copies of their welcome, with their fingerprints)."""
+    if not sent:
+        return
+    with db.transaction() as s:
+        welcomes = s.execute(
+            select(OutboxMessage.recipient, OutboxMessage.message, OutboxMessage.fingerprint).where(
+                OutboxMessage.kind == "welcome"
+            )
+        ).all()
+        rows = [
+            {
+                "kind": "report",
+                "recipient": recipient,
+                "message_id": f"<before.{k}.{i}@bench>",
+                "message": message,
+                "fingerprint": kept,
+                "status": "sent",
+                "attempts": 0,
+                "next_attempt_at": T0,
+                "created_at": T0,
+                "secret": False,
+            }
+            for k in range(sent)
+            for i, (recipient, message, kept) in enumerate(welcomes)
+        ]
+        s.execute(insert(OutboxMessage), rows)
 
 
 def counts(db: Database) -> tuple[int, int]:
@@ -296,13 +335,18 @@ def main() -> None:
     parser.add_argument("--via", default="imap,lmtp")
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--sent", type=int, default=0, help="our mail each player had before (a long game: 40)"
+    )
     args = parser.parse_args()
+    global SENT_BEFORE
+    SENT_BEFORE = args.sent
     raws = [order_mail(i, args.players) for i in range(args.messages)]
     n = args.messages
     sandbox.default_sandbox().warm()  # as serve does, before its threads (forked: quick)
     print(
         f"bench_ingest: Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
-        f"{n} messages from {args.players} players"
+        f"{n} messages from {args.players} players, each sent {args.sent} of our mail before"
     )
     dovecot = DovecotServer().start() if "imap" in args.via else None
     postgres = PostgresServer().start() if "postgresql" in args.db else None
