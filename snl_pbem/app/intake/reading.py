@@ -5,7 +5,6 @@ sent its sender, so lines of our own mail pasted back are never orders."""
 from __future__ import annotations
 
 import functools
-from typing import cast
 
 from sqlalchemy import TextClause, func, select, text
 from sqlalchemy.orm import Session
@@ -78,57 +77,51 @@ def _sent_in_many(
     for email in session.scalars(select(Player.email).where(func.lower(Player.email).in_(wanted))):
         if email.lower() in spellings:  # (SQL's lower and Python's may differ past ASCII)
             spellings[email.lower()].add(email)
-    rows: dict[str, dict[int, _Sent]] = {s: {} for s in wanted}
-    for outbox_id, message_id, secret, status, recipient, kept in _latest_to(
-        session, sorted(set().union(*spellings.values()))
-    ):
-        whose = rows.get(recipient.lower())
-        if whose is not None:
-            whose[outbox_id] = (outbox_id, message_id, bool(secret), status, kept)
-    picked: dict[str, list[_Sent]] = {}
-    for sender, mine in rows.items():
-        newest = sorted(mine.values(), key=_newest)
-        keyed = [row for row in newest if row[2]][:SECRET_COMPARED]
-        picked[sender] = sorted({*newest[:SENT_COMPARED], *keyed}, key=_newest)
+    recipients = [(address, sender) for sender in wanted for address in spellings[sender]]
+    prints: dict[str, dict[int, str | None]] = {s: {} for s in wanted}  # by outbox id
+    keyed: dict[str, list[int]] = {s: [] for s in wanted}
+    for who, key, outbox_id, kept in _latest_to(session, [a for a, _ in recipients]):
+        sender = recipients[who][1]
+        prints[sender][outbox_id] = kept
+        if key:
+            keyed[sender].append(outbox_id)
+    picked: dict[str, list[int]] = {}
+    for sender, mine in prints.items():
+        latest = sorted(mine, reverse=True)[:SENT_COMPARED]
+        with_key = sorted(keyed[sender], reverse=True)[:SECRET_COMPARED]
+        picked[sender] = sorted({*latest, *with_key}, reverse=True)
     # mail written before its fingerprint was kept with it: worked out from its body
-    prints = _fingerprints(
-        session, [row[:4] for rows_ in picked.values() for row in rows_ if row[4] is None]
+    worked_out = _fingerprints(
+        session, [i for sender, ids in picked.items() for i in ids if prints[sender][i] is None]
     )
     return {
-        sender: tuple(p for p in (row[4] or prints.get(row[1], "") for row in rows_) if p)
-        for sender, rows_ in picked.items()
+        sender: tuple(p for p in (prints[sender][i] or worked_out.get(i, "") for i in ids) if p)
+        for sender, ids in picked.items()
     }
 
 
-_Sent = tuple[int, str, bool, str, str | None]
-"""An outbox row as compared: id, Message-ID, secret, status, fingerprint (None: not kept)."""
-
-
-def _newest(row: _Sent) -> int:
-    return -row[0]
-
-
-def _latest_to(
-    session: Session, recipients: list[str]
-) -> list[tuple[int, str, bool, str, str, str | None]]:
-    """``(id, message_id, secret, status, recipient, fingerprint)`` of the latest
-    SENT_COMPARED of our mail to each of ``recipients`` (as spelt) in each status that
-    reached it, and the latest SECRET_COMPARED of them that held a key or code: each read
-    back along an index from the newest, so the work is bounded whatever the history
-    (window functions ranked all of it: 301 us a sender at a hundred of our messages each,
-    against 65; issue 23). A row may come twice. Statements of a few fixed shapes, each
-    prepared once."""
-    found: list[tuple[int, str, bool, str, str, str | None]] = []
+def _latest_to(session: Session, recipients: list[str]) -> list[tuple[int, int, int, str | None]]:
+    """``(who, keyed, id, fingerprint)`` (``who``: the recipient's place in ``recipients``,
+    as spelt; ``keyed``: 1 when found as mail that held a key or code) of the latest
+    SENT_COMPARED of our mail to each recipient in each status that reached it, and the
+    latest SECRET_COMPARED of them that held a key or code: each read back along an index
+    from the newest, so the work is bounded whatever the history (window functions ranked
+    all of it: 301 us a sender at a hundred of our messages each, against 65; issue 23).
+    A row may come twice. Statements of a few fixed shapes, each prepared once; each
+    query's rows come as one (``id:fingerprint;...``): SQLite's driver gives up the GIL
+    for every row it steps, and the intake's other threads then keep the reader waiting."""
+    found: list[tuple[int, int, int, str | None]] = []
     dialect = session.get_bind().dialect.name
     at = 0
     while at < len(recipients):
         size = next((n for n in _SHAPES if n >= len(recipients) - at), _SHAPES[-1])
-        chunk = recipients[at : at + size]
+        values = {f"r{i}": address for i, address in enumerate(recipients[at : at + size])}
+        values.update({f"r{i}": "" for i in range(len(values), size)})  # "": no one's address
+        for who, key, joined in session.execute(_latest_statement(dialect, size), values).all():
+            for row in joined.split(";") if joined else ():
+                outbox_id, _, kept = row.partition(":")
+                found.append((at + who, key, int(outbox_id), None if kept == "?" else kept))
         at += size
-        values = {f"r{i}": address for i, address in enumerate(chunk)}
-        values.update({f"r{i}": "" for i in range(len(chunk), size)})  # "": no one's address
-        rows = session.execute(_latest_statement(dialect, size), values).all()
-        found.extend(cast("list[tuple[int, str, bool, str, str, str | None]]", rows))
     return found
 
 
@@ -137,31 +130,46 @@ _SHAPES = (1, 8, 32)
 each, within SQLite's 500 in one compound SELECT."""
 
 
-_COLUMNS = "id, message_id, secret, status, recipient, fingerprint"
-
-
 @functools.cache
 def _latest_statement(dialect: str, size: int) -> TextClause:
     # the partial index ix_outbox_recipient_secret serves a query that says what it says:
     # "secret = 1" on SQLite, "secret" on PostgreSQL
-    secret = "secret" if dialect == "postgresql" else "secret = 1"
+    if dialect == "postgresql":
+        secret, joined = "secret", "string_agg(id::text || ':' || coalesce(fingerprint, '?'), ';')"
+    else:
+        secret, joined = "secret = 1", "group_concat(id || ':' || coalesce(fingerprint, '?'), ';')"
     parts: list[str] = []
     for i in range(size):
         for status in (OutboxStatus.SENT, OutboxStatus.PENDING):
             mine = f"recipient = :r{i} AND status = '{status.value}'"
-            for where, limit in ((mine, SENT_COMPARED), (f"{mine} AND {secret}", SECRET_COMPARED)):
+            for key, where, limit in (
+                (0, mine, SENT_COMPARED),
+                (1, f"{mine} AND {secret}", SECRET_COMPARED),
+            ):
+                # a fingerprint is hex digests and spaces: "?" is one not kept (None)
                 parts.append(
-                    f"SELECT * FROM (SELECT {_COLUMNS} FROM outbox WHERE {where}"
-                    f" ORDER BY id DESC LIMIT {limit}) AS q{len(parts)}"
+                    f"SELECT {i}, {key}, {joined} FROM (SELECT id, fingerprint FROM outbox"
+                    f" WHERE {where} ORDER BY id DESC LIMIT {limit}) AS q{len(parts)}"
                 )
     return text(" UNION ALL ".join(parts))
 
 
-def _fingerprints(session: Session, rows: list[tuple[int, str, bool, str]]) -> dict[str, str]:
-    """The fingerprints of these outbox rows, by Message-ID: those kept in memory, and the
-    others worked out from their stored bytes (and kept)."""
-    found = sentprints.kept(row[1] for row in rows)
-    missing = {row[0]: row for row in rows if row[1] not in found}
+def _fingerprints(session: Session, ids: list[int]) -> dict[int, str]:
+    """The fingerprints of these outbox rows (written before it was kept with them), by
+    id: those kept in memory by Message-ID, the others worked out from their stored bytes
+    (and kept)."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(
+            OutboxMessage.id, OutboxMessage.message_id, OutboxMessage.secret, OutboxMessage.status
+        ).where(OutboxMessage.id.in_(sorted(set(ids))))
+    ).all()
+    kept = sentprints.kept(message_id for _, message_id, _, _ in rows)
+    found = {
+        outbox_id: kept[message_id] for outbox_id, message_id, _, _ in rows if message_id in kept
+    }
+    missing = {row[0]: row for row in rows if row[0] not in found}
     if not missing:
         return found
     for outbox_id, message in session.execute(
@@ -171,6 +179,6 @@ def _fingerprints(session: Session, rows: list[tuple[int, str, bool, str]]) -> d
         # its body was replaced by its fingerprint: once sent if it held a key (see
         # drain_outbox), or once kept for keep_sent_mail (see retention)
         scrubbed = (is_secret and status == OutboxStatus.SENT) or is_trimmed_sent(message)
-        found[message_id] = fingerprint_of_sent(message, scrubbed=scrubbed)
-        sentprints.remember(message_id, found[message_id])
+        found[outbox_id] = fingerprint_of_sent(message, scrubbed=scrubbed)
+        sentprints.remember(message_id, found[outbox_id])
     return found
