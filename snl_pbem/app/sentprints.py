@@ -1,8 +1,7 @@
-"""The fingerprints of the mail we sent (``snl_pbem.mail.ours``), kept in memory by
-Message-ID: unique for ever, and the same before and after a scrub, so each is worked out
-once per process. Personal mail (an acknowledgement, a notice) is fingerprinted as it is
-written, from its text: the sender's next message is compared with it, and reading it back
-from the stored bytes cost a parse of our own mail per message read."""
+"""The fingerprints of the mail we sent (``snl_pbem.mail.ours``) written before each was
+kept with its outbox row (``OutboxMessage.fingerprint``, migration 0011), kept in memory by
+Message-ID once worked out from the stored bytes: unique for ever, and the same before and
+after a scrub, so each is worked out once per process (``reading._fingerprints``)."""
 
 from __future__ import annotations
 

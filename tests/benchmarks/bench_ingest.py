@@ -128,7 +128,8 @@ write is compared with (the intake reads the latest SENT_COMPARED)."""
 
 def given_before(db: Database, sent: int) -> None:
     """Give each player ``sent`` more of our mail, sent, as a long game has (its reports
-    and answers; here copies of their welcome, with their fingerprints)."""
+    and answers): here copies of their welcome, its bytes (not scrubbed) and fingerprint,
+    for the size and the lines of our mail; none of them holds a key."""
     if not sent:
         return
     with db.transaction() as s:

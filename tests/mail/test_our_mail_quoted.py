@@ -513,6 +513,55 @@ def test_what_we_sent_each_sender_is_picked_alike_from_any_history(intake, seed)
     assert len(expected("bob@example.org")) > SENT_COMPARED  # the old keys counted too
 
 
+def test_what_we_sent_is_exactly_the_latest_forty_and_the_latest_five_keys(intake) -> None:
+    """At the bounds: one spelling and one status hold more than SENT_COMPARED of our mail
+    newer than anything else, and more than SECRET_COMPARED that gave a key, all older than
+    those: exactly the latest SENT_COMPARED and the latest SECRET_COMPARED with a key are
+    compared, newest first. Some rows keep no fingerprint (written before it was kept with
+    them): theirs are worked out from their bodies, scrubbed ones too."""
+    from snl_pbem.app.intake.reading import SECRET_COMPARED
+
+    db, config = intake
+    expected_latest: list[str] = []
+    expected_keys: list[str] = []
+    with db.transaction() as s:
+        s.query(OutboxMessage).delete()
+
+        def add(i: int, status: str, secret: bool, kept: bool, to: str = "bob@example.org"):
+            text = f"Hello bob,\r\nmail {i}\r\n"
+            raw = (
+                f"From: snl@example.org\r\nTo: {to}\r\nSubject: s{i}\r\n"
+                f"Content-Type: text/plain; charset=utf-8\r\n\r\n{text}"
+            ).encode()
+            scrub = secret and status == "sent" and not kept  # as the sender leaves it
+            s.add(
+                OutboxMessage(
+                    kind="welcome" if secret else "ack",
+                    recipient=to,
+                    message_id=f"<b{i}@example.org>",
+                    message=scrubbed(raw, SCRUBBED) if scrub else raw,
+                    status=status,
+                    attempts=0,
+                    next_attempt_at=T0,
+                    created_at=T0,
+                    secret=secret,
+                    fingerprint=fingerprint(text) if kept else None,
+                )
+            )
+            s.flush()
+            return fingerprint(text)
+
+        add(0, "pending", False, True, "Bob@Example.org")  # (not his row's spelling)
+        keys = [add(i, "sent", True, i % 2 == 0) for i in range(1, 9)]  # 8 that gave a key
+        add(9, "failed", True, True)  # never reached him
+        latest = [add(i, "sent", False, i % 3 != 0) for i in range(10, 10 + SENT_COMPARED + 3)]
+        expected_latest = latest[::-1][:SENT_COMPARED]
+        expected_keys = keys[::-1][:SECRET_COMPARED]
+    found = intake_module._sent_to(db, config, "bob@example.org")
+    assert list(found) == [*expected_latest, *expected_keys]
+    assert intake_module._sent_to_many(db, config, ["bob@example.org"])["bob@example.org"] == found
+
+
 def test_what_we_sent_a_sender_is_read_along_indexes_not_their_history(intake) -> None:
     """Each reply's comparison reads the latest of our mail to its sender back from the
     newest along an index (the secret ones along their own): never the sender's whole

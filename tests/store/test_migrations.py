@@ -117,3 +117,25 @@ def test_a_senders_seats_in_every_game_are_found_through_an_index(db: Database) 
             compiled = query.compile(db.engine, compile_kwargs={"literal_binds": True})
             plan = connection.execute(text(f"EXPLAIN {compiled}")).all()
     assert "ix_players_lower_email" in " ".join(str(row) for row in plan), plan
+
+
+def test_the_index_of_mail_that_gave_a_key_holds_only_that_mail(db: Database) -> None:
+    """ix_outbox_recipient_secret is partial: only the mail that gave a key or code (a few a
+    player), so that the latest of it is read without a player's whole history (issue 23).
+    The models' comparison with the migrations does not compare an index's condition."""
+    from sqlalchemy import text
+
+    with db.engine.connect() as connection:
+        if db.is_sqlite:
+            definition = connection.execute(
+                text("SELECT sql FROM sqlite_master WHERE name = 'ix_outbox_recipient_secret'")
+            ).scalar_one()
+        else:
+            definition = connection.execute(
+                text(
+                    "SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_outbox_recipient_secret'"
+                )
+            ).scalar_one()
+    compact = " ".join(definition.replace('"', "").split()).lower()
+    assert "(recipient, status, id)" in compact, definition
+    assert compact.endswith("where secret = 1" if db.is_sqlite else "where secret"), definition

@@ -115,8 +115,10 @@ def _latest_to(session: Session, recipients: list[str]) -> list[tuple[int, int, 
     at = 0
     while at < len(recipients):
         size = next((n for n in _SHAPES if n >= len(recipients) - at), _SHAPES[-1])
-        values = {f"r{i}": address for i, address in enumerate(recipients[at : at + size])}
-        values.update({f"r{i}": "" for i in range(len(values), size)})  # "": no one's address
+        values: dict[str, str | None] = {
+            f"r{i}": address for i, address in enumerate(recipients[at : at + size])
+        }
+        values.update({f"r{i}": None for i in range(len(values), size)})  # = NULL: no row
         for who, key, joined in session.execute(_latest_statement(dialect, size), values).all():
             for row in joined.split(";") if joined else ():
                 outbox_id, _, kept = row.partition(":")
@@ -161,21 +163,23 @@ def _fingerprints(session: Session, ids: list[int]) -> dict[int, str]:
     if not ids:
         return {}
     rows = session.execute(
-        select(
-            OutboxMessage.id, OutboxMessage.message_id, OutboxMessage.secret, OutboxMessage.status
-        ).where(OutboxMessage.id.in_(sorted(set(ids))))
+        select(OutboxMessage.id, OutboxMessage.message_id).where(
+            OutboxMessage.id.in_(sorted(set(ids)))
+        )
     ).all()
-    kept = sentprints.kept(message_id for _, message_id, _, _ in rows)
-    found = {
-        outbox_id: kept[message_id] for outbox_id, message_id, _, _ in rows if message_id in kept
-    }
-    missing = {row[0]: row for row in rows if row[0] not in found}
+    kept = sentprints.kept(message_id for _, message_id in rows)
+    found = {outbox_id: kept[message_id] for outbox_id, message_id in rows if message_id in kept}
+    missing = {outbox_id: message_id for outbox_id, message_id in rows if outbox_id not in found}
     if not missing:
         return found
-    for outbox_id, message in session.execute(
-        select(OutboxMessage.id, OutboxMessage.message).where(OutboxMessage.id.in_(sorted(missing)))
+    # the body with its status and secret, in one statement: on PostgreSQL each statement
+    # sees what was committed before it, and a scrub between two would be misread
+    for outbox_id, message, is_secret, status in session.execute(
+        select(
+            OutboxMessage.id, OutboxMessage.message, OutboxMessage.secret, OutboxMessage.status
+        ).where(OutboxMessage.id.in_(sorted(missing)))
     ):
-        _, message_id, is_secret, status = missing[outbox_id]
+        message_id = missing[outbox_id]
         # its body was replaced by its fingerprint: once sent if it held a key (see
         # drain_outbox), or once kept for keep_sent_mail (see retention)
         scrubbed = (is_secret and status == OutboxStatus.SENT) or is_trimmed_sent(message)
