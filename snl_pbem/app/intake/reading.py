@@ -45,7 +45,7 @@ def _sent_to(db: Database, config: Config, sender: str | None) -> tuple[str, ...
     if sender is None:
         return ()
     with db.reading() as session:
-        return _sent_in(session, config, sender)
+        return _sent_in_many(session, config, [sender])[sender]
 
 
 def _sent_to_many(
@@ -59,10 +59,6 @@ def _sent_to_many(
         with db.reading() as session:
             found.update(_sent_in_many(session, config, wanted))
     return found
-
-
-def _sent_in(session: Session, config: Config, sender: str) -> tuple[str, ...]:
-    return _sent_in_many(session, config, [sender])[sender]
 
 
 def _sent_in_many(
