@@ -84,11 +84,18 @@ _HEX = re.compile(rb"^[0-9a-f]{%d}$" % DIGEST_HEX)
 
 def normalise(line: str) -> str:
     """A line as it is compared: what a client may change or a secret holds, gone."""
-    line = clean_line(line)
-    line = _QUOTE_MARKS.sub("", line).casefold()
-    line = _SECRET_SHAPED.sub("****", line)
-    line = _SECRET_SENTENCE.sub(r"\1****\2", line)
-    return _KEY_VALUE.sub(r"\1 ****", line)
+    line = clean_line(line)  # stripped: quote marks are first if anywhere
+    if line.startswith((">", "|")):
+        line = _QUOTE_MARKS.sub("", line)
+    line = line.casefold()
+    # each pattern only where it can match (a regular expression's call costs more)
+    if "-" in line:
+        line = _SECRET_SHAPED.sub("****", line)
+    if line.startswith("your "):
+        line = _SECRET_SENTENCE.sub(r"\1****\2", line)
+    if line.startswith(("key", "password")):
+        line = _KEY_VALUE.sub(r"\1 ****", line)
+    return line
 
 
 def digest(normalised: str) -> str:
@@ -183,12 +190,15 @@ _PLACE = 1000
 next line of the same message is ``place + 1``, never one of another message."""
 
 
-def _index(sent: Sequence[str]) -> dict[str, list[int]]:
-    """digest -> the places it stands, newest messages first, bounded."""
+def _index(sent: Sequence[str], wanted: set[str]) -> dict[str, list[int]]:
+    """digest -> the places it stands, newest messages first, bounded; only the digests
+    ``wanted`` (those of the player's lines: no other is looked up)."""
     index: dict[str, list[int]] = {}
     for number, found in enumerate(sent[:MAX_SENT_MESSAGES]):
-        for position, word in enumerate(found.split()[:MAX_SENT_LINES]):
-            places = index.setdefault(word, [])
+        words = found.split()[:MAX_SENT_LINES]
+        hits = [position for position, word in enumerate(words) if word in wanted]
+        for position in hits:
+            places = index.setdefault(words[position], [])
             if len(places) < MAX_POSITIONS:
                 places.append(number * _PLACE + position)
     return index
@@ -210,12 +220,11 @@ def without_ours(text: str, sent: Sequence[str]) -> str:
     other lines are returned exactly as they were."""
     if not sent or not text:
         return text
-    index = _index(sent)
-    if not index:
-        return text
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     read = _Lines(lines[:MAX_SCANNED_LINES])
-    ours = read.ours(index)
+    ours = read.ours(sent)
+    if not ours:
+        return text  # (its line ends as they came: the reader takes any)
     read.give_back_edited_examples(ours)
     kept = ["" if i in ours and not read.marked(i) else line for i, line in enumerate(read.raw)]
     return "\n".join(kept + lines[MAX_SCANNED_LINES:])
@@ -243,14 +252,18 @@ class _Lines:
                 self._kinds[i] = "command" if is_command(line) else "prose"
         return self._kinds[i]
 
-    def ours(self, index: dict[str, list[int]]) -> set[int]:
+    def ours(self, sent: Sequence[str]) -> set[int]:
         """The lines in a block of ours: a maximal run of non-blank lines standing in the
         same order in one sent message, holding a prose line."""
         rows = [i for i, line in enumerate(self.normal) if line]
+        digests = [digest(self.normal[i]) for i in rows]
+        index = _index(sent, set(digests))
+        if not index:
+            return set()
         places: list[list[int]] = []
         steps = 0
-        for i in rows:
-            found = index.get(digest(self.normal[i]), []) if steps < MAX_STEPS else []
+        for line_digest in digests:
+            found = index.get(line_digest, []) if steps < MAX_STEPS else []
             steps += len(found) + 1
             places.append(found)
         # how far each match runs back (ending here) and on (starting here) in its message

@@ -258,3 +258,25 @@ def test_line_digests_are_kept_without_the_lines() -> None:
     assert ours.fingerprint(text) == ours.fingerprint(text)  # the second from what is kept
     kept = repr(ours._LINE_DIGESTS)
     assert "k7m2" not in kept and b"k7m2" not in b"".join(ours._LINE_DIGESTS)
+
+
+def test_only_the_players_lines_are_looked_for_in_what_we_sent() -> None:
+    """Issue 23: the index of our mail holds the digests of the message's own lines only,
+    each with the places the whole index gave it (newest first, bounded)."""
+    import random
+
+    from snl_pbem.mail import ours
+
+    rng = random.Random(23)
+    words = [f"{n:012x}" for n in range(300)]
+    sent = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 500))) for _ in range(70)]
+    whole: dict[str, list[int]] = {}
+    for number, found in enumerate(sent[: ours.MAX_SENT_MESSAGES]):
+        for position, word in enumerate(found.split()[: ours.MAX_SENT_LINES]):
+            places = whole.setdefault(word, [])
+            if len(places) < ours.MAX_POSITIONS:
+                places.append(number * ours._PLACE + position)
+    wanted = set(rng.sample(words, 40)) | {"f" * 12}
+    index = ours._index(sent, wanted)
+    assert index == {word: whole[word] for word in wanted if word in whole}
+    assert any(len(places) == ours.MAX_POSITIONS for places in index.values())
