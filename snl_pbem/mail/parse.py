@@ -26,12 +26,13 @@ import codecs
 import email
 import email.parser
 import functools
+import hashlib
 import html
 import io
 import quopri
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from email.generator import BytesGenerator
@@ -40,7 +41,7 @@ from email.message import Message
 from email.policy import Compat32
 from email.utils import collapse_rfc2231_value, getaddresses
 from html.entities import html5
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from snl_pbem.i18n import LANGUAGES, catalog
 from snl_pbem.mail.autoreply import auto_reply_subject
@@ -261,11 +262,44 @@ def decode_part(part: Message) -> str:
     return clean_text(payload.decode("cp1252", errors="replace"))
 
 
+_T = TypeVar("_T")
+_BY_HEADERS: dict[bytes, Any] = {}
+"""What ``_by_headers`` worked out, by a hash of the header values it depends on."""
+_BY_HEADERS_KEPT = 1024
+
+
+def _by_headers(part: Message, names: tuple[str, ...], work: Callable[[Message], _T]) -> _T:
+    """``work(part)``, which depends only on the first value of each header of ``names``
+    (the standard library parses a part's parameters again at every call, 6 us each, and
+    a message's reading asks for them nine times: issue 23). Remembered by a hash of
+    those values (never the values: a parameter may hold a key); a value that is not a
+    plain string is worked out each time, and so is a call that raises."""
+    values = [part.get(name) for name in names]
+    if not all(value is None or isinstance(value, str) for value in values):
+        return work(part)
+    key = hashlib.blake2b(
+        repr((work.__qualname__, values)).encode("utf-8", "surrogatepass"), digest_size=16
+    ).digest()
+    try:
+        return cast(_T, _BY_HEADERS[key])
+    except KeyError:
+        pass
+    found = work(part)
+    if len(_BY_HEADERS) >= _BY_HEADERS_KEPT:
+        _BY_HEADERS.clear()
+    _BY_HEADERS[key] = found
+    return found
+
+
 def _charset(part: Message) -> str | None:
     try:
-        name = part.get_content_charset()
+        return _by_headers(part, ("Content-Type",), _charset_named)
     except Exception:
         return None
+
+
+def _charset_named(part: Message) -> str | None:
+    name = part.get_content_charset()
     if not name:
         return None
     name = name.strip().lower()
@@ -308,9 +342,13 @@ def _is_attachment(part: Message) -> bool:
     if disposition.startswith("attachment"):
         return True
     try:
-        return part.get_filename() is not None
+        return _by_headers(part, ("Content-Disposition", "Content-Type"), _has_filename)
     except Exception:
         return True
+
+
+def _has_filename(part: Message) -> bool:
+    return part.get_filename() is not None
 
 
 # -- HTML -------------------------------------------------------------------------------
@@ -364,11 +402,16 @@ def body_text(msg: Message) -> tuple[str, str | None]:
 def _unflowed(part: Message, text: str) -> str:
     """``text`` with its soft line breaks joined when its part is ``format=flowed``."""
     try:
-        flowed = str(part.get_param("format") or "").strip().lower() == "flowed"
-        delsp = str(part.get_param("delsp") or "").strip().lower() == "yes"
+        flowed, delsp = _by_headers(part, ("Content-Type",), _flowed)
     except Exception:
         return text
     return unflow(text, delsp) if flowed else text
+
+
+def _flowed(part: Message) -> tuple[bool, bool]:
+    """(format=flowed, delsp=yes)"""
+    flowed = str(part.get_param("format") or "").strip().lower() == "flowed"
+    return flowed, str(part.get_param("delsp") or "").strip().lower() == "yes"
 
 
 def parse_message(raw: bytes, game_address: str, sent: tuple[str, ...] = ()) -> ParsedMail:

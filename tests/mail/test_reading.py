@@ -498,3 +498,41 @@ def test_subject_rule_edges() -> None:
     assert auto_reply_subject("[EXT] [x] Automatic reply: x") is not None  # after tags
     assert auto_reply_subject("Respuesta automatica: x") is not None  # without accents
     assert auto_reply_subject("AUTOMATIC REPLY: X") is not None  # any case
+
+
+def test_a_parts_parameters_read_once_follow_its_own_headers() -> None:
+    """The charset, the filename and format=flowed of a part are worked out once per set
+    of header values (issue 23): each part is read by its own headers, a header changed
+    in place (as redaction does) is read anew, and what is kept holds no header's text."""
+    from snl_pbem.mail import parse
+
+    body = "DICE 4\r\nKEY caf\u00e9-k\u00e9y-1 \r\nTRAPDOOR 12\r\n"
+
+    def part(content_type: str, disposition: str | None = None, charset: str = "utf-8"):
+        head = f"Content-Type: {content_type}\r\n"
+        if disposition:
+            head += f"Content-Disposition: {disposition}\r\n"
+        return email.message_from_bytes(head.encode() + b"\r\n" + body.encode(charset))
+
+    for _ in range(2):  # the second time from what was kept
+        latin = part("text/plain; charset=iso-8859-1", charset="latin-1")
+        utf8 = part("text/plain; charset=utf-8")
+        assert decode_part(latin) == decode_part(utf8) == body
+        assert parse._charset(latin) == "iso8859-1" and parse._charset(utf8) == "utf-8"
+        flowed = part("text/plain; charset=utf-8; format=flowed")
+        assert parse._unflowed(flowed, "DICE 4 \n2") == "DICE 4 2"
+        assert parse._unflowed(utf8, "DICE 4 \n2") == "DICE 4 \n2"
+        named = part("text/plain; charset=utf-8", 'inline; filename="orders.txt"')
+        by_type = part('text/plain; charset=utf-8; name="orders.txt"')
+        assert parse._is_attachment(named) and parse._is_attachment(by_type)
+        assert not parse._is_attachment(part("text/plain; charset=utf-8", "inline"))
+
+    changed = part("text/plain; charset=iso-8859-1", charset="latin-1")
+    assert parse._charset(changed) == "iso8859-1"
+    changed.replace_header("Content-Type", "text/plain; charset=utf-8")
+    assert parse._charset(changed) == "utf-8"
+    assert all(isinstance(key, bytes) and b"8859" not in key for key in parse._BY_HEADERS)
+
+    for n in range(parse._BY_HEADERS_KEPT + 10):  # bounded
+        parse._charset(part(f'text/plain; charset=utf-8; x-n="{n}"'))
+    assert len(parse._BY_HEADERS) <= parse._BY_HEADERS_KEPT
