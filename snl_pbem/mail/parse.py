@@ -306,8 +306,8 @@ def _charset_named(part: Message) -> str | None:
     name = re.sub(r"^(cp|windows)[-_ ]?(\d+)$", r"cp\2", name)  # "cp-1252" and friends
     try:
         info = codecs.lookup(name)
-    except LookupError:
-        return None  # "x-unknown": fall back
+    except (LookupError, ValueError):  # "x-unknown", or a NUL in the name: fall back
+        return None
     if not getattr(info, "_is_text_encoding", True) or info.name in _REFUSED_CODECS:
         return None
     return info.name

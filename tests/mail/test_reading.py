@@ -536,3 +536,20 @@ def test_a_parts_parameters_read_once_follow_its_own_headers() -> None:
     for n in range(parse._BY_HEADERS_KEPT + 10):  # bounded
         parse._charset(part(f'text/plain; charset=utf-8; x-n="{n}"'))
     assert len(parse._BY_HEADERS) <= parse._BY_HEADERS_KEPT
+
+
+def test_a_charset_named_with_a_nul_is_read_as_utf8() -> None:
+    """A charset the codecs refuse for a NUL in its name (``ValueError``, not
+    ``LookupError``) falls back as an unknown one does: the text read as UTF-8, the orders
+    obeyed, and the key redacted in the copy kept (it was set aside unread before)."""
+    from snl_pbem.mail.parse import parse_message
+
+    raw = (
+        b"From: ann@example.org\r\nTo: snl@example.org\r\nSubject: o\r\n"
+        b"Message-ID: <nul-charset@example.org>\r\n"
+        b'Content-Type: text/plain; charset="utf\x008"\r\n\r\n'
+        b"GAME g1\r\nKEY abcd-efgh-jkmn-pqrs\r\nDICE 4\r\n"
+    )
+    parsed = parse_message(raw, "snl@example.org")
+    assert parsed.commands is not None and parsed.commands.dice == (4,)
+    assert parsed.redacted is not None and b"abcd-efgh-jkmn-pqrs" not in parsed.redacted
