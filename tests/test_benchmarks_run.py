@@ -45,6 +45,15 @@ def test_bench_backlog_prints_each_part_at_both_sizes_beside_its_baseline() -> N
     assert done.stdout.count("larger/smaller") == 3
 
 
+def test_bench_dkim_prints_both_ways_beside_the_bare_rsa_step() -> None:
+    done = _bench("bench_dkim.py", "--messages", "5", "--bits", "1024")
+    rows = re.findall(
+        r"^\s+(served \(OpenSSL\)|dkimpy's own RSA) .* \(baseline [\d.]+ ms\)$", done.stdout, re.M
+    )
+    assert rows == ["served (OpenSSL)", "dkimpy's own RSA"], done.stdout
+    assert "the signatures the same bytes" in done.stdout
+
+
 def test_bench_slow_close_prints_before_after_and_baseline() -> None:
     done = _bench("bench_slow_close.py", "--messages", "6", "--limit", "0.2")
     rows = [

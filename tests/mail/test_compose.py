@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import email
 import email.policy
 from datetime import UTC, datetime
+
+import pytest
 
 from snl_pbem.mail.compose import compose, header_text, new_message_id
 
@@ -148,3 +151,87 @@ def test_dkim_signed_mail_verifies(tmp_path) -> None:
 
     assert dkim.verify(raw, dnsfunc=dns)
     assert not dkim.verify(raw.replace(b"signed", b"forged"), dnsfunc=dns)
+
+
+def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> None:
+    """Issue 23: the RSA step of a DKIM signature is OpenSSL's, not Python's ``pow`` (6 ms
+    a signature, holding the interpreter, for every mail written). PKCS#1 v1.5 is
+    deterministic: the signed bytes are dkimpy's own, for keys of two sizes and mail of
+    every shape we send; a hash or key OpenSSL is not given falls back to dkimpy's."""
+    import dkim
+    import dkim.crypto
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from snl_pbem.mail import dkim as signing
+
+    calls: list[str] = []
+    python_sign = signing._PYTHON_SIGN
+
+    def counted(digest, key):  # dkimpy's own, counted
+        calls.append(digest.name)
+        return python_sign(digest, key)
+
+    monkeypatch.setattr(signing, "_PYTHON_SIGN", counted)
+    monkeypatch.setattr(dkim.time, "time", lambda: 1_796_500_000.0)  # t= alike in both
+    openssl: list[int] = []
+    make_key = signing._key
+
+    def key_of(numbers):  # OpenSSL's key, counted
+        openssl.append(numbers[0].bit_length())
+        return make_key(numbers)
+
+    monkeypatch.setattr(signing, "_key", key_of)
+    now = datetime(2026, 12, 5, 18, 0, tzinfo=UTC)
+    mails = [
+        compose(
+            sender="snl@example.org",
+            sender_name="Snakes and Ladders",
+            to=to,
+            subject=subject,
+            body=body,
+            now=now,
+            message_id=new_message_id("example.org"),
+            game_name="g1",
+            broadcast=broadcast,
+            in_reply_to="<a@example.org>" if not broadcast else None,
+        )
+        for to, subject, body, broadcast in [
+            ("ann@example.org", "Round 3", "DICE 4\nTRAPDOOR 12\n", False),
+            ("bob@example.org", "第 3 轮", "你好，裁判。\n" * 40, True),  # noqa: RUF001
+            ("chai@example.org", "รอบที่ 3", "สวัสดี\n\n\n", False),
+        ]
+    ]
+    for bits in (1024, 2048):
+        key = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+        pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+        public = key.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        record = b"v=DKIM1; k=rsa; p=" + base64.b64encode(public)
+        for raw in mails:
+            fast = signing.sign(raw, selector="snl", domain="example.org", private_key=pem)
+            assert calls == []  # OpenSSL's
+            with monkeypatch.context() as python:
+                python.setattr(dkim, "RSASSA_PKCS1_v1_5_sign", python_sign)
+                slow = signing.sign(raw, selector="snl", domain="example.org", private_key=pem)
+            assert fast == slow
+            assert dkim.verify(fast, dnsfunc=lambda name, timeout=5, record=record: record)
+
+    assert openssl == [1024] * 3 + [2048] * 3  # each signature OpenSSL's
+
+    # what OpenSSL is not given here goes to dkimpy's own, which signs as it always did
+    class Sha512:
+        name = "sha512"
+
+        def digest(self) -> bytes:
+            return b"\0" * 64
+
+    numbers = dkim.crypto.parse_pem_private_key(pem)
+    with pytest.raises(KeyError):  # dkimpy knows no sha512: refused as before
+        signing._openssl_sign(Sha512(), numbers)
+    assert calls == ["sha512"]
