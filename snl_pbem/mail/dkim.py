@@ -12,12 +12,13 @@ dkimpy's own, which then signs or refuses as it always did.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dkim
 import dkim.crypto
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import padding, rsa, utils
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
 SIGNED_HEADERS = (
     b"from",
@@ -36,7 +37,6 @@ SIGNED_HEADERS = (
 
 _PYTHON_SIGN = dkim.crypto.RSASSA_PKCS1_v1_5_sign
 """dkimpy's RSA step: ``(hash, the key's numbers by name) -> signature``."""
-_HASHES: dict[str, type[hashes.HashAlgorithm]] = {"sha256": hashes.SHA256, "sha1": hashes.SHA1}
 _NUMBERS = (
     "modulus",
     "publicExponent",
@@ -64,20 +64,36 @@ def sign(message: bytes, *, selector: str, domain: str, private_key: bytes) -> b
 
 
 def _openssl_sign(digest: Any, private_key: dict[str, int]) -> bytes:
-    """dkimpy's RSA step (``RSASSA_PKCS1_v1_5_sign``), done by OpenSSL: the same bytes."""
-    algorithm = _HASHES.get(str(getattr(digest, "name", "")).lower())
+    """dkimpy's RSA step (``RSASSA_PKCS1_v1_5_sign``), done by OpenSSL: the same bytes.
+    Anything OpenSSL does not take (a hash other than SHA-256 or SHA-1, a key it refuses:
+    too small, inconsistent; ``cryptography`` not importable) is dkimpy's own, which
+    signs or raises as it always did (raised outside this ``try``: not chained to it)."""
     try:
-        if algorithm is None:
-            raise ValueError("a hash OpenSSL is not given here")
-        key = _key(tuple(int(private_key[name]) for name in _NUMBERS))
-        return key.sign(digest.digest(), padding.PKCS1v15(), utils.Prehashed(algorithm()))
-    except Exception:  # a key OpenSSL refuses (too small, inconsistent): dkimpy's own way
+        signed = _signed_by_openssl(digest, private_key)
+    except Exception:
+        signed = None
+    if signed is None:
         return bytes(_PYTHON_SIGN(digest, private_key))
+    return signed
+
+
+def _signed_by_openssl(digest: Any, private_key: dict[str, int]) -> bytes | None:
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, utils
+
+    name = str(getattr(digest, "name", "")).lower()
+    algorithm = {"sha256": hashes.SHA256, "sha1": hashes.SHA1}.get(name)
+    if algorithm is None:
+        return None
+    key = _key(tuple(int(private_key[number]) for number in _NUMBERS))
+    return key.sign(digest.digest(), padding.PKCS1v15(), utils.Prehashed(algorithm()))
 
 
 @functools.lru_cache(maxsize=4)
-def _key(numbers: tuple[int, ...]) -> rsa.RSAPrivateKey:
-    """The key, checked once (the config's; a few if it is changed while running)."""
+def _key(numbers: tuple[int, ...]) -> RSAPrivateKey:
+    """The key, checked once: the config's, or a few if it is changed while running."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
     n, e, d, p, q, dp, dq, qi = numbers
     return rsa.RSAPrivateNumbers(p, q, d, dp, dq, qi, rsa.RSAPublicNumbers(e, n)).private_key()
 

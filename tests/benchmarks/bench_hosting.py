@@ -139,12 +139,12 @@ class Sink:
 
 
 GAMES_DIR = "games_dir" in Settings.model_fields
+"""One file per game (``games_dir``) where the config has it, as a host would write them."""
 LANGUAGES: tuple[str, ...] = ("en",)
-DKIM_KEY: Path | None = None
-"""A DKIM key every mail is signed with (--dkim: a 2048-bit key made for the run)."""
 """The players' languages, in turn (--languages mix: English, Chinese and Thai, a third
 each, from their config entries: every report in its reader's language)."""
-"""One file per game (``games_dir``) where the config has it, as a host would write them."""
+DKIM_KEY: Path | None = None
+"""A DKIM key every mail is signed with (--dkim: a 2048-bit key made for the run)."""
 
 
 def _dkim_key() -> Path:

@@ -156,8 +156,12 @@ def test_dkim_signed_mail_verifies(tmp_path) -> None:
 def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> None:
     """Issue 23: the RSA step of a DKIM signature is OpenSSL's, not Python's ``pow`` (6 ms
     a signature, holding the interpreter, for every mail written). PKCS#1 v1.5 is
-    deterministic: the signed bytes are dkimpy's own, for keys of two sizes and mail of
-    every shape we send; a hash or key OpenSSL is not given falls back to dkimpy's."""
+    deterministic: the signed bytes are dkimpy's own, for keys of three shapes (sizes,
+    exponents, PKCS#1 and PKCS#8 files) and mail of every shape we send; a hash or key
+    OpenSSL is not given falls back to dkimpy's."""
+    import hashlib
+    import types
+
     import dkim
     import dkim.crypto
     from cryptography.hazmat.primitives import serialization
@@ -173,7 +177,8 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
         return python_sign(digest, key)
 
     monkeypatch.setattr(signing, "_PYTHON_SIGN", counted)
-    monkeypatch.setattr(dkim.time, "time", lambda: 1_796_500_000.0)  # t= alike in both
+    # t= alike in both (dkimpy's own clock only: the process's stays as it is)
+    monkeypatch.setattr(dkim, "time", types.SimpleNamespace(time=lambda: 1_796_500_000.0))
     openssl: list[int] = []
     make_key = signing._key
 
@@ -202,12 +207,15 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
             ("chai@example.org", "รอบที่ 3", "สวัสดี\n\n\n", False),
         ]
     ]
-    for bits in (1024, 2048):
-        key = rsa.generate_private_key(public_exponent=65537, key_size=bits)
+    shapes = [
+        (1024, 65537, serialization.PrivateFormat.TraditionalOpenSSL),
+        (2048, 65537, serialization.PrivateFormat.PKCS8),
+        (1024, 3, serialization.PrivateFormat.TraditionalOpenSSL),
+    ]
+    for bits, exponent, file_format in shapes:
+        key = rsa.generate_private_key(public_exponent=exponent, key_size=bits)
         pem = key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
+            serialization.Encoding.PEM, file_format, serialization.NoEncryption()
         )
         public = key.public_key().public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -222,16 +230,24 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
             assert fast == slow
             assert dkim.verify(fast, dnsfunc=lambda name, timeout=5, record=record: record)
 
-    assert openssl == [1024] * 3 + [2048] * 3  # each signature OpenSSL's
+    assert openssl == [1024] * 3 + [2048] * 3 + [1024] * 3  # each signature OpenSSL's
 
-    # what OpenSSL is not given here goes to dkimpy's own, which signs as it always did
+    # what OpenSSL is not given here goes to dkimpy's own, which signs as it always did:
+    # a key whose numbers do not agree (OpenSSL refuses it; dkimpy signs, wrongly) ...
+    numbers = dkim.crypto.parse_pem_private_key(pem)
+    broken = {**numbers, "exponent1": numbers["exponent1"] + 2}
+    digest = hashlib.sha256(b"the headers")
+    assert signing._openssl_sign(digest, broken) == python_sign(digest, broken)
+    assert calls == ["sha256"]
+
+    # ... and a hash OpenSSL is not given here
     class Sha512:
         name = "sha512"
 
         def digest(self) -> bytes:
             return b"\0" * 64
 
-    numbers = dkim.crypto.parse_pem_private_key(pem)
-    with pytest.raises(KeyError):  # dkimpy knows no sha512: refused as before
+    with pytest.raises(KeyError) as refused:  # dkimpy knows no sha512: refused as before
         signing._openssl_sign(Sha512(), numbers)
-    assert calls == ["sha512"]
+    assert refused.value.__context__ is None  # not chained to anything of OpenSSL's
+    assert calls == ["sha256", "sha512"]
