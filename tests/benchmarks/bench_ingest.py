@@ -16,19 +16,23 @@ steadier than the rate on a machine shared with others.
 
 Run: .venv/bin/python tests/benchmarks/bench_ingest.py [--messages 5000] [--players 500]
      [--db sqlite,postgresql] [--via imap,lmtp] [--rate 50 --seconds 10] [--sent 40]
+     [--dkim]
 
 ``--sent``: each player was sent that many of our messages before (a long game's steady
-state: each message is compared with its sender's latest forty).
+state: each message is compared with its sender's latest forty). ``--dkim``: every reply
+is signed, as a GM with a DKIM key has it (a key made for the run).
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import email
 import email.policy
 import multiprocessing
 import platform
 import re
+import shutil
 import smtplib
 import socket
 import sqlite3
@@ -69,6 +73,7 @@ def make_config(folder: Path, players: int, url: str | None = None, lmtp_port: i
         'address = "snl@example.org"',
         'referee = "ref@example.org"',
         "replies_per_hour = 1000",
+        *([f'[mail.dkim]\nselector = "snl"\nprivate_key_file = "{DKIM_KEY}"'] if DKIM_KEY else []),
         *([f"[mail.lmtp]\nport = {lmtp_port}"] if lmtp_port else []),
         "[[games]]",
         'id = "bench"',
@@ -84,6 +89,23 @@ def make_config(folder: Path, players: int, url: str | None = None, lmtp_port: i
     ]
     path = folder / "config.toml"
     path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _dkim_key(folder: Path) -> Path:
+    """A 2048-bit RSA key in ``folder`` (as a GM's ``dkim.pem``)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    path = folder / "dkim.pem"
+    path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
     return path
 
 
@@ -120,6 +142,9 @@ def game(players: int, url: str | None, lmtp_port: int = 0) -> Iterator[tuple[Da
         finally:
             db.dispose()
 
+
+DKIM_KEY: Path | None = None
+"""A DKIM key every reply is signed with (``--dkim``: a 2048-bit key made for the run)."""
 
 SENT_BEFORE = 0
 """Mail of ours each player was sent before the run (``--sent``): what every order they
@@ -339,15 +364,20 @@ def main() -> None:
     parser.add_argument(
         "--sent", type=int, default=0, help="our mail each player had before (a long game: 40)"
     )
+    parser.add_argument("--dkim", action="store_true", help="every reply signed (DKIM)")
     args = parser.parse_args()
-    global SENT_BEFORE
+    global SENT_BEFORE, DKIM_KEY
     SENT_BEFORE = args.sent
+    if args.dkim:
+        DKIM_KEY = _dkim_key(Path(tempfile.mkdtemp(prefix="bench-dkim-")))
+        atexit.register(shutil.rmtree, DKIM_KEY.parent, ignore_errors=True)
     raws = [order_mail(i, args.players) for i in range(args.messages)]
     n = args.messages
     sandbox.default_sandbox().warm()  # as serve does, before its threads (forked: quick)
     print(
         f"bench_ingest: Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
         f"{n} messages from {args.players} players, each sent {args.sent} of our mail before"
+        + (", every reply signed (DKIM, 2048 bits)" if DKIM_KEY else "")
     )
     dovecot = DovecotServer().start() if "imap" in args.via else None
     postgres = PostgresServer().start() if "postgresql" in args.db else None
