@@ -23,11 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[2]))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 
 import dkim
 from cryptography import __version__ as cryptography_version
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding
+from dkimkeys import pem_of, rsa_key
 
 from snl_pbem.mail import dkim as signing
 from snl_pbem.mail.compose import compose, new_message_id
@@ -70,12 +72,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=300)
     parser.add_argument("--bits", type=int, default=2048)
     args = parser.parse_args()
-    key = rsa.generate_private_key(public_exponent=65537, key_size=args.bits)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.TraditionalOpenSSL,
-        serialization.NoEncryption(),
-    )
+    key = rsa_key(args.bits)
+    pem = pem_of(key)
     raws = mails(args.messages)
     n = len(raws)
     print(

@@ -62,6 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from dkimkeys import key_file
 from pgserver import PostgresServer, PostgresUnavailable
 from smtpsink import free_port
 from sqlalchemy import Integer, func, select, text, update
@@ -148,19 +149,8 @@ DKIM_KEY: Path | None = None
 
 
 def _dkim_key() -> Path:
-    """A 2048-bit RSA key in a file kept for the run (as a GM's ``dkim.pem``)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    path = Path(tempfile.mkdtemp(prefix="bench-dkim-")) / "dkim.pem"
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
+    """A 2048-bit key in a folder kept for the run (as a GM's ``dkim.pem``)."""
+    path = key_file(Path(tempfile.mkdtemp(prefix="bench-dkim-")))
     atexit.register(shutil.rmtree, path.parent, ignore_errors=True)
     return path
 

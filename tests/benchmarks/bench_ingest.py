@@ -47,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from dkimkeys import key_file
 from dovecotserver import DovecotServer
 from imapclient import IMAPClient
 from pgserver import PostgresServer
@@ -89,23 +90,6 @@ def make_config(folder: Path, players: int, url: str | None = None, lmtp_port: i
     ]
     path = folder / "config.toml"
     path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _dkim_key(folder: Path) -> Path:
-    """A 2048-bit RSA key in ``folder`` (as a GM's ``dkim.pem``)."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    path = folder / "dkim.pem"
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
     return path
 
 
@@ -369,7 +353,7 @@ def main() -> None:
     global SENT_BEFORE, DKIM_KEY
     SENT_BEFORE = args.sent
     if args.dkim:
-        DKIM_KEY = _dkim_key(Path(tempfile.mkdtemp(prefix="bench-dkim-")))
+        DKIM_KEY = key_file(Path(tempfile.mkdtemp(prefix="bench-dkim-")))
         atexit.register(shutil.rmtree, DKIM_KEY.parent, ignore_errors=True)
     raws = [order_mail(i, args.players) for i in range(args.messages)]
     n = args.messages
