@@ -158,14 +158,15 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
     a signature, holding the interpreter, for every mail written). PKCS#1 v1.5 is
     deterministic: the signed bytes are dkimpy's own, for keys of three shapes (sizes,
     exponents, PKCS#1 and PKCS#8 files) and mail of every shape we send; a hash or key
-    OpenSSL is not given falls back to dkimpy's."""
+    OpenSSL is not given falls back to dkimpy's. Each key's PEM is parsed once, not for
+    every mail; one that cannot be parsed is refused every time."""
     import hashlib
     import types
 
     import dkim
     import dkim.crypto
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
+    from dkimkeys import pem_of, rsa_key
 
     from snl_pbem.mail import dkim as signing
 
@@ -187,6 +188,14 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
         return make_key(numbers)
 
     monkeypatch.setattr(signing, "_key", key_of)
+    parsed: list[bytes] = []
+    python_parse = signing._PYTHON_PARSE
+
+    def parse_of(pem):  # dkimpy's parse of a PEM, counted
+        parsed.append(pem)
+        return python_parse(pem)
+
+    monkeypatch.setattr(signing, "_PYTHON_PARSE", parse_of)
     now = datetime(2026, 12, 5, 18, 0, tzinfo=UTC)
     mails = [
         compose(
@@ -207,16 +216,11 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
             ("chai@example.org", "รอบที่ 3", "สวัสดี\n\n\n", False),
         ]
     ]
-    shapes = [
-        (1024, 65537, serialization.PrivateFormat.TraditionalOpenSSL),
-        (2048, 65537, serialization.PrivateFormat.PKCS8),
-        (1024, 3, serialization.PrivateFormat.TraditionalOpenSSL),
-    ]
-    for bits, exponent, file_format in shapes:
-        key = rsa.generate_private_key(public_exponent=exponent, key_size=bits)
-        pem = key.private_bytes(
-            serialization.Encoding.PEM, file_format, serialization.NoEncryption()
-        )
+    pems = []
+    for bits, exponent, pkcs8 in [(1024, 65537, False), (2048, 65537, True), (1024, 3, False)]:
+        key = rsa_key(bits, exponent)
+        pem = pem_of(key, pkcs8=pkcs8)
+        pems.append(pem)
         public = key.public_key().public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
         )
@@ -231,6 +235,11 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
             assert dkim.verify(fast, dnsfunc=lambda name, timeout=5, record=record: record)
 
     assert openssl == [1024] * 3 + [2048] * 3 + [1024] * 3  # each signature OpenSSL's
+    assert parsed == pems  # each key parsed once, for its six signatures
+    for _ in range(2):  # a key that cannot be parsed: refused each time, as before
+        with pytest.raises(dkim.KeyFormatError):
+            signing.sign(mails[0], selector="snl", domain="example.org", private_key=b"no key")
+    assert parsed == [*pems, b"no key", b"no key"]
 
     # what OpenSSL is not given here goes to dkimpy's own, which signs as it always did:
     # a key whose numbers do not agree (OpenSSL refuses it; dkimpy signs, wrongly) ...
