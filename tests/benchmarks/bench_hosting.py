@@ -885,7 +885,8 @@ def main() -> None:
         f"{'one file per game (games_dir)' if GAMES_DIR else 'every game in one config file'}; "
         "SMTP sink (aiosmtpd) in its own process\nno intake (no orders: R17 plays every "
         "player); one SMTP connection per server; SQLite backups at\ntheir default\n"
-        f"at the start: {load()}",
+        + ("every mail DKIM-signed (a 2048-bit key made for the run)\n" if DKIM_KEY else "")
+        + f"at the start: {load()}",
         flush=True,
     )
     idles: list[Idle] = []
