@@ -92,9 +92,11 @@ size), and a message that comes after a pause. LMTP's sessions deliver one messa
 a time, so its batches held what came while the one before was read and written (about
 ten); each batch costs about 13 ms besides its messages, in the process that also answers
 the sessions. Paced, they hold about forty: through LMTP 1.25-1.3x the orders a second on
-SQLite, 1.13x on PostgreSQL (bench_ingest). Under such a flood a message's reply waits up
-to this much longer; the MTA's answer (250) never waits for it: it is sent once the
-message is stored."""
+SQLite, 1.13x on PostgreSQL (bench_ingest, whose clock then also counted the MTA's ending:
+compare those with each other; with it corrected, 8 sessions, SQLite: 600 and 558 a second
+at 0.1 s, 525 and 503 at 0.05, 573 and 595 at 0.2). Under such a flood a message's reply
+waits up to this much longer; the MTA's answer (250) never waits for it: it is sent once
+the message is stored."""
 READ_AHEAD = 2
 """Batches read and waiting for their transaction (or in it) at most: the one being written
 and the next, read meanwhile."""
@@ -641,7 +643,8 @@ class GroupStore:
     thread of the receiver's executor, woken by the one that wrote its group, and woke the
     loop itself. ``bench_ingest`` (3,000 orders over eight LMTP sessions, three runs each
     way): SQLite 474-528 a second against 363-428, the process's CPU a message 1.26-1.41 ms
-    against 1.62-2.05; PostgreSQL 351-441 against 257-367."""
+    against 1.62-2.05; PostgreSQL 351-441 against 257-367 (its clock then also counted the
+    MTA's ending, until ``7dae74d``: compare these with each other)."""
 
     def __init__(
         self,
