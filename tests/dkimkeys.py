@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -28,3 +31,10 @@ def key_file(folder: Path, bits: int = 2048) -> Path:
     path = folder / "dkim.pem"
     path.write_bytes(pem_of(rsa_key(bits)))
     return path
+
+
+def key_file_for_the_run(bits: int = 2048) -> Path:
+    """A new key in a folder of its own, removed when the process ends (the benches')."""
+    folder = Path(tempfile.mkdtemp(prefix="bench-dkim-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return key_file(folder, bits)

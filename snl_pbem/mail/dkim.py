@@ -37,8 +37,9 @@ SIGNED_HEADERS = (
 )
 
 _PYTHON_SIGN = dkim.crypto.RSASSA_PKCS1_v1_5_sign
-_PYTHON_PARSE = dkim.crypto.parse_pem_private_key
 """dkimpy's RSA step: ``(hash, the key's numbers by name) -> signature``."""
+_PYTHON_PARSE = dkim.crypto.parse_pem_private_key
+"""dkimpy's parse of a PEM key: ``pem -> the key's numbers by name``."""
 _NUMBERS = (
     "modulus",
     "publicExponent",

@@ -43,7 +43,6 @@ Run: .venv/bin/python tests/benchmarks/bench_hosting.py [--games 100,1000,5000]
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import os
 import platform
@@ -62,7 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from dkimkeys import key_file
+from dkimkeys import key_file_for_the_run
 from pgserver import PostgresServer, PostgresUnavailable
 from smtpsink import free_port
 from sqlalchemy import Integer, func, select, text, update
@@ -146,13 +145,6 @@ LANGUAGES: tuple[str, ...] = ("en",)
 each, from their config entries: every report in its reader's language)."""
 DKIM_KEY: Path | None = None
 """A DKIM key every mail is signed with (--dkim: a 2048-bit key made for the run)."""
-
-
-def _dkim_key() -> Path:
-    """A 2048-bit key in a folder kept for the run (as a GM's ``dkim.pem``)."""
-    path = key_file(Path(tempfile.mkdtemp(prefix="bench-dkim-")))
-    atexit.register(shutil.rmtree, path.parent, ignore_errors=True)
-    return path
 
 
 def write_config(
@@ -838,7 +830,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.dkim:
         global DKIM_KEY
-        DKIM_KEY = _dkim_key()
+        DKIM_KEY = key_file_for_the_run()
     if args.quick:
         args.games, args.players, args.db, args.servers = "3,6", 5, "sqlite,postgresql", "2"
         args.idle_seconds, args.timeout = 2.0, 300.0

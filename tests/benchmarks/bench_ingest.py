@@ -28,13 +28,11 @@ LMTP connections delivering at once (8; Postfix opens up to 20 to one destinatio
 from __future__ import annotations
 
 import argparse
-import atexit
 import email
 import email.policy
 import multiprocessing
 import platform
 import re
-import shutil
 import smtplib
 import socket
 import sqlite3
@@ -51,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
-from dkimkeys import key_file
+from dkimkeys import key_file_for_the_run
 from dovecotserver import DovecotServer
 from imapclient import IMAPClient
 from pgserver import PostgresServer
@@ -447,8 +445,7 @@ def main() -> None:
     SENT_BEFORE = args.sent
     STAGES = stages = Stages()
     if args.dkim:
-        DKIM_KEY = key_file(Path(tempfile.mkdtemp(prefix="bench-dkim-")))
-        atexit.register(shutil.rmtree, DKIM_KEY.parent, ignore_errors=True)
+        DKIM_KEY = key_file_for_the_run()
     raws = [order_mail(i, args.players) for i in range(args.messages)]
     n = args.messages
     sandbox.default_sandbox().warm()  # as serve does, before its threads (forked: quick)
