@@ -160,6 +160,29 @@ def test_a_working_session_is_not_closed(receiver) -> None:
     assert stored == [MESSAGE]
 
 
+def test_a_session_that_falls_silent_after_working_is_closed_a_timeout_after_its_last_command(
+    receiver,
+) -> None:
+    """The timeout counts from the last command: a session that worked past it (1 s) and
+    then falls silent is closed, and not sooner than the timeout after its last command."""
+    port, _, _ = receiver
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        reader = sock.makefile("rb")
+        assert reader.readline().startswith(b"220 ")
+        began = last = time.monotonic()
+        while last - began < 1.5:
+            sock.sendall(b"NOOP\r\n")
+            assert reader.readline().startswith(b"250")
+            last = time.monotonic()  # (answered: the server had it before now)
+            time.sleep(0.1)
+        said = reader.read()  # to the close
+        silent = time.monotonic() - last
+    assert b"421 4.4.2" in said
+    # (0.2 s of margin: the test may be held up between the server's reading the last
+    # command and its own reading of the answer)
+    assert silent >= 0.8, f"closed {silent:.2f} s after its last command (timeout 1 s)"
+
+
 def test_at_the_cap_the_idlest_session_makes_room(receiver) -> None:
     """Ten sessions at most: ten silent connections, then a delivery, which is stored;
     the oldest silent one was told 421 and closed."""
