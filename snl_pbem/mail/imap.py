@@ -27,8 +27,10 @@ from typing import Protocol
 from imapclient import IMAPClient
 
 from snl_pbem.crashpoints import crash_point
+from snl_pbem.mail import imapfetch
 
 log = logging.getLogger("snl_pbem.imap")
+imapfetch.install()  # the poller's FETCH responses read in one pattern a message
 
 IDLE_RENEW_SECONDS = 9 * 60  # RFC 2177: re-issue IDLE at least every 29 minutes; we do 9
 BATCH = 100
