@@ -61,6 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from checkout import code_under_test
 from dkimkeys import key_file_for_the_run
 from pgserver import PostgresServer, PostgresUnavailable
 from smtpsink import free_port
@@ -872,7 +873,7 @@ def main() -> None:
             pg_note = f"PostgreSQL not available ({exc}): its runs are left out"
     print(
         f"bench_hosting: Python {platform.python_version()}, {os.cpu_count()} cores, SQLite "
-        f"{sqlite3.sqlite_version}, {pg_note or 'no PostgreSQL'}\n"
+        f"{sqlite3.sqlite_version}, {pg_note or 'no PostgreSQL'}\n{code_under_test(__file__)}\n"
         f"{args.players} players a game ({', '.join(LANGUAGES)}), "
         f"{'one file per game (games_dir)' if GAMES_DIR else 'every game in one config file'}; "
         "SMTP sink (aiosmtpd) in its own process\nno intake (no orders: R17 plays every "

@@ -49,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 
+from checkout import code_under_test
 from dkimkeys import key_file_for_the_run
 from dovecotserver import DovecotServer
 from imapclient import IMAPClient
@@ -454,6 +455,7 @@ def main() -> None:
         f"{n} messages from {args.players} players, each sent {args.sent} of our mail before"
         + (", every reply signed (DKIM, 2048 bits)" if DKIM_KEY else "")
         + (f"; {args.sessions} LMTP sessions at once" if "lmtp" in args.via else "")
+        + f"\n{code_under_test(__file__)}"
     )
     dovecot = DovecotServer().start() if "imap" in args.via else None
     postgres = PostgresServer().start() if "postgresql" in args.db else None
