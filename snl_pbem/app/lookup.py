@@ -90,14 +90,28 @@ def ruleset_of(game: Game) -> Ruleset:
 
 
 def settings_of(game: Game) -> RulesetSettings:
-    """What the game's ruleset needs of it: its board and its fixed options."""
-    return RulesetSettings(
+    """What the game's ruleset needs of it: its board and its fixed options. Kept with the
+    game's row for as long as each of its columns holds the very object it was made from:
+    a row read again, or given new values, holds others (nothing changes a board or the
+    options in place), and is made anew. Made anew, its board's JSON was 14 us of every
+    order (issue 23)."""
+    made_of = (game.board, game.double_from_round, game.trapdoor_rule, game.seed, game.options)
+    kept: tuple[tuple[object, ...], RulesetSettings] | None = vars(game).get(_SETTINGS)
+    if kept is not None and all(a is b for a, b in zip(kept[0], made_of, strict=True)):
+        return kept[1]
+    settings = RulesetSettings(
         board=_board(json.dumps(game.board, sort_keys=True)),
         double_from_round=game.double_from_round,
         trapdoor_rule=game.trapdoor_rule,
         seed=game.seed,
         options=game.options or {},
     )
+    vars(game)[_SETTINGS] = (made_of, settings)
+    return settings
+
+
+_SETTINGS = "_snl_pbem_settings"
+"""A Game row's attribute: its settings and what they were made from (``settings_of``)."""
 
 
 @lru_cache(maxsize=64)

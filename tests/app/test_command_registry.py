@@ -259,3 +259,19 @@ def test_the_reading_table_is_made_once_and_follows_the_commands() -> None:
     finally:
         toycommand.uninstall()
     assert "PING" not in reading_table()
+
+
+def test_the_commands_chosen_are_kept_and_follow_the_registry() -> None:
+    """``commands`` is asked at every message (issue 23): the same choice is the same tuple
+    while no command changes, and a command registered or taken out is in it, or gone, at
+    once."""
+    assert commands(group="player") is commands(group="player")
+    assert "PING" not in {c.word for c in commands(who=Who.PLAYER)}
+    toycommand.install()
+    try:
+        assert "PING" in {c.word for c in commands(who=Who.PLAYER)}
+        assert "PING" in {c.word for c in commands()}
+    finally:
+        toycommand.uninstall()
+    assert "PING" not in {c.word for c in commands(who=Who.PLAYER)}
+    assert "PING" not in {c.word for c in commands()}

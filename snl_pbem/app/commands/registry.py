@@ -122,8 +122,14 @@ sandbox's: ``read``): made once while no command changes, as every message read 
 asks for it (issue 23)."""
 
 
+_CHOSEN: dict[tuple[int, Who | None, str | None, str | None], tuple[Command, ...]] = {}
+"""``commands``' answers, by the version they were chosen from: the intake asks for the
+order words at every message (12 us a time to choose them anew; issue 23)."""
+
+
 def _changed() -> None:
     _VERSION[0] += 1
+    _CHOSEN.clear()
 
 
 def register_order_words() -> None:
@@ -180,6 +186,10 @@ def commands(
     """The commands in help order: those ``who`` may send, those of a game of ``ruleset``
     (the commands of every game and its ruleset's order words), of ``group``; None: all."""
     register_order_words()
+    key = (_VERSION[0], who, ruleset, group)
+    found = _CHOSEN.get(key)
+    if found is not None:
+        return found
     chosen = [
         c
         for c in _COMMANDS.values()
@@ -188,7 +198,8 @@ def commands(
         and (group is None or c.group == group)
     ]
     rank = {name: i for i, name in enumerate(GROUPS)}
-    return tuple(sorted(chosen, key=lambda c: rank.get(c.group, len(GROUPS))))
+    found = _CHOSEN[key] = tuple(sorted(chosen, key=lambda c: rank.get(c.group, len(GROUPS))))
+    return found
 
 
 def reading_table() -> Mapping[str, Reader]:

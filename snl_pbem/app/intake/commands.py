@@ -7,7 +7,10 @@ word the game's ruleset does not read is refused here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import fields, replace
+from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 from snl_pbem.app.commands import commands as registered
@@ -109,7 +112,7 @@ def in_this_game(commands: Commands, ruleset: Ruleset) -> Commands:
         else:
             problems.append(LineProblem(problem.line, why))
             refused.add(word)
-    defaults = {f.name: f.default for f in fields(Commands)}
+    defaults = _defaults()
     changes: dict[str, Any] = {}
     for command in registered(group="orders"):
         said = _SAID.get(command.word)
@@ -126,6 +129,12 @@ def in_this_game(commands: Commands, ruleset: Ruleset) -> Commands:
     if not changes and len(problems) == len(commands.problems):
         return commands
     return replace(commands, problems=tuple(problems), **changes)
+
+
+@cache
+def _defaults() -> Mapping[str, Any]:
+    """Each field of Commands and its default, made once."""
+    return MappingProxyType({f.name: f.default for f in fields(Commands)})
 
 
 def _word(line: str) -> str:
