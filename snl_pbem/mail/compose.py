@@ -27,7 +27,7 @@ import re
 import secrets
 import threading
 from collections.abc import Sequence
-from datetime import datetime, tzinfo
+from datetime import datetime, timedelta
 from email.header import Header
 from email.utils import format_datetime, formataddr
 from functools import lru_cache
@@ -49,9 +49,10 @@ def _from(name: str, address: str) -> str:
 
 
 @lru_cache(maxsize=16)
-def _date(now: datetime, zone: tzinfo | None) -> str:
+def _date(now: datetime, offset: timedelta | None) -> str:
     """The Date field: a round's reports, made at one time, share it (4 us to make). By
-    its zone too: one instant in two zones is one key to ``now`` alone."""
+    its offset too: to ``now`` alone one instant in two zones is one key, and so are the
+    two times of an hour a clock goes back over (``fold``)."""
     return format_datetime(now)
 
 
@@ -124,7 +125,7 @@ def compose(
         ("To", header_text(to, 254)),
         ("Reply-To", sender),
         ("Subject", _encoded(header_text(subject))),
-        ("Date", _date(now, now.tzinfo)),
+        ("Date", _date(now, now.utcoffset())),
         ("Message-ID", message_id),
         ("Auto-Submitted", auto_submitted),  # RFC 3834: robots must not answer
         ("X-Auto-Response-Suppress", "OOF, AutoReply"),  # bounces (NDR) still come back

@@ -24,16 +24,25 @@ from collections import defaultdict
 from functools import lru_cache
 from typing import Any
 
+import imapclient
 import imapclient.imapclient
 from imapclient import response_parser
+from imapclient.datetime_util import parse_to_datetime
 
 _IMAPCLIENTS = response_parser.parse_fetch_response
 """imapclient's own parser: every response not in the forms below."""
 
-_SIZE = re.compile(rb"(\d+) \(UID (\d+) RFC822\.SIZE (\d+)\)\Z")
+_N = rb"(0|[1-9][0-9]{0,17})"
+"""A number as imapclient reads it to an int: no leading zero (its lexer keeps ``0310`` as
+bytes), and short (a number of thousands of digits is refused by Python's ``int``, which
+would raise here what imapclient raises as its ProtocolError)."""
+_SIZE = re.compile(_N + rb" \(UID " + _N + rb" RFC822\.SIZE " + _N + rb"\)\Z")
 _BYTES = re.compile(
-    rb'(\d+) \(UID (\d+) INTERNALDATE "([^"\\]*)" (BODY\[(?:HEADER)?\]) \{(\d+)\}\Z'
+    _N + rb" \(UID " + _N + rb' INTERNALDATE "([^"\\]*)" (BODY\[(?:HEADER)?\]) \{' + _N + rb"\}\Z"
 )
+_KNOWN = ("4.",)
+"""The imapclient versions whose parser this is checked against (tests/mail/test_imapfetch.py);
+with another, ``install`` leaves every response to its own."""
 
 
 def parse_fetch_response(
@@ -63,7 +72,7 @@ def plain(
             if sized is None:
                 return None
             seq, uid = int(sized[1]), int(sized[2])
-            data = {b"SEQ": seq, b"RFC822.SIZE": int(sized[3])}
+            data = {b"SEQ": seq, b"UID": uid, b"RFC822.SIZE": int(sized[3])}
             at += 1
         elif (
             isinstance(item, tuple)
@@ -77,23 +86,41 @@ def plain(
                 return None
             seq, uid = int(head[1]), int(head[2])
             arrived = _arrival(head[3], normalise_times)
-            data = {b"SEQ": seq, b"INTERNALDATE": arrived, head[4]: item[1]}
+            data = {b"SEQ": seq, b"UID": uid, b"INTERNALDATE": arrived, head[4]: item[1]}
             at += 2
         else:
             return None
-        if not uid_is_key:
-            data[b"UID"] = uid
+        if uid_is_key:  # (in imapclient's order: SEQ, UID unless it is the key, the rest)
+            del data[b"UID"]
         found[uid if uid_is_key else seq].update(data)
     return found
 
 
-@lru_cache(maxsize=256)
 def _arrival(date: bytes, normalise_times: bool) -> Any:
-    """An INTERNALDATE as imapclient reads it (9 us: a fetch's messages mostly arrived in
-    the same few seconds); a datetime, kept as it cannot change."""
-    return response_parser._convert_INTERNALDATE(date, normalise_times)
+    """An INTERNALDATE as imapclient reads it: normalised, in the machine's local time as
+    it is now (its zone or daylight saving may change); not normalised, as it is written,
+    made once (9 us: a fetch's messages mostly arrived within a few seconds). The poller
+    does not normalise."""
+    return _as_written(date) if not normalise_times else _converted(date, True)
 
 
-def install() -> None:
-    """Read every FETCH response of this process's ``IMAPClient.fetch`` here first."""
+@lru_cache(maxsize=256)
+def _as_written(date: bytes) -> Any:
+    return _converted(date, False)
+
+
+def _converted(date: bytes, normalise_times: bool) -> Any:
+    """imapclient's ``_convert_INTERNALDATE``: the datetime, or the bytes it cannot read."""
+    try:
+        return parse_to_datetime(date, normalise=normalise_times)
+    except ValueError:
+        return date
+
+
+def install() -> bool:
+    """Read every FETCH response of this process's ``IMAPClient.fetch`` here first (with
+    an imapclient of a version this is checked against); whether it does."""
+    if not str(getattr(imapclient, "__version__", "")).startswith(_KNOWN):
+        return False
     imapclient.imapclient.parse_fetch_response = parse_fetch_response
+    return True

@@ -260,3 +260,22 @@ def test_dkim_signatures_are_openssls_and_byte_for_byte_dkimpys(monkeypatch) -> 
         signing._openssl_sign(Sha512(), numbers)
     assert refused.value.__context__ is None  # not chained to anything of OpenSSL's
     assert calls == ["sha256", "sha512"]
+
+
+def test_the_date_field_is_each_times_own_in_its_zone_and_fold() -> None:
+    """The Date field is made once for a time (a round's reports share it), but one instant
+    in two zones, and the two times of an hour a clock goes back over, keep their own."""
+    from email.utils import format_datetime
+    from zoneinfo import ZoneInfo
+
+    london = datetime(2026, 10, 25, 1, 30, tzinfo=ZoneInfo("Europe/London"))  # twice
+    times = [
+        london,
+        london.replace(fold=1),
+        london.astimezone(UTC),
+        london.astimezone(ZoneInfo("Asia/Bangkok")),
+        london,
+    ]
+    for now in times:
+        assert parsed(build(now=now))["Date"] == format_datetime(now), now
+    assert len({parsed(build(now=now))["Date"] for now in times}) == 4

@@ -4,6 +4,7 @@ message whose bytes look like IMAP), and every other response left to imapclient
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -53,6 +54,27 @@ def test_the_poller_reads_fetches_in_its_patterns() -> None:
     assert imapclient.imapclient.parse_fetch_response is imapfetch.parse_fetch_response
 
 
+def exactly(found: Any) -> object:
+    """A parse as compared here: its kind of dict and default, and each message's fields in
+    their order, each value with its type (``==`` alone takes 1 for True, and two times in
+    different zones for one instant)."""
+    if not isinstance(found, dict):
+        return found
+    return (
+        type(found),
+        getattr(found, "default_factory", None),
+        {
+            key: [(name, type(value), value, _offset(value)) for name, value in fields.items()]
+            for key, fields in found.items()
+        },
+    )
+
+
+def _offset(value: Any) -> object:
+    """A time's offset from UTC (None: naive); not a time: None."""
+    return value.utcoffset() if isinstance(value, datetime) else None
+
+
 @pytest.mark.parametrize(
     "items",
     [["RFC822.SIZE"], ["BODY.PEEK[]", "INTERNALDATE"], ["BODY.PEEK[HEADER]", "INTERNALDATE"]],
@@ -66,7 +88,7 @@ def test_what_dovecot_answers_the_poller_is_read_as_imapclient_reads_it(answers,
         for by_uid in (True, False):
             mine = plain(text, normalise, by_uid)
             assert mine is not None, f"Dovecot's answer to {items} was not read in a pattern"
-            assert mine == _IMAPCLIENTS(text, normalise, by_uid)
+            assert exactly(mine) == exactly(_IMAPCLIENTS(text, normalise, by_uid))
     if "INTERNALDATE" in items:
         assert all(isinstance(f[b"INTERNALDATE"], datetime) for f in fetched.values())
         key = b"BODY[]" if "BODY.PEEK[]" in items else b"BODY[HEADER]"
@@ -90,6 +112,11 @@ LINE = b'4 (UID 17 INTERNALDATE "06-Dec-2026 02:22:28 +0000" BODY[] {5}'
         [(LINE.replace(b"+0000", b'\\"+0000'), b"abcde"), b")"],  # an escape in the date
         [(b"4 (UID 17 BODY[] {5}", b"abcde"), b' INTERNALDATE "06-Dec-2026 02:22:28 +0000")'],
         [(LINE.replace(b"BODY[]", b"BODY[TEXT]"), b"abcde"), b")"],
+        [b"4 (UID 17 RFC822.SIZE 0310)"],  # a leading zero: imapclient keeps it as bytes
+        [b"04 (UID 017 RFC822.SIZE 5)"],
+        [(LINE.replace(b"{5}", b"{05}"), b"abcde"), b")"],
+        [b"4 (UID 17 RFC822.SIZE " + b"9" * 5000 + b")"],  # past Python's int: ProtocolError
+        [(LINE.replace(b"{5}", b"{" + b"9" * 5000 + b"}"), b"abcde"), b")"],
     ],
 )
 def test_any_other_response_is_left_to_imapclient(text) -> None:
@@ -101,18 +128,36 @@ def test_any_other_response_is_left_to_imapclient(text) -> None:
 
 def outcome(parse: Any, text: list[Any]) -> object:
     try:
-        return parse(text)
+        return exactly(parse(text))
     except Exception as exc:
-        return type(exc), str(exc)
+        return type(exc), str(exc)[:200]
 
 
 def test_a_message_fetched_twice_in_one_response_is_merged_as_imapclient_merges_it() -> None:
     text = [b"4 (UID 17 RFC822.SIZE 5)", (LINE, b"abcde"), b")", b"5 (UID 18 RFC822.SIZE 7)"]
     mine = plain(text)
-    assert mine is not None and mine == _IMAPCLIENTS(text)
+    assert mine is not None and exactly(mine) == exactly(_IMAPCLIENTS(text))
+    assert exactly(plain(text, uid_is_key=False)) == exactly(_IMAPCLIENTS(text, True, False))
     assert set(mine[17]) == {b"SEQ", b"RFC822.SIZE", b"INTERNALDATE", b"BODY[]"}
 
 
 def test_an_empty_answer_is_left_to_imapclient() -> None:
     assert plain([None]) is None
-    assert imapfetch.parse_fetch_response([None]) == _IMAPCLIENTS([None])
+    assert exactly(imapfetch.parse_fetch_response([None])) == exactly(_IMAPCLIENTS([None]))
+
+
+def test_a_normalised_arrival_follows_the_machines_zone_as_it_is_now(monkeypatch) -> None:
+    """imapclient normalises an INTERNALDATE to the machine's local time at the call:
+    never one kept from before a change of zone (or of daylight saving)."""
+    if not hasattr(time, "tzset"):
+        pytest.skip("no tzset here")
+    text = [(LINE, b"abcde"), b")"]
+    try:
+        for zone in ("UTC", "Europe/Berlin", "Asia/Bangkok", "UTC"):
+            monkeypatch.setenv("TZ", zone)
+            time.tzset()
+            mine = plain(text)
+            assert mine is not None and exactly(mine) == exactly(_IMAPCLIENTS(text))
+    finally:
+        monkeypatch.undo()
+        time.tzset()

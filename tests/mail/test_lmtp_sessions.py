@@ -171,16 +171,16 @@ def test_a_session_that_falls_silent_after_working_is_closed_a_timeout_after_its
         assert reader.readline().startswith(b"220 ")
         began = last = time.monotonic()
         while last - began < 1.5:
+            last = time.monotonic()  # (before it is sent: the server reads it after this)
             sock.sendall(b"NOOP\r\n")
             assert reader.readline().startswith(b"250")
-            last = time.monotonic()  # (answered: the server had it before now)
             time.sleep(0.1)
         said = reader.read()  # to the close
         silent = time.monotonic() - last
     assert b"421 4.4.2" in said
-    # (0.2 s of margin: the test may be held up between the server's reading the last
-    # command and its own reading of the answer)
-    assert silent >= 0.8, f"closed {silent:.2f} s after its last command (timeout 1 s)"
+    # (the server's timer starts when it reads the command, after ``last``, whatever holds
+    # either side up: 10 ms for the event loop's clock)
+    assert silent >= 0.99, f"closed {silent:.2f} s after its last command (timeout 1 s)"
 
 
 def test_at_the_cap_the_idlest_session_makes_room(receiver) -> None:
