@@ -94,8 +94,8 @@ def settings_of(game: Game) -> RulesetSettings:
     game's row for as long as each of its columns holds the very object it was made from:
     a row read again, or given new values, holds others, and is made anew. A board or
     options changed in place would not be seen: nothing does that (they are given anew,
-    as config sync does), and nothing must. Made anew each time, its board's JSON was
-    14 us of every order (issue 23)."""
+    as config sync does), and nothing must. Made anew at every order, with its board's
+    JSON: 5.3 us, against 2.0 kept (issue 23)."""
     made_of = (game.board, game.double_from_round, game.trapdoor_rule, game.seed, game.options)
     kept: tuple[tuple[object, ...], RulesetSettings] | None = vars(game).get(_SETTINGS)
     if kept is not None and all(a is b for a, b in zip(kept[0], made_of, strict=True)):
