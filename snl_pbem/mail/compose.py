@@ -43,8 +43,8 @@ def header_text(value: str, limit: int = MAX_HEADER_TEXT) -> str:
 
 @lru_cache(maxsize=16)
 def _from(name: str, address: str) -> str:
-    """The From field: the server's name and address, the same in every mail (5 us a mail
-    to make anew)."""
+    """The From field: the server's name and address, the same in every mail (2.5 us to
+    make anew)."""
     return formataddr((header_text(name), address))
 
 

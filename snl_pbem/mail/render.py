@@ -85,10 +85,9 @@ def environment(language: str = DEFAULT) -> Environment:
 def _template(env: Environment, name: str) -> Template:
     """Template ``name`` of ``env``, its globals made one dict. Jinja keeps a template's
     globals as a ChainMap over the environment's, which each render copies key by key into
-    its context: 9 us a mail, against 2 for a dict (a sixth of rendering an
-    acknowledgement). An environment's globals are set once, as it is made (``add_global``
-    makes another); kept by environment, so a template of one made since is never one of
-    an earlier one."""
+    its context: 9 us a mail, against 2 for a dict. An environment's globals are set once,
+    as it is made (``add_global`` makes another); kept by environment, so a template of
+    one made since is never one of an earlier one."""
     template = env.get_template(name)
     template.globals = dict(template.globals)
     return template
