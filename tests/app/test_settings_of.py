@@ -1,27 +1,25 @@
 """A game's settings for its ruleset (``lookup.settings_of``), kept with its row while the
-row holds what they were made from (issue 23: made anew, the board's JSON cost every order
-14 us), and made anew the moment any of it changes."""
+row holds what they were made from (issue 23: made anew at every order, with the board's
+JSON, 5.3 us against 2.0 kept), and made anew the moment any of it changes."""
 
 from __future__ import annotations
 
 import tomllib
 from pathlib import Path
 
-from mailhelpers import T0, game_config
 from sqlalchemy import select
 
-from snl_pbem.app.games import sync_games
 from snl_pbem.app.lookup import settings_of
+from snl_pbem.config import Config
 from snl_pbem.store import Database, Game
-from snl_pbem.store.migrate import upgrade
 
 BOARDS = Path(__file__).parents[2] / "snl_pbem" / "boards"
 
 
-def test_a_games_settings_are_kept_and_follow_its_row(tmp_path: Path) -> None:
-    db = Database(f"sqlite:///{tmp_path / 'snl.db'}")
-    upgrade(db)
-    sync_games(db, game_config(tmp_path / "config.toml", db.url), T0)
+def test_a_games_settings_are_kept_and_follow_its_row(
+    sqlite_intake: tuple[Database, Config],
+) -> None:
+    db, _ = sqlite_intake
     with db.transaction() as session:
         game = session.scalars(select(Game).where(Game.name == "g1")).one()
         first = settings_of(game)
@@ -44,4 +42,3 @@ def test_a_games_settings_are_kept_and_follow_its_row(tmp_path: Path) -> None:
         session.expire(game)  # read again: other objects, the same values
         again = settings_of(game)
         assert again == kept and again is not kept
-    db.dispose()
