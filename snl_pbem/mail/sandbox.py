@@ -175,17 +175,23 @@ class _Answers:
         self._start = 0
 
     def next(self, seconds: float, nap: float = 0.0) -> Any | None:
-        """The next answer; None when none came within ``seconds`` (of waiting on the
-        pipe: ``nap`` is slept first when no answer is already here). Raises EOFError
-        when the worker has gone."""
+        """The next answer; None when none came whole within ``seconds`` (of waiting on
+        the pipe: ``nap`` is slept first when no answer is already here). Raises EOFError
+        when the worker has gone, OSError once closed (``close``)."""
         answer = self._take()
         if answer is not None:
             return answer
         if nap:
             time.sleep(nap)
+        deadline = time.monotonic() + seconds
         while True:
-            if not self._poll.poll(seconds * 1000):
+            left = max(0.0, deadline - time.monotonic())
+            if self._fd < 0:
+                raise OSError("the worker's pipe is closed")
+            if not self._poll.poll(left * 1000):
                 return None
+            if self._fd < 0:  # (closed meanwhile: its number may be another's now)
+                raise OSError("the worker's pipe is closed")
             data = os.read(self._fd, _READ_BYTES)
             if not data:
                 raise EOFError("the worker closed its pipe")
@@ -195,8 +201,12 @@ class _Answers:
                 return answer
 
     def empty(self) -> bool:
-        """Whether nothing the worker sent is left unread here."""
+        """Whether nothing the worker sent is left here (of what has been read)."""
         return self._start == len(self._buffer)
+
+    def close(self) -> None:
+        """Read no more: the pipe is closed, and its number may be given to another."""
+        self._fd = -1
 
     def _take(self) -> Any | None:
         start, buffer = self._start, self._buffer
@@ -242,9 +252,9 @@ class _Worker:
         self.process: BaseProcess = context.Process(
             target=_serve, args=(child, memory), name="snl-pbem-parse", daemon=True
         )
+        self.answers = _Answers(self.conn)
         self.process.start()
         child.close()
-        self.answers = _Answers(self.conn)
         # the first start imports the parser: waited for apart from a message's time limit
         try:
             said = self.answers.next(START_SECONDS)
@@ -261,6 +271,7 @@ class _Worker:
             self.process.join(5)
         except Exception:
             pass
+        self.answers.close()
         self.conn.close()
 
 
@@ -359,8 +370,8 @@ class Sandbox:
                             failed = True
                     else:
                         if failed or not worker.answers.empty():
-                            # (one that ran out of memory may run out again; one that
-                            # answered more than it was asked is not to be trusted)
+                            # (one that ran out of memory may run out again; one seen to
+                            # answer more than it was asked is not to be trusted)
                             self._discard(worker)
                         else:
                             self._idle.put(worker)

@@ -101,9 +101,56 @@ def test_the_nap_is_slept_only_when_no_answer_is_here(pipe, monkeypatch) -> None
     assert naps == [0.5, 0.5]
 
 
+def test_an_answer_that_trickles_in_is_still_timed_out(pipe) -> None:
+    """The time limit counts from the call, not from the last bytes: a worker writing an
+    answer a byte at a time (ten megabytes: never done) is given up on. Bounded by
+    events: the writer stops once the call has returned, or after a minute."""
+    server, worker = pipe
+    returned = threading.Event()
+    payload = pickle.dumps(("ok", "x" * 10_000_000), protocol=pickle.HIGHEST_PROTOCOL)
+    frame = _FRAME.pack(len(payload)) + payload
+
+    def trickle() -> None:
+        for byte in frame[:-1]:
+            if returned.wait(0.01):
+                return
+            os.write(worker.fileno(), bytes([byte]))
+
+    writer = threading.Thread(target=trickle, daemon=True)
+    writer.start()
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(_Answers(server).next(0.2)), daemon=True)
+    reader.start()
+    reader.join(60)
+    returned.set()
+    writer.join()
+    assert got == [None]
+
+
+def test_a_negative_time_limit_waits_no_more_than_none(pipe) -> None:
+    """As ``Connection.poll``: no answer here, none waited for (poll would wait for good)."""
+    server, _worker = pipe
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.append(_Answers(server).next(-1)), daemon=True)
+    reader.start()
+    reader.join(60)
+    assert got == [None]
+
+
+def test_answers_closed_read_nothing_more(pipe) -> None:
+    """Once closed (its worker killed, from any thread), nothing is read from the number
+    its pipe had: another descriptor may have it by then."""
+    server, worker = pipe
+    answers = _Answers(server)
+    _answer(worker, ("ok", 1))
+    answers.close()
+    with pytest.raises(OSError, match="closed"):
+        answers.next(WAIT)
+
+
 def test_a_batch_read_across_many_reads_keeps_its_order() -> None:
-    """A real worker's answers to a batch of 300 (several reads of the pipe, some whole,
-    some cut): each message's own reading, in the order sent."""
+    """A real worker's answers to a batch of 300, of growing sizes, over several of the
+    worker's batches: each message's own reading, in the order sent."""
     box = sandbox.Sandbox()
     raws = [
         f"From: p{i}@example.org\r\nSubject: s{i}\r\n\r\nDICE {1 + i % 6}\r\n".encode()
@@ -120,6 +167,7 @@ def test_a_batch_read_across_many_reads_keeps_its_order() -> None:
 def test_a_worker_given_a_descriptor_past_1023_is_still_heard(pipe) -> None:
     """A server with many connections open may give a worker's pipe a descriptor that
     ``select`` refuses (past 1023): its answers are waited for all the same."""
+    import fcntl
     import resource
     from multiprocessing.connection import Connection
 
@@ -129,7 +177,7 @@ def test_a_worker_given_a_descriptor_past_1023_is_still_heard(pipe) -> None:
         pytest.skip(f"descriptors are limited to {hard} here")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
     try:
-        high = Connection(os.dup2(server.fileno(), 1090))
+        high = Connection(fcntl.fcntl(server.fileno(), fcntl.F_DUPFD, 1090))  # (a free one)
         try:
             _answer(worker, ("ok", "heard"))
             assert _Answers(high).next(WAIT) == ("ok", "heard")
