@@ -205,8 +205,8 @@ _USUAL_FROM = re.compile(
     r"(?(name)>|(?(angle)>))"
 )
 """The From a client usually writes, ASCII words only: ``Ann Example <ann@example.org>``,
-``<ann@example.org>`` or ``ann@example.org``. No quote, comment, comma, dot or second
-space in the name (the standard library's reading of those differs from the text)."""
+``<ann@example.org>`` or ``ann@example.org``. No quote, comment, comma, second space or
+other character the standard library reads apart in the name (nor a dot, to be safe)."""
 
 
 def _usual_from(value: str) -> list[tuple[str, str]] | None:

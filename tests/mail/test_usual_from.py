@@ -30,7 +30,11 @@ OTHER = [
     '"cy" <CY@Example.ORG>',
     '"unterminated <ann@example.org',
     "Ann  Example <ann@example.org>",  # two spaces: the library keeps one
-    "John Q. Public <jqp@example.org>",  # a dot in the name: the library spaces it
+    "John Q. Public <jqp@example.org>",  # (a dot in a name: left to the library)
+    "Ann,Bob <a@b.example>",  # two addresses to the library: "more than one From address"
+    "Ann(x) <a@b.example>",  # a comment: the library's name is "Ann (x)"
+    "Ann\tBob <a@b.example>",  # the library's name is "Ann Bob"
+    "Ann\xa0<a@b.example>",  # the library's name is "Ann\xa0"
     "Mallory ann@example.org <mallory@evil.example>",  # (a doubt: the name shows another)
     "ann@example.org (Ann)",
     "Ann <ann@example.org",
@@ -106,8 +110,8 @@ def test_random_froms_built_of_the_hard_characters_are_read_alike(monkeypatch) -
     for _ in range(6000):
         value = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 9)))
         if rng.random() < 0.5:  # half shaped like a usual From, then spoilt or not
-            name = " ".join(rng.choice(["Ann", "Bob", "X-1", "o'k", "=?utf-8?q?A?="])
-                            for _ in range(rng.randint(0, 3)))  # fmt: skip
+            words = ["Ann", "Bob", "X-1", "o'k", "=?utf-8?q?A?=", *rng.sample(pieces, 3)]
+            name = " ".join(rng.choice(words) for _ in range(rng.randint(0, 3)))
             value = f"{name} <{value.replace(' ', '')}@example.org>" if name else value
         fast = _usual_from(value)
         if fast is not None:
@@ -115,4 +119,4 @@ def test_random_froms_built_of_the_hard_characters_are_read_alike(monkeypatch) -
             assert fast == _library(value), value
         fast_sender, slow_sender = _sender_both_ways(value, monkeypatch)
         assert fast_sender == slow_sender, value
-    assert read >= 200  # the pattern was met, not only passed over
+    assert read >= 100  # the pattern was met, not only passed over (131 of these)
