@@ -1206,3 +1206,52 @@ def test_a_message_submitted_is_read_in_the_writer_not_in_the_callers_thread(
     result, reading = told[0]
     assert result.status == "new" and reading.result(HANG).status == "processed"
     assert where == {"envelope": "snl-pbem-store", "receipt time": "snl-pbem-store"}
+
+
+def test_the_latest_of_our_mail_to_each_recipient_is_read_back_exactly(intake) -> None:
+    """``_latest_to`` against the rule worked out from the whole outbox: per recipient, the
+    latest SENT_COMPARED in each status that reached it and the latest SECRET_COMPARED
+    of them that held a key, with their fingerprints (None where none was kept), for 40
+    recipients (two statements' shapes; on SQLite each statement's rows come packed as
+    one) of up to 60 messages each, some failed, some secret."""
+    from snl_pbem.app.intake.reading import SECRET_COMPARED, SENT_COMPARED, _latest_to
+
+    db, _config = intake
+    recipients = [f"r{n}@example.org" for n in range(40)]
+    rows = []
+    for n, recipient in enumerate(recipients):
+        for m in range(n * 3 % 61):
+            rows.append(
+                {
+                    "kind": "reply",
+                    "recipient": recipient,
+                    "message_id": f"<latest-{n}-{m}@example.org>",
+                    "message": b"x",
+                    "status": ("sent", "pending", "failed")[(n + m) % 3],
+                    "next_attempt_at": T0,
+                    "created_at": T0,
+                    "secret": (n * m) % 4 == 1,
+                    "fingerprint": None if m % 7 == 3 else f"{n:012x} {m:012x}",
+                }
+            )
+    with db.transaction() as s:
+        s.execute(OutboxMessage.__table__.insert(), rows)
+    with db.transaction() as s:
+        every = s.execute(
+            select(
+                OutboxMessage.id,
+                OutboxMessage.recipient,
+                OutboxMessage.status,
+                OutboxMessage.secret,
+                OutboxMessage.fingerprint,
+            ).where(OutboxMessage.recipient.in_(recipients))
+        ).all()
+        found = _latest_to(s, recipients)
+    expected = set()
+    for who, recipient in enumerate(recipients):
+        for status in ("sent", "pending"):
+            mine = sorted((r for r in every if r[1] == recipient and r[2] == status), reverse=True)
+            expected |= {(who, 0, r[0], r[4]) for r in mine[:SENT_COMPARED]}
+            expected |= {(who, 1, r[0], r[4]) for r in [r for r in mine if r[3]][:SECRET_COMPARED]}
+    assert set(found) == expected
+    assert len(expected) > 500 and any(f is None for *_, f in expected)
