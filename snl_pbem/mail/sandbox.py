@@ -162,7 +162,7 @@ class _Answers:
     reads of each answer, and the reading thread had to win Python's lock back after each
     of the three from the thread writing a batch, which keeps it: beside a thread that
     never waits, a batch's reading took 2.1-2.7 ms a message on the clock, against
-    0.5-0.6 so (0.22-0.26 alone either way).
+    0.5-0.6 so (0.22-0.31 alone either way).
 
     Waits with ``poll``, as ``Connection.poll`` does (``select`` refuses a descriptor past
     1023, which a server with many connections open may give a worker)."""
