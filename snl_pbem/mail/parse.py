@@ -211,8 +211,8 @@ other character the standard library reads apart in the name (nor a dot, to be s
 
 def _usual_from(value: str) -> list[tuple[str, str]] | None:
     """``[(name, address)]`` as ``getaddresses`` reads a usual From (``_USUAL_FROM``), in a
-    twentieth of its time (it reads every From twice: as a message is stored and as it is
-    read); None for any other, which is read the standard library's way."""
+    seventh of its time (1.2 us against 8.4; every From is read twice: as its message is
+    stored and as it is read); None for any other, read the standard library's way."""
     found = _USUAL_FROM.fullmatch(value)
     if found is None:
         return None
