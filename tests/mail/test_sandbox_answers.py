@@ -185,3 +185,28 @@ def test_a_worker_given_a_descriptor_past_1023_is_still_heard(pipe) -> None:
             high.close()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_batch_naps_only_between_its_answers(monkeypatch) -> None:
+    """No nap before a batch's first answer (nor for a message read alone), the nap
+    before each later one: what a batch adds to its reading is bounded by its answers."""
+    asked: list[float] = []
+    real = _Answers.next
+
+    def next_answer(self: _Answers, seconds: float, nap: float = 0.0) -> object:
+        asked.append(nap)
+        return real(self, seconds, nap)
+
+    monkeypatch.setattr(_Answers, "next", next_answer)
+    box = sandbox.Sandbox()
+    raws = [f"From: p{i}@example.org\r\n\r\nDICE {i}\r\n".encode() for i in range(1, 4)]
+    try:
+        box.warm(1)
+        asked.clear()  # (the worker's start)
+        box.parse_many(raws, "snl@example.org", [()] * 3)
+        assert asked == [0.0, sandbox.DRAIN_NAP, sandbox.DRAIN_NAP]
+        asked.clear()
+        box.parse(raws[0], "snl@example.org")
+        assert asked == [0.0]
+    finally:
+        box.close()
