@@ -41,6 +41,7 @@ from snl_pbem.errors import ConfigError, NotFound, no_such_game
 from snl_pbem.i18n import DEFAULT as DEFAULT_LANGUAGE
 from snl_pbem.i18n import codes_text
 from snl_pbem.i18n import language as language_code
+from snl_pbem.mail.addrspec import ATOM
 from snl_pbem.rules import Board, BoardError, GameSetupError
 from snl_pbem.rules.ruleset import DEFAULT_RULESET, RulesetSettings, get_ruleset, ruleset_names
 from snl_pbem.rules.words import agree, counted, tr
@@ -58,9 +59,8 @@ _ATEXT = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789!#$%&'*+-/=?^_`{|}~."
 )
 _GAME_ID = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
-_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_PLAIN_ADDRESS = re.compile(rf"{_ATOM}(?:\.{_ATOM})*@{_DNS_LABEL}(?:\.{_DNS_LABEL})+")
+_PLAIN_ADDRESS = re.compile(rf"{ATOM}(?:\.{ATOM})*@{_DNS_LABEL}(?:\.{_DNS_LABEL})+")
 """An address ``_address_problem`` finds nothing wrong with, lengths apart: one match
 instead of its checks one by one (a config of thousands of games has 100,000 addresses)."""
 

@@ -44,6 +44,7 @@ from html.entities import html5
 from typing import Any, TypeVar, cast
 
 from snl_pbem.i18n import LANGUAGES, catalog
+from snl_pbem.mail.addrspec import ATOM, PLAIN_ADDRESS
 from snl_pbem.mail.autoreply import auto_reply_subject
 from snl_pbem.mail.commands import Commands, read_commands
 from snl_pbem.mail.dsn import RETURNED_HEADERS, STATUS_PARTS, DeliveryReport, parse_dsn
@@ -198,10 +199,9 @@ def sender_address(msg: Message | _Head) -> tuple[str | None, str | None]:
     return address, None
 
 
-_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
 _USUAL_FROM = re.compile(
-    rf"(?:(?P<name>{_ATOM}(?: {_ATOM})*) <|(?P<angle><))?"
-    rf"(?P<address>{_ATOM}(?:\.{_ATOM})*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)"
+    rf"(?:(?P<name>{ATOM}(?: {ATOM})*) <|(?P<angle><))?"
+    rf"(?P<address>{PLAIN_ADDRESS})"
     r"(?(name)>|(?(angle)>))"
 )
 """The From a client usually writes, ASCII words only: ``Ann Example <ann@example.org>``,

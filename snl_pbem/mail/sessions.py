@@ -36,13 +36,13 @@ import aiosmtpd
 from aiosmtpd.lmtp import LMTP
 from aiosmtpd.smtp import SMTP
 
+from snl_pbem.mail.addrspec import ATOM
 from snl_pbem.rules.words import counted
 
 _AIOSMTPD_1_4 = aiosmtpd.__version__.startswith("1.4.")
 """The aiosmtpd whose reading of a command's address ``GuardedSMTP._getaddr`` repeats."""
 
-_ATEXT = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+"
-_PLAIN_ANGLE_ADDR = re.compile(rf"<({_ATEXT}(?:\.{_ATEXT})*@{_ATEXT}(?:\.{_ATEXT})*)>")
+_PLAIN_ANGLE_ADDR = re.compile(rf"<({ATOM}(?:\.{ATOM})*@{ATOM}(?:\.{ATOM})*)>")
 """A command's address as nearly every MTA writes it: ``<local@domain>``, each a dot-atom
 of ASCII atext (RFC 5322 §3.2.3), nothing else inside the brackets, and no ``=?`` in it
 (a local part or domain starting with ``=?`` aiosmtpd decodes as an RFC 2047 encoded word:

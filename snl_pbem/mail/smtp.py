@@ -21,6 +21,8 @@ import ssl
 from dataclasses import dataclass
 from typing import Protocol
 
+from snl_pbem.mail.addrspec import PLAIN_ADDRESS
+
 log = logging.getLogger("snl_pbem.smtp")
 
 
@@ -155,10 +157,7 @@ class SmtpSender:
             self._client = None
 
 
-_PLAIN = re.compile(
-    r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*"
-    r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
-)
+_PLAIN = re.compile(PLAIN_ADDRESS)
 
 
 def _quote(address: str) -> str:
