@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -10,7 +11,7 @@ from imapclient import IMAPClient
 from mailhelpers import CORPUS, T0, orders_of
 
 from snl_pbem.app.mailbox_state import last_good_poll
-from snl_pbem.mail.imap import ImapPoller, MailboxConfig
+from snl_pbem.mail.imap import IMAPLIB_LOGGER, ImapPoller, MailboxConfig
 from snl_pbem.runners.mailboxes import DatabaseHooks
 
 
@@ -170,3 +171,29 @@ def wait_for(condition, seconds: float) -> None:
             return
         time.sleep(0.2)
     raise AssertionError("timed out waiting")
+
+
+@pytest.mark.parametrize("level", [logging.INFO, logging.DEBUG])
+def test_imaplibs_trace_is_written_only_when_it_is_logged(dovecot, sqlite_intake, caplog, level):
+    """imapclient turns imaplib's protocol trace on for every connection; imaplib then
+    writes every line (each fetched message's bytes in full) before its logger drops them.
+    Below DEBUG it is left off; at DEBUG, the trace is logged as before (the messages too)."""
+    db, config = sqlite_intake
+    user = dovecot.new_user()
+    c = client(dovecot, user)
+    c.append("INBOX", order_mail("ann", "ann-key-123", "4", "trace-1"))
+    c.logout()
+    caplog.set_level(level, logger=IMAPLIB_LOGGER)
+    poller = ImapPoller(mailbox(dovecot, user), DatabaseHooks(db, config, clock=lambda: T0))
+    try:
+        assert poller.poll_once() == 1
+        assert poller.client is not None
+        traced = [r.getMessage() for r in caplog.records if r.name == IMAPLIB_LOGGER]
+        if level == logging.DEBUG:
+            assert poller.client._imap.debug == 5
+            assert any("trace-1@example.org" in line for line in traced), traced[-5:]
+        else:
+            assert poller.client._imap.debug == 0
+            assert traced == []
+    finally:
+        poller.close()
