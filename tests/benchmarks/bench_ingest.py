@@ -72,9 +72,8 @@ class Stages:
     """Where the server's CPU goes, stage by stage: each call of the intake's three stages
     (``store_many``: a fetch or a group committed; ``read_batch``: a batch read in the
     sandbox; ``apply_batch``: a batch's transaction) timed in its own thread (CPU) and on the
-    clock (wall), by wrapping the names ``snl_pbem.runners.mailboxes`` calls them by. A
-    batch's second half, read in a thread of its own (``Sandbox.parse_many``), counts as
-    reading too. What the process spent besides (the IMAP client, the LMTP sessions' loop,
+    clock (wall), by wrapping the names ``snl_pbem.runners.mailboxes`` calls them by. What
+    the process spent besides (the IMAP client, the LMTP sessions' loop,
     a message's envelope read before its store, the threads' hand-offs) is the rest. Two
     clock reads a call: a few microseconds a batch."""
 
@@ -88,12 +87,8 @@ class Stages:
         self._inside = threading.local()  # a stage is being timed in this thread
         for name in self.NAMES:
             setattr(mailboxes, name, self._timed(name, getattr(mailboxes, name)))
-        half = sandbox.Sandbox._parse_run  # (the half read beside: its own thread)
-        sandbox.Sandbox._parse_run = self._timed("read_batch", half, count=False)  # type: ignore[method-assign]
 
-    def _timed(
-        self, name: str, function: Callable[..., Any], *, count: bool = True
-    ) -> Callable[..., Any]:
+    def _timed(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             if getattr(self._inside, "stage", False):  # counted by the stage around it
                 return function(*args, **kwargs)
@@ -106,9 +101,8 @@ class Stages:
                 self._inside.stage = False
                 with self._lock:
                     self.cpu[name] += cpu
-                    if count:
-                        self.wall[name] += wall
-                        self.calls[name] += 1
+                    self.wall[name] += wall
+                    self.calls[name] += 1
 
         return timed
 
