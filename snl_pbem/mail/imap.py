@@ -352,13 +352,15 @@ IMAPLIB_LOGGER = "imapclient.imaplib"
 
 
 def quiet(client: IMAPClient) -> None:
-    """imaplib's protocol trace left unwritten while nobody reads it. imapclient turns it
-    on for every connection (imaplib's ``debug`` 5) and sends it to its logger, which
-    drops it below DEBUG; but imaplib writes each line first: every line and every match
-    read, and each message of a FETCH in full twice (its bytes' repr, as it arrives and in
-    the response as a whole). That was 11 us of the server's CPU a message fetched, of 36
-    (issue 23). With that logger at DEBUG when the connection is made (``log_level``
-    DEBUG), the trace is written as before."""
+    """imaplib's protocol trace left off while its logger drops it. imapclient turns it on
+    for every connection (imaplib's ``debug`` 5) and sends it to its logger, which drops it
+    below DEBUG; but imaplib writes each entry first: every line and every match read, and
+    each message of a FETCH in full twice (its bytes' repr, as it arrives and in the
+    response as a whole). That was 11 us of the server's CPU a message fetched, of 36
+    (issue 23). Off, imaplib keeps only its last few lines in memory, as it always does
+    (its ``_cmd_log``, never written). With that logger set to DEBUG when the connection
+    is made, the trace is written as before (``serve`` keeps imapclient's loggers at
+    WARNING or above, whatever its ``log_level``: set one to DEBUG to see the protocol)."""
     if not logging.getLogger(IMAPLIB_LOGGER).isEnabledFor(logging.DEBUG):
         client._imap.debug = 0
 

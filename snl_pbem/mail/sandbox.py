@@ -9,7 +9,7 @@ caller can set the message aside with the reason and go on with the next.
 
 Workers are separate processes, kept and reused; a worker that timed out or
 died is killed and replaced. A worker is forked while the process has a single
-thread (the server warms two up at start-up, before its threads: a fork costs
+thread (the server warms ``MAX_WORKERS`` up at start-up, before its threads: a fork costs
 milliseconds), and spawned otherwise (a fresh interpreter: no lock held by
 another thread is inherited); a forked worker closes every descriptor it
 inherited but its pipe. Any thread may call :func:`parse`
@@ -303,7 +303,9 @@ class Sandbox:
         worker answers each as it is read): one that runs to the time limit costs its
         worker, and the messages after it are read by the next worker, never lost.
 
-        One worker reads a batch. The intake reads a batch while it writes the one before
+        One worker at a time reads a batch (in round trips of ``BATCHED_BYTES`` at most;
+        after one that failed, the next worker goes on). The intake reads a batch while
+        it writes the one before
         (``Readers``), and the server writes on one core at a time: a second worker
         reading half of it took that core's time from the writer and the LMTP sessions
         more than it saved the reading. On two cores, three runs each taking turns, two

@@ -103,11 +103,12 @@ and the next, read meanwhile."""
 BATCH_BYTES = 64 * 1024
 """Messages larger than this are read and processed alone (a large message may be slow to
 read: it must not hold small ones); an order is a few hundred bytes."""
-BATCH_TOTAL_BYTES = 25 * BATCH_BYTES
+BATCH_TOTAL_BYTES = 12 * BATCH_BYTES
 """A batch's bytes at most: a batch's reading counts against ``IN_ORDER_SECONDS`` as a
 whole, and reading grows with size, so a batch of the largest messages batched reads no
-longer than it did when a batch held 25 (100 orders are about 60 KB; 100 replies quoting
-a report, an HTML one especially, may be 6 MB)."""
+longer than it did when a batch held 25 read by two workers, half each (one reads it now:
+``sandbox.Sandbox.parse_many``). 100 orders are about 60 KB; 100 replies quoting a report,
+an HTML one especially, may be 6 MB."""
 
 
 @dataclass(eq=False)

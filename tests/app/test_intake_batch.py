@@ -801,16 +801,18 @@ def test_an_imap_fetch_of_orders_is_written_in_one_transaction(intake, monkeypat
 
 def test_a_batch_of_large_messages_is_bounded_by_its_bytes(intake, monkeypatch) -> None:
     """Replies quoting a report (tens of KB each, HTML often) fill a batch by their bytes
-    before its count: a batch reads no more bytes than 25 of the largest batched messages
+    before its count: a batch reads no more bytes than 12 of the largest batched messages
     (``BATCH_TOTAL_BYTES``), as its reading counts against ``IN_ORDER_SECONDS`` whole."""
     db, config = intake
     reads, _ = _batches_recorded(monkeypatch)
     quote = quoted(1200)
-    raws = [
-        mail(f"KEY ann-key-123\nDICE {1 + i % 6}\n\n{quote}", "ann@example.org", f"q{i:02d}")
-        for i in range(40)
-    ]
-    size = len(raws[0])
+
+    def reply(i: int) -> bytes:
+        return mail(f"KEY ann-key-123\nDICE {1 + i % 6}\n\n{quote}", "ann@example.org", f"q{i:02d}")
+
+    size = len(reply(0))
+    per_batch = mailboxes_module.BATCH_TOTAL_BYTES // size
+    raws = [reply(i) for i in range(per_batch + per_batch // 2 + 1)]  # a batch and a half
     assert all(len(raw) == size for raw in raws)
     assert mailboxes_module.BATCH_BYTES // 2 < size <= mailboxes_module.BATCH_BYTES
     # (in_order: ann's next batch is never taken while her first is read, however slow)
@@ -818,7 +820,6 @@ def test_a_batch_of_large_messages_is_bounded_by_its_bytes(intake, monkeypatch) 
     stored = entry.store_many([(raw, T0, "t", None, None, None) for raw in raws])
     for _, future in stored:
         future.result(timeout=HANG)
-    per_batch = mailboxes_module.BATCH_TOTAL_BYTES // size
     assert 1 < per_batch < len(raws) < mailboxes_module.BATCH_MAX
     assert [len(ids) for ids in reads] == [per_batch, len(raws) - per_batch]
     assert [i for ids in reads for i in ids] == [result.inbound_id for result, _ in stored]

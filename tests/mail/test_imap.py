@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+import imapclient.imapclient
 import pytest
 from imapclient import IMAPClient
 from mailhelpers import CORPUS, T0, orders_of
@@ -174,26 +175,36 @@ def wait_for(condition, seconds: float) -> None:
 
 
 @pytest.mark.parametrize("level", [logging.INFO, logging.DEBUG])
-def test_imaplibs_trace_is_written_only_when_it_is_logged(dovecot, sqlite_intake, caplog, level):
+def test_imaplibs_trace_is_written_only_when_it_is_logged(
+    dovecot, sqlite_intake, caplog, monkeypatch, level
+) -> None:
     """imapclient turns imaplib's protocol trace on for every connection; imaplib then
     writes every line (each fetched message's bytes in full) before its logger drops them.
-    Below DEBUG it is left off; at DEBUG, the trace is logged as before (the messages too)."""
+    Below DEBUG imaplib writes no entry at all; at DEBUG, the trace is logged as before
+    (the messages too)."""
+    written: list[str] = []
+    adapter = imapclient.imapclient.IMAPlibLoggerAdapter
+    original = adapter.debug
+
+    def counted(self: logging.LoggerAdapter, msg: str, *args: object, **kwargs: object) -> None:
+        written.append(msg)
+        original(self, msg, *args, **kwargs)  # type: ignore[arg-type]
+
     db, config = sqlite_intake
     user = dovecot.new_user()
-    c = client(dovecot, user)
+    c = client(dovecot, user)  # (imapclient's own connection: traced)
     c.append("INBOX", order_mail("ann", "ann-key-123", "4", "trace-1"))
     c.logout()
+    monkeypatch.setattr(adapter, "debug", counted)
     caplog.set_level(level, logger=IMAPLIB_LOGGER)
     poller = ImapPoller(mailbox(dovecot, user), DatabaseHooks(db, config, clock=lambda: T0))
     try:
         assert poller.poll_once() == 1
-        assert poller.client is not None
         traced = [r.getMessage() for r in caplog.records if r.name == IMAPLIB_LOGGER]
         if level == logging.DEBUG:
-            assert poller.client._imap.debug == 5
+            assert any("trace-1@example.org" in entry for entry in written), written[-5:]
             assert any("trace-1@example.org" in line for line in traced), traced[-5:]
         else:
-            assert poller.client._imap.debug == 0
-            assert traced == []
+            assert written == [], written
     finally:
         poller.close()
