@@ -1213,8 +1213,8 @@ def test_the_latest_of_our_mail_to_each_recipient_is_read_back_exactly(intake) -
     """``_latest_to`` against the rule worked out from the whole outbox: per recipient, the
     latest SENT_COMPARED in each status that reached it and the latest SECRET_COMPARED
     of them that held a key, with their fingerprints (None where none was kept), for 40
-    recipients (two statements' shapes; on SQLite each statement's rows come packed as
-    one) of up to 60 messages each, some failed, some secret."""
+    recipients (on SQLite two statements' shapes, each statement's rows packed as one; on
+    PostgreSQL one statement for all) of up to 60 messages each, some failed, some secret."""
     from snl_pbem.app.intake.reading import SECRET_COMPARED, SENT_COMPARED, _latest_to
 
     db, _config = intake
