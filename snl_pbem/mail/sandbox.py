@@ -9,8 +9,8 @@ caller can set the message aside with the reason and go on with the next.
 
 Workers are separate processes, kept and reused; a worker that timed out or
 died is killed and replaced. A worker is forked while the process has a single
-thread (the server warms ``MAX_WORKERS`` up at start-up, before its threads: a fork costs
-milliseconds), and spawned otherwise (a fresh interpreter: no lock held by
+thread (the server warms ``MAX_WORKERS`` up at start-up, before its threads: a fork
+costs milliseconds), and spawned otherwise (a fresh interpreter: no lock held by
 another thread is inherited); a forked worker closes every descriptor it
 inherited but its pipe. Any thread may call :func:`parse`
 (the IMAP poller, the LMTP receiver's workers, ``ingest`` from the command
@@ -304,15 +304,14 @@ class Sandbox:
         worker, and the messages after it are read by the next worker, never lost.
 
         One worker at a time reads a batch (in round trips of ``BATCHED_BYTES`` at most;
-        after one that failed, the next worker goes on). The intake reads a batch while
-        it writes the one before
-        (``Readers``), and the server writes on one core at a time: a second worker
-        reading half of it took that core's time from the writer and the LMTP sessions
-        more than it saved the reading. On two cores, three runs each taking turns, two
-        workers against one (``bench_ingest``, 3,000 orders): on SQLite through Dovecot
-        1,036-1,141 orders a second against 1,174-1,220, through LMTP 654-705 against
-        729-843; on PostgreSQL through Dovecot 789-840 against 831-856; level where the
-        reading is heavier (each sender sent forty of our messages, SQLite through
+        after one that failed, the next worker goes on). The intake reads a batch while it
+        writes the one before (``Readers``), and the server writes on one core at a time:
+        a second worker reading half of it took that core's time from the writer and the
+        LMTP sessions more than it saved the reading. On two cores, three runs each taking
+        turns, two workers against one (``bench_ingest``, 3,000 orders): on SQLite through
+        Dovecot 1,036-1,141 orders a second against 1,174-1,220, through LMTP 654-705
+        against 729-843; on PostgreSQL through Dovecot 789-840 against 831-856; level where
+        the reading is heavier (each sender sent forty of our messages, SQLite through
         Dovecot: 909-1,010 against 871-942). Issue 23."""
         results: list[ParsedMail | Exception] = []
         while len(results) < len(raws):
