@@ -24,9 +24,19 @@ from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache, partial
-from typing import Any, Concatenate, ParamSpec
+from typing import Any, Concatenate, ParamSpec, cast
 
-from sqlalchemy import Connection, Executable, and_, bindparam, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Executable,
+    Table,
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -45,9 +55,10 @@ from snl_pbem.mail.smtp import Sender, SendError
 from snl_pbem.procs import dead_here
 from snl_pbem.rules.errors import RulesetError
 from snl_pbem.rules.words import agree
-from snl_pbem.store import Database, Game, OutboxMessage, Player
+from snl_pbem.store import Database, Game, OutboxMessage, Player, deferred
 from snl_pbem.store.bulk import among, among_param
 from snl_pbem.store.states import MailKind, OutboxStatus
+from snl_pbem.store.unnest import insert_all
 
 log = logging.getLogger("snl_pbem.outbox")
 
@@ -203,7 +214,8 @@ class MailBatch:
         if not self.rows:
             return
         session.flush()
-        session.connection().execute(insert(OutboxMessage), self.rows)
+        deferred.write(session)  # (driver SQL on PostgreSQL: ``deferred`` is not told of it)
+        insert_all(session.connection(), cast(Table, OutboxMessage.__table__), self.rows)
         written(session)
         self.rows = []
 

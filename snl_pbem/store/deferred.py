@@ -1,6 +1,7 @@
 """Rows a batch of messages inserts, written together: each order of a batch inserts its
 order set and its reply, two statements a message; within ``deferring`` they wait, and go
-as one statement a table (an ``executemany``) before the next statement SQLAlchemy executes
+as one statement a table (an ``executemany``; on PostgreSQL one of arrays,
+``snl_pbem.store.unnest.insert_all``) before the next statement SQLAlchemy executes
 on the transaction's connection (``Connection.execute``: a query, the session's flush, a
 savepoint; ``bulk.insert_rows``'s driver SQL writes them first itself), or at the end. So
 nothing reads the database without them, and they go in the order they were inserted (the
@@ -23,6 +24,8 @@ from typing import Any
 from sqlalchemy import Connection, Table, event, insert
 from sqlalchemy.orm import Session
 
+from snl_pbem.store.unnest import insert_all
+
 _PENDING = "snl_pbem.deferred_rows"
 """session.info: the rows waiting (``_Waiting``), while ``deferring``."""
 
@@ -44,7 +47,7 @@ class _Waiting:
         self.rows.clear()  # first: the statements below come back through the listener
         try:
             for table, rows in waiting:
-                self.connection.execute(insert(table), rows)
+                insert_all(self.connection, table, rows)
         except BaseException as exc:
             self.failed = self.failed or exc
             raise

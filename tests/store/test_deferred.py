@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import Table, event, func, select
 from sqlalchemy.exc import IntegrityError
 
+from snl_pbem.app.outbox import MailBatch
 from snl_pbem.store import Database, OutboxMessage, deferred
 from snl_pbem.store.db import TransactionUndone
 
@@ -64,7 +65,8 @@ def test_rows_wait_for_the_next_statement_and_any_statement_sees_them(db: Databa
         assert seen == []  # not yet
         # the next statement, a plain query, finds them written, in one statement
         assert s.scalar(select(func.count()).select_from(OutboxMessage)) == 2
-        assert seen == [("INSERT INTO outbox", True)]
+        # (an executemany on SQLite; on PostgreSQL one statement of arrays, unnest.insert_all)
+        assert seen == [("INSERT INTO outbox", db.is_sqlite)]
         deferred.insert_row(s, OUTBOX, row("cy"))
     assert len(seen) == 2  # cy's at the block's end
     assert recipients(db) == ["ann@example.org", "bob@example.org", "cy@example.org"]
@@ -165,3 +167,16 @@ def test_a_transaction_undone_by_a_failure_passed_over_says_so(db: Database) -> 
         except Exception:
             pass
     assert recipients(db) == []
+
+
+def test_a_mail_batch_goes_after_the_rows_waiting(db: Database) -> None:
+    """A round's reports (``MailBatch``) inserted by driver SQL on PostgreSQL, which the
+    deferred rows' listener does not see: the rows waiting are written first all the same,
+    and the outbox's ids keep the order the mail was written in."""
+    with db.transaction() as s, deferred.deferring(s):
+        deferred.insert_row(s, OUTBOX, row("ann"))
+        batch = MailBatch()
+        batch.rows.extend([row("bob"), row("cy")])
+        batch.insert(s)
+        deferred.insert_row(s, OUTBOX, row("dee"))
+    assert recipients(db) == [f"{n}@example.org" for n in ("ann", "bob", "cy", "dee")]

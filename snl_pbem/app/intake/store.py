@@ -11,7 +11,7 @@ import logging
 from datetime import datetime
 from typing import cast
 
-from sqlalchemy import Table, insert, select
+from sqlalchemy import Table, select
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError, StatementError
 from sqlalchemy.orm import Session
 
@@ -23,6 +23,7 @@ from snl_pbem.mail.parse import clean_text, envelope_of, headers_only
 from snl_pbem.rules.words import tr
 from snl_pbem.store import Database, InboundMessage
 from snl_pbem.store.states import InboundStatus
+from snl_pbem.store.unnest import insert_all
 
 log = logging.getLogger("snl_pbem.intake")
 
@@ -207,12 +208,9 @@ def _add_rows(
         table = cast(Table, InboundMessage.__table__)
         # Core, on the session's connection (the ORM's bulk insert was a fifth of a store
         # of one); the ids by digest, unique (SQLite gives ordered ids a statement a row)
-        by_digest: dict[str, int] = {
-            digest: row_id
-            for digest, row_id in session.connection().execute(
-                insert(table).returning(table.c.sha256, table.c.id), new_rows
-            )
-        }
+        by_digest: dict[str, int] = dict(
+            insert_all(session.connection(), table, new_rows, ("sha256", "id"))
+        )
         ids = [by_digest[str(row["sha256"])] for row in new_rows]
     found: list[tuple[IngestResult, tuple[bytes, str | None] | None]] = []
     for kind, value in what:
