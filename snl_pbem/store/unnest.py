@@ -48,7 +48,10 @@ def insert_all(
     column it does not send so, SQLAlchemy's own statement.
 
     On PostgreSQL it is driver SQL, which ``snl_pbem.store.deferred``'s listener does not
-    see: in a session that defers rows, write them first (``deferred.write``)."""
+    see: in a session that defers rows, write them first (``deferred.write``). A string
+    with a NUL, refused by psycopg before SQLAlchemy's statement is sent, is refused by
+    the server here (the same ``DataError``; on PostgreSQL the transaction is then failed,
+    as it is by any statement the server refuses)."""
     if not rows:
         return []
     unnested = _unnested(connection, table, rows, returning)
@@ -77,7 +80,8 @@ def _unnested(
     """``INSERT INTO table (...) SELECT ... FROM unnest(%b, ...) WITH ORDINALITY ORDER BY``
     its ordinality, and its arrays (each value as SQLAlchemy's bind processing gives it to
     psycopg); None where that cannot be: not psycopg, rows whose keys differ, a column of a
-    type not in ``_ARRAY_SAFE``, a column left out whose default is not a constant.
+    type not in ``_ARRAY_SAFE``, a column left out whose default is not a constant, a
+    column whose values are not of one kind (``_one_kind``).
 
     Each array is cast to its column's type with no length (``TEXT[]`` for strings), and
     the row to the column by the INSERT's own assignment: an explicit cast to
@@ -118,11 +122,14 @@ def _unnested(
                 raise StatementError(
                     f"({type(exc).__name__}) {exc}", f"INSERT INTO {table.name}", None, exc
                 ) from exc
-    quote = dialect.identifier_preparer.quote
+        if not _one_kind(values, isinstance(_impl(column.type), JSON)):
+            return None
+    preparer = dialect.identifier_preparer
+    quote = preparer.quote
     names = [quote(column.name) for column in columns]
     values_as = ", ".join(f"c{i}" for i in range(len(columns)))
     sql = (
-        f"INSERT INTO {quote(table.name)} ({', '.join(names)}) "
+        f"INSERT INTO {preparer.format_table(table)} ({', '.join(names)}) "
         f"SELECT {values_as} FROM unnest({', '.join(f'%b::{c}[]' for c in casts)}) "
         f"WITH ORDINALITY AS v({values_as}, n) ORDER BY n"
     )
@@ -131,11 +138,29 @@ def _unnested(
     return sql, tuple(arrays)
 
 
+def _one_kind(values: list[Any], json: bool) -> bool:
+    """Whether psycopg sends ``values`` as an array SQLAlchemy's statement would take
+    alike: one Python type (strings of several, such as an enum's and plain ones, are one
+    to it), and no list, tuple or dict outside a JSON column (which it would send as an
+    array of more dimensions, and unnest into more rows). Others go by SQLAlchemy's
+    statement: one of ints and bools, say, is written there and refused here."""
+    kinds = {type(value) for value in values}
+    kinds.discard(type(None))
+    if len(kinds) > 1 and not all(issubclass(kind, str) for kind in kinds):
+        return False
+    return json or not any(issubclass(kind, (list, tuple, dict, set)) for kind in kinds)
+
+
 def _array_cast(type_: TypeEngine[Any], connection: Connection) -> str | None:
     """The SQL type an array of ``type_``'s values is cast to; None if not sent so."""
-    impl = type_.impl_instance if isinstance(type_, TypeDecorator) else type_
+    impl = _impl(type_)
     if isinstance(impl, Enum) or not isinstance(impl, _ARRAY_SAFE):
         return None
     if isinstance(impl, String):
         return "TEXT"  # (no length: the INSERT checks it, a cast would cut the value)
     return impl.compile(dialect=connection.dialect)
+
+
+def _impl(type_: TypeEngine[Any]) -> TypeEngine[Any]:
+    """The type a TypeDecorator decorates (``UTCDateTime``'s DateTime); another as it is."""
+    return type_.impl_instance if isinstance(type_, TypeDecorator) else type_
