@@ -12,7 +12,10 @@ on the same bytes, is parsing alone (the best of three passes):
 ``email.message_from_bytes(raw, policy=email.policy.default)``. Goal: end-to-end ingest at
 least half the rate of the bare parse (at the least a quarter). Each run prints too the
 server process's CPU a message (its sandbox's workers, Dovecot and the LMTP clients apart),
-steadier than the rate on a machine shared with others.
+steadier than the rate on a machine shared with others. The cycle collector is set as serve
+sets it once started (``settle_collector``: what start-up made frozen, the young collected
+less often), for the bare parse too; until the twenty-fourth session the bench left
+Python's own, which serve does not run with (its passes took 26-88 us a message; 11 after).
 
 Run: .venv/bin/python tests/benchmarks/bench_ingest.py [--messages 5000] [--players 500]
      [--db sqlite,postgresql] [--via imap,lmtp] [--rate 50 --seconds 10] [--sent 40]
@@ -62,6 +65,7 @@ from snl_pbem.config import load_config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
 from snl_pbem.runners.mailboxes import DatabaseHooks, Intake, Readers, lmtp_receiver
+from snl_pbem.runners.server import settle_collector
 from snl_pbem.store import Database, OrderRecord, OutboxMessage
 from snl_pbem.store.migrate import upgrade
 
@@ -264,6 +268,7 @@ def via_imap(
         readers = Readers()
         hooks = DatabaseHooks(db, config, clock=lambda: datetime.now(UTC), readers=readers)
         poller = ImapPoller(mailbox, hooks)
+        settle_collector()  # as serve does once started
         if STAGES is not None:
             STAGES.reset()
         started, cpu = time.perf_counter(), time.process_time()
@@ -301,6 +306,7 @@ def via_lmtp(
         try:
             shares = [raws[i::clients] for i in range(clients)]
             with MTA(clients) as mta:
+                settle_collector()  # as serve does once started
                 if STAGES is not None:
                     STAGES.reset()
                 started, cpu = time.perf_counter(), time.process_time()
@@ -400,6 +406,7 @@ def lmtp_latency(
         receiver.start()
         try:
             with MTA(4) as mta:
+                settle_collector()  # as serve does once started
                 waits = mta.deliver(port, [raws[k:n:4] for k in range(4)], pace=4 / rate)
         finally:
             receiver.stop()
@@ -444,6 +451,7 @@ def main() -> None:
     raws = [order_mail(i, args.players) for i in range(args.messages)]
     n = args.messages
     sandbox.default_sandbox().warm()  # as serve does, before its threads (forked: quick)
+    settle_collector()  # serve's cycle collector, the bare parse's too (and again once set up)
     print(
         f"bench_ingest: Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
         f"{n} messages from {args.players} players, each sent {args.sent} of our mail before"
