@@ -1,4 +1,5 @@
-"""Many rows inserted by one statement on PostgreSQL: each column one array, unnested.
+"""Many rows inserted (or updated) by one statement on PostgreSQL: each column one array,
+unnested.
 
 Like :func:`snl_pbem.store.bulk.insert_rows` (plain tuples, one executemany), for the rows
 the intake writes: dicts with dates, bytes and JSON, converted as SQLAlchemy converts them.
@@ -20,9 +21,12 @@ from sqlalchemy import (
     String,
     Table,
     TypeDecorator,
+    bindparam,
     insert,
+    update,
 )
 from sqlalchemy.exc import StatementError
+from sqlalchemy.orm.exc import StaleDataError
 from sqlalchemy.types import Enum, TypeEngine
 
 
@@ -78,18 +82,102 @@ def _unnested(
     returning: Sequence[str],
 ) -> tuple[str, tuple[list[Any], ...]] | None:
     """``INSERT INTO table (...) SELECT ... FROM unnest(%b, ...) WITH ORDINALITY ORDER BY``
-    its ordinality, and its arrays (each value as SQLAlchemy's bind processing gives it to
-    psycopg); None where that cannot be: not psycopg, rows whose keys differ, a column of a
-    type not in ``_ARRAY_SAFE``, a column left out whose default is not a constant, a
-    column whose values are not of one kind (``_one_kind``).
-
-    Each array is cast to its column's type with no length (``TEXT[]`` for strings), and
-    the row to the column by the INSERT's own assignment: an explicit cast to
-    ``VARCHAR(n)`` would cut an over-long value short where the INSERT refuses it."""
-    dialect = connection.dialect
-    if dialect.name != "postgresql" or dialect.driver != "psycopg":
+    its ordinality, and its arrays (``_arrays``); None where that cannot be: not psycopg,
+    a column left out whose default is not a constant, or as ``_arrays`` says."""
+    if not _psycopg(connection):
         return None
     keys = list(rows[0])
+    extra: dict[str, Any] = {}
+    for column in table.columns:
+        if column.key in keys or column.default is None:
+            continue
+        default: Any = column.default
+        if not default.is_scalar:
+            return None
+        extra[column.key] = default.arg
+    found = _arrays(connection, table, rows, keys, extra)
+    if found is None:
+        return None
+    columns, casts, arrays = found
+    preparer = connection.dialect.identifier_preparer
+    quote = preparer.quote
+    names = [quote(column.name) for column in columns]
+    values_as = ", ".join(f"c{i}" for i in range(len(columns)))
+    sql = (
+        f"INSERT INTO {preparer.format_table(table)} ({', '.join(names)}) "
+        f"SELECT {values_as} FROM unnest({', '.join(f'%b::{c}[]' for c in casts)}) "
+        f"WITH ORDINALITY AS v({values_as}, n) ORDER BY n"
+    )
+    if returning:
+        sql += " RETURNING " + ", ".join(quote(table.c[name].name) for name in returning)
+    return sql, tuple(arrays)
+
+
+def update_all(
+    connection: Connection, table: Table, rows: Sequence[Mapping[str, Any]], key: str = "id"
+) -> None:
+    """``UPDATE`` the rows of ``table`` that ``rows`` name by their ``key`` column (each a
+    dict by column key, with the same keys: ``key``, and the columns to set to the values
+    given). As SQLAlchemy's executemany of ``UPDATE ... WHERE key = :key``: the same
+    conversions and errors; raises ``StaleDataError`` if a row named is not there, as the
+    ORM's flush does. PostgreSQL (psycopg): one statement, ``UPDATE ... FROM unnest(...)``,
+    as :func:`insert_all`'s (and as driver SQL, unseen by ``deferred``); elsewhere, or when
+    a key is named twice, SQLAlchemy's."""
+    if not rows:
+        return
+    names = [name for name in rows[0] if name != key]
+    unnested = None
+    if _psycopg(connection) and len({row[key] for row in rows}) == len(rows):
+        found = _arrays(connection, table, rows, [key, *names], {})
+        if found is not None:
+            columns, casts, arrays = found
+            preparer = connection.dialect.identifier_preparer
+            quote = preparer.quote
+            values_as = ", ".join(f"c{i}" for i in range(len(columns)))
+            sets = ", ".join(f"{quote(c.name)} = v.c{i}" for i, c in enumerate(columns) if i)
+            unnested = (
+                f"UPDATE {preparer.format_table(table)} AS t SET {sets} "
+                f"FROM unnest({', '.join(f'%b::{c}[]' for c in casts)}) AS v({values_as}) "
+                f"WHERE t.{quote(columns[0].name)} = v.c0",
+                tuple(arrays),
+            )
+    if unnested is not None:
+        updated = connection.exec_driver_sql(*unnested).rowcount
+    else:
+        statement = (
+            update(table)
+            .where(table.c[key] == bindparam("key_"))
+            .values({name: bindparam(f"{name}_") for name in names})
+        )
+        params = [{f"{name}_": row[name] for name in names} | {"key_": row[key]} for row in rows]
+        updated = connection.execute(statement, params).rowcount
+    if updated != len(rows):
+        raise StaleDataError(
+            f"UPDATE of {table.name} expected to update {len(rows)} rows; {updated} matched"
+        )
+
+
+def _psycopg(connection: Connection) -> bool:
+    return connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg"
+
+
+def _arrays(
+    connection: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    keys: list[str],
+    extra: Mapping[str, Any],
+) -> tuple[list[Column[Any]], list[str], list[list[Any]]] | None:
+    """The columns of ``keys`` (then those of ``extra``, a value for every row), the SQL
+    type each one's array is cast to, and the arrays (each value as SQLAlchemy's bind
+    processing gives it to psycopg); None where that cannot be: rows whose keys differ, a
+    column of a type not in ``_ARRAY_SAFE``, a column whose values are not of one kind
+    (``_one_kind``).
+
+    Each array is cast to its column's type with no length (``TEXT[]`` for strings), and
+    the value to the column by the statement's own assignment: an explicit cast to
+    ``VARCHAR(n)`` would cut an over-long value short where the statement refuses it."""
+    dialect = connection.dialect
     if any(len(row) != len(keys) or any(k not in row for k in keys) for row in rows):
         return None
     columns: list[Column[Any]] = []
@@ -97,17 +185,11 @@ def _unnested(
     for key in keys:
         if key not in table.c:
             return None
-        column = table.c[key]
-        columns.append(column)
+        columns.append(table.c[key])
         arrays.append([row[key] for row in rows])
-    for column in table.columns:
-        if column.key in keys or column.default is None:
-            continue
-        default: Any = column.default
-        if not default.is_scalar:
-            return None
-        columns.append(column)
-        arrays.append([default.arg] * len(rows))
+    for key, value in extra.items():
+        columns.append(table.c[key])
+        arrays.append([value] * len(rows))
     casts: list[str] = []
     for column, values in zip(columns, arrays, strict=True):
         cast = _array_cast(column.type, connection)
@@ -120,22 +202,11 @@ def _unnested(
                 values[:] = [process(value) for value in values]
             except Exception as exc:  # (as SQLAlchemy's own statement reports it)
                 raise StatementError(
-                    f"({type(exc).__name__}) {exc}", f"INSERT INTO {table.name}", None, exc
+                    f"({type(exc).__name__}) {exc}", f"{table.name}: {column.name}", None, exc
                 ) from exc
         if not _one_kind(values, isinstance(_impl(column.type), JSON)):
             return None
-    preparer = dialect.identifier_preparer
-    quote = preparer.quote
-    names = [quote(column.name) for column in columns]
-    values_as = ", ".join(f"c{i}" for i in range(len(columns)))
-    sql = (
-        f"INSERT INTO {preparer.format_table(table)} ({', '.join(names)}) "
-        f"SELECT {values_as} FROM unnest({', '.join(f'%b::{c}[]' for c in casts)}) "
-        f"WITH ORDINALITY AS v({values_as}, n) ORDER BY n"
-    )
-    if returning:
-        sql += " RETURNING " + ", ".join(quote(table.c[name].name) for name in returning)
-    return sql, tuple(arrays)
+    return columns, casts, arrays
 
 
 def _one_kind(values: list[Any], json: bool) -> bool:

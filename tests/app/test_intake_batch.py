@@ -32,7 +32,7 @@ from snl_pbem.app.intake.reading import _sent_to, _sent_to_many
 from snl_pbem.app.intake.store import store_many
 from snl_pbem.mail.sandbox import ParseFailed, Sandbox
 from snl_pbem.runners.mailboxes import Intake, Readers
-from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage
+from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player
 
 HANG = 120.0
 """A hang detector, never a speed requirement."""
@@ -99,6 +99,38 @@ def test_one_bad_message_in_a_batch_sets_only_itself_aside(intake, monkeypatch, 
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert sum("failed in a batch" in line for line in said) == 1  # bob's, alone after
     assert not any("could not be committed" in line for line in said)  # the others held
+
+
+def test_the_batchs_messages_rows_are_written_by_one_statement(intake) -> None:
+    """Their status, game, player and redacted bytes: on PostgreSQL one UPDATE of arrays
+    for the rows that changed the same columns (``unnest.update_all``), not the ORM's
+    flush's UPDATE a row; on SQLite the ORM's. Each row reads back with its own:
+    processed, its player, its bytes with the key taken out and the dice left in."""
+    db, config = intake
+    ids = three(db, config)
+    seen: list = []
+
+    def note(_c, _cur, statement: str, _p, _ctx, many: bool) -> None:
+        if statement.startswith("UPDATE inbound_messages"):
+            seen.append((many, statement))
+
+    event.listen(db.engine, "before_cursor_execute", note)
+    try:
+        process_batch(db, config, ids)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", note)
+    assert status_of(db, ids) == ["processed"] * 3
+    # (the first message's game and player are written mid-batch, as a query of the next
+    # one flushes the session: one row, the ORM's; the rest at the end, a statement for
+    # each set of columns changed: the first's and the two others')
+    at_end = [statement for _, statement in seen if "raw" in statement]
+    assert len(at_end) == 2 and all(("unnest" in st) != db.is_sqlite for st in at_end), seen
+    with db.transaction() as s:
+        rows = [s.get(InboundMessage, i) for i in ids]
+        names = {p.id: p.name for p in s.scalars(select(Player))}
+        assert [names[r.player_id] for r in rows] == ["ann", "bob", "cy"]
+        for row, (name, dice) in zip(rows, (("ann", 2), ("bob", 3), ("cy", 4)), strict=True):
+            assert f"{name}-key-123".encode() not in row.raw and f"DICE {dice}".encode() in row.raw
 
 
 def test_a_batch_is_written_without_savepoints_until_a_message_fails(

@@ -10,10 +10,11 @@ from typing import Any, cast
 import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, event, insert, select
 from sqlalchemy.exc import DataError, IntegrityError, StatementError
+from sqlalchemy.orm.exc import StaleDataError
 
 from snl_pbem.store import Database, InboundMessage, OutboxMessage
 from snl_pbem.store.models import Game, OrderRecord, Player, Round
-from snl_pbem.store.unnest import insert_all
+from snl_pbem.store.unnest import insert_all, update_all
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 OUTBOX = cast(Table, OutboxMessage.__table__)
@@ -250,3 +251,59 @@ def test_a_list_where_one_value_belongs_is_refused_not_spread_over_rows(db: Data
         insert_all(s.connection(), table, [{"n": [1, 2], "s": "a"}, {"n": [3, 4], "s": "b"}])
     with db.transaction() as s:
         assert list(s.execute(select(table))) == []
+
+
+def test_update_all_sets_what_sqlalchemys_update_sets(db: Database) -> None:
+    """Each row named by its id set to its own values (bytes, NULLs, Thai, a long note),
+    the rows not named left as they were; on PostgreSQL one statement."""
+    with db.transaction() as s:
+        insert_all(s.connection(), OUTBOX, outbox_rows("u", 6))
+    with db.transaction() as s:
+        ids = list(s.scalars(select(OutboxMessage.id).order_by(OutboxMessage.id)))
+    before = read_all(db, OUTBOX)
+    changes = [
+        {"id": ids[i], "status": "sent", "message": b"\x00scrubbed" * i, "last_error": e}
+        for i, e in ((4, None), (1, "ผิดพลาด " * 200), (2, ""))
+    ]
+    statements: list[str] = []
+
+    def seen(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        with db.transaction() as s:
+            update_all(s.connection(), OUTBOX, changes)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", seen)
+    after = read_all(db, OUTBOX)
+    expected = [dict(row) for row in before]
+    for change in changes:
+        row = expected[ids.index(change["id"])]
+        row.update(status="sent", message=change["message"], last_error=change["last_error"])
+    assert after == expected
+    updates = [s for s in statements if s.startswith("UPDATE")]
+    assert len(updates) == 1 and ("unnest" in updates[0]) != db.is_sqlite
+
+
+def test_update_all_refuses_as_the_orm_does(db: Database) -> None:
+    """A row named that is not there (the ORM's flush says StaleDataError), a value too
+    long for its column; a key named twice goes by SQLAlchemy's statement (the last
+    value holds, as there)."""
+    with db.transaction() as s:
+        insert_all(s.connection(), OUTBOX, outbox_rows("r", 2))
+    with db.transaction() as s:
+        ids = list(s.scalars(select(OutboxMessage.id).order_by(OutboxMessage.id)))
+    with pytest.raises(StaleDataError), db.transaction() as s:
+        update_all(
+            s.connection(), OUTBOX, [{"id": ids[0], "status": "x"}, {"id": -1, "status": "y"}]
+        )
+    if not db.is_sqlite:
+        with pytest.raises(DataError), db.transaction() as s:
+            update_all(s.connection(), OUTBOX, [{"id": ids[0], "status": "s" * 17}])
+    with db.transaction() as s:
+        update_all(
+            s.connection(), OUTBOX, [{"id": ids[1], "kind": "a"}, {"id": ids[1], "kind": "b"}]
+        )
+    assert [r["status"] for r in read_all(db, OUTBOX)] == ["pending", "pending"]
+    assert [r["kind"] for r in read_all(db, OUTBOX)] == ["report", "b"]

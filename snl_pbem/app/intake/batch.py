@@ -9,11 +9,14 @@ is committed before the whole batch is)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Table, func, inspect, select
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 import snl_pbem.app.intake.dedupe as dedupe
 from snl_pbem.app import ahead, txcache
@@ -27,6 +30,7 @@ from snl_pbem.mail.parse import ParsedMail, ParseTimeout
 from snl_pbem.store import Database, InboundMessage, deferred
 from snl_pbem.store.db import TransactionUndone
 from snl_pbem.store.states import InboundStatus
+from snl_pbem.store.unnest import update_all
 
 log = logging.getLogger("snl_pbem.intake")
 
@@ -214,8 +218,34 @@ def _write(
                     done.append(found)
                     if isinstance(mail, ParsedMail):
                         dedupe.processed(session, mail.message_id, inbound_id, found.status)
+        if not savepoints and not db.is_sqlite:
+            _update_messages_rows(session, rows)
         del rows
     return done, alone
+
+
+def _update_messages_rows(session: Session, rows: Sequence[InboundMessage]) -> None:
+    """The batch's messages' rows (their status, note, redacted bytes, game and player)
+    written by one statement a set of columns changed (``unnest.update_all``), not the
+    ORM's flush's UPDATE a row: on PostgreSQL 8.3 ms a batch of 100 on the clock, and 2 of
+    the server's CPU. What each row changed is taken out of the session's hands (set as
+    committed), what else the session holds is written first (a seat a message's row
+    names), then the rows. A failure here is the batch's, as one at its commit would be:
+    it is written again, a savepoint each."""
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        state = inspect(row)
+        if state.deleted or state.was_deleted or not state.committed_state:
+            continue
+        names = tuple(sorted(state.committed_state))
+        values = {name: state.dict[name] for name in names}
+        groups.setdefault(names, []).append({"id": row.id, **values})
+        for name, value in values.items():
+            set_committed_value(row, name, value)
+    session.flush()
+    table = cast(Table, InboundMessage.__table__)
+    for group in groups.values():
+        update_all(session.connection(), table, group)
 
 
 def _pending_beyond_messages(session: Session) -> bool:
