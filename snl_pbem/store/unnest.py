@@ -126,6 +126,8 @@ def update_all(
     if not rows:
         return
     names = [name for name in rows[0] if name != key]
+    if not names:
+        raise ValueError(f"update_all: nothing to set in {table.name}, only {key}")
     unnested = None
     if _psycopg(connection) and len({row[key] for row in rows}) == len(rows):
         found = _arrays(connection, table, rows, [key, *names], {})
@@ -144,12 +146,16 @@ def update_all(
     if unnested is not None:
         updated = connection.exec_driver_sql(*unnested).rowcount
     else:
+        # (parameters named apart from every column: SQLAlchemy reserves the columns')
         statement = (
             update(table)
-            .where(table.c[key] == bindparam("key_"))
-            .values({name: bindparam(f"{name}_") for name in names})
+            .where(table.c[key] == bindparam("snl_key"))
+            .values({name: bindparam(f"snl_set{i}") for i, name in enumerate(names)})
         )
-        params = [{f"{name}_": row[name] for name in names} | {"key_": row[key]} for row in rows]
+        params = [
+            {f"snl_set{i}": row[name] for i, name in enumerate(names)} | {"snl_key": row[key]}
+            for row in rows
+        ]
         updated = connection.execute(statement, params).rowcount
     if updated != len(rows):
         raise StaleDataError(

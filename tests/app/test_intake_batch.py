@@ -27,6 +27,7 @@ import snl_pbem.app.intake.store as store_module
 import snl_pbem.runners.mailboxes as mailboxes_module
 from snl_pbem.app import sentprints
 from snl_pbem.app.intake import ingest, process_batch, process_pending
+from snl_pbem.app.intake.batch import _update_messages_rows
 from snl_pbem.app.intake.context import Message
 from snl_pbem.app.intake.reading import _sent_to, _sent_to_many
 from snl_pbem.app.intake.store import store_many
@@ -1288,3 +1289,22 @@ def test_the_latest_of_our_mail_to_each_recipient_is_read_back_exactly(intake) -
             expected |= {(who, 1, r[0], r[4]) for r in [r for r in mine if r[3]][:SECRET_COMPARED]}
     assert set(found) == expected
     assert len(expected) > 500 and any(f is None for *_, f in expected)
+
+
+def test_rows_deleted_or_expunged_in_a_batch_are_left_to_the_session(intake) -> None:
+    """``_update_messages_rows`` writes only rows the session still holds: one deleted
+    meanwhile is deleted (not updated, which would find no row), one expunged keeps its
+    stored values, the third is written."""
+    db, config = intake
+    ids = three(db, config)
+    with db.transaction() as s:
+        rows = list(s.scalars(select(InboundMessage).where(InboundMessage.id.in_(ids))))
+        rows.sort(key=lambda r: r.id)
+        for row in rows:
+            row.status = "processed"
+        s.delete(rows[0])
+        s.expunge(rows[1])
+        _update_messages_rows(s, rows)
+    with db.transaction() as s:
+        left = {r.id: r.status for r in s.scalars(select(InboundMessage))}
+    assert left == {ids[1]: "new", ids[2]: "processed"}

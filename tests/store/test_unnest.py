@@ -307,3 +307,23 @@ def test_update_all_refuses_as_the_orm_does(db: Database) -> None:
         )
     assert [r["status"] for r in read_all(db, OUTBOX)] == ["pending", "pending"]
     assert [r["kind"] for r in read_all(db, OUTBOX)] == ["report", "b"]
+
+
+def test_update_all_with_a_column_named_like_its_parameters(db: Database) -> None:
+    """SQLAlchemy's statement (SQLite's) names its parameters apart from every column: a
+    column ``key`` beside the key ``id`` gets its own value, not the id."""
+    table = Table(
+        "t_named",
+        MetaData(),
+        Column("id", Integer, primary_key=True),
+        Column("key", String(10)),
+        Column("key_", String(10)),
+    )
+    table.create(db.engine)
+    with db.transaction() as s:
+        insert_all(s.connection(), table, [{"key": "a", "key_": "b"}])
+        update_all(s.connection(), table, [{"id": 1, "key": "new", "key_": "new_"}])
+        with pytest.raises(ValueError, match="nothing to set"):
+            update_all(s.connection(), table, [{"id": 1}])
+    with db.transaction() as s:
+        assert [tuple(r) for r in s.execute(select(table))] == [(1, "new", "new_")]

@@ -229,13 +229,18 @@ def _update_messages_rows(session: Session, rows: Sequence[InboundMessage]) -> N
     written by one statement a set of columns changed (``unnest.update_all``), not the
     ORM's flush's UPDATE a row: on PostgreSQL 8.3 ms a batch of 100 on the clock, and 2 of
     the server's CPU. What each row changed is taken out of the session's hands (set as
-    committed), what else the session holds is written first (a seat a message's row
-    names), then the rows. A failure here is the batch's, as one at its commit would be:
-    it is written again, a savepoint each."""
+    committed); what else the session holds is written first (as the batch is written
+    now, nothing: a message's seats and keys are written as it ends, see
+    ``_pending_beyond_messages``), then the rows. A row deleted or expunged meanwhile is
+    left to the session as it was. A failure here is the batch's, as one at its commit
+    would be: it is written again, a savepoint each, in a new session."""
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    deleted = session.deleted
     for row in rows:
         state = inspect(row)
-        if state.deleted or state.was_deleted or not state.committed_state:
+        if row not in session or row in deleted or state.was_deleted:
+            continue
+        if not state.committed_state:
             continue
         names = tuple(sorted(state.committed_state))
         values = {name: state.dict[name] for name in names}
