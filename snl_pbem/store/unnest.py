@@ -71,8 +71,9 @@ def insert_all(
 
 
 _ARRAY_SAFE = (Integer, String, LargeBinary, Boolean, DateTime, JSON)
-"""The column types :func:`insert_all` sends as arrays (a TypeDecorator by its ``impl``);
-a table with a column of another type is inserted by SQLAlchemy's statement."""
+"""The column types :func:`insert_all` and :func:`update_all` send as arrays (a
+TypeDecorator by its ``impl``); rows with a column of another type go by SQLAlchemy's
+statement."""
 
 
 def _unnested(
@@ -234,7 +235,7 @@ def _array_cast(type_: TypeEngine[Any], connection: Connection) -> str | None:
     if isinstance(impl, Enum) or not isinstance(impl, _ARRAY_SAFE):
         return None
     if isinstance(impl, String):
-        return "TEXT"  # (no length: the INSERT checks it, a cast would cut the value)
+        return "TEXT"  # (no length: the statement checks it, a cast would cut the value)
     return impl.compile(dialect=connection.dialect)
 
 
