@@ -29,6 +29,8 @@ from sqlalchemy.exc import StatementError
 from sqlalchemy.orm.exc import StaleDataError
 from sqlalchemy.types import Enum, TypeEngine
 
+from snl_pbem.rules.words import counted
+
 
 def insert_all(
     connection: Connection,
@@ -160,7 +162,8 @@ def update_all(
         updated = connection.execute(statement, params).rowcount
     if updated != len(rows):
         raise StaleDataError(
-            f"UPDATE of {table.name} expected to update {len(rows)} rows; {updated} matched"
+            f"UPDATE of {table.name} expected to update {counted(len(rows), 'row')}; "
+            f"{updated} matched"
         )
 
 
