@@ -31,7 +31,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -197,6 +197,8 @@ class Readers:
         self._names = itertools.count(1)
         self._turns = itertools.count(1)
         self._paused = 0
+        self._waking = threading.local()
+        """Per thread: within ``waking_once`` (depth), and a reader to wake as it ends (due)."""
 
     def submit(
         self,
@@ -216,7 +218,10 @@ class Readers:
                 job = _Job(db, config, inbound_id, size, sender or f"#{inbound_id}")
                 self._enqueue(key, job)
                 self._start_worker()
-                self._cond.notify()
+                if getattr(self._waking, "depth", 0):
+                    self._waking.due = True  # woken once, as ``waking_once`` ends
+                else:
+                    self._cond.notify()
             if urgent and not job.urgent:  # a close waits for it: it goes now (``_first``)
                 job.urgent = True
                 if key in self._queued:
@@ -224,10 +229,31 @@ class Readers:
                 self._cond.notify_all()
             return job.future
 
-    def held(self) -> AbstractContextManager[Any]:
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
         """Hold the readers while several messages are submitted (``with readers.held():``):
-        none is taken before all are queued, so they are read as one batch."""
-        return self._lock
+        none is taken before all are queued, so they are read as one batch (and one reader
+        is woken for them: ``waking_once``)."""
+        with self._cond, self.waking_once():
+            yield
+
+    @contextlib.contextmanager
+    def waking_once(self) -> Iterator[None]:
+        """The messages this thread submits meanwhile wake one reader as it ends, not one
+        each (that one wakes another if it leaves some: ``_work``). The LMTP store's writer
+        queues a group so: a wake-up per message was a ninth of that thread's time. The
+        readers are not held: those awake may take some meanwhile."""
+        waking = self._waking
+        depth = getattr(waking, "depth", 0)
+        waking.depth = depth + 1
+        try:
+            yield
+        finally:
+            waking.depth = depth
+            if not depth and getattr(waking, "due", False):
+                waking.due = False
+                with self._cond:
+                    self._cond.notify()
 
     def submit_urgent(
         self, db: Database, config: Config, messages: dict[int, tuple[int, str | None]]
@@ -443,6 +469,8 @@ class Readers:
                     self._cond.wait(pause)
                     jobs, pause = self._next()
                 self._take(jobs)
+                if self._queued:  # (those it left may be another's to take: ``held``)
+                    self._cond.notify()
             outcomes = self._process(jobs)
             with self._cond:
                 now = time.monotonic()
@@ -657,12 +685,16 @@ class GroupStore:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         idle: float = WRITER_IDLE_SECONDS,
+        hold: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> None:
+        """``hold``: held while a group's messages are told their outcomes (the readers'
+        ``held``, so that a group is queued for reading with one wake-up)."""
         self.db = db
         self.config = config
         self.linger = linger
         self.within = within
         self.idle = idle
+        self._hold = hold
         self._sleep = sleep
         self._clock = clock
         self._cond = threading.Condition()
@@ -745,8 +777,9 @@ class GroupStore:
             outcomes: list[Any] = list(store_many(self.db, self.config, messages, envelopes))
         except Exception as exc:  # the database away: none is stored
             outcomes = [exc] * len(ready)
-        for waiting, outcome in zip(ready, outcomes, strict=True):
-            waiting.tell(outcome)
+        with self._hold():
+            for waiting, outcome in zip(ready, outcomes, strict=True):
+                waiting.tell(outcome)
         if len(ready) > 1:
             self._several_at = self._clock()
 
@@ -769,7 +802,7 @@ class Intake:
         self.config = config
         self.readers = readers or default_readers()
         self.on_result = on_result
-        self._group = GroupStore(db, config)
+        self._group = GroupStore(db, config, hold=self.readers.waking_once)
 
     def store(
         self,
