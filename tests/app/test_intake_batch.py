@@ -480,6 +480,22 @@ def test_a_batch_knows_what_is_stored_and_what_it_repeats(intake) -> None:
     )
 
 
+def test_a_mailbox_without_uidvalidity_knows_its_uids_apart_from_one_with(intake) -> None:
+    """A UID stored without a UIDVALIDITY (None) is found again as such, and the same UID
+    with a UIDVALIDITY, or of another mailbox, is not it."""
+    db, config = intake
+    [(first, _)] = store_many(db, config, [(b"one", T0, "box", None, 5, None)])
+    batch = [
+        (b"two", T0, "box", None, 5, None),  # the same UID, no UIDVALIDITY: a duplicate
+        (b"three", T0, "box", 9, 5, None),  # with one: new
+        (b"four", T0, "other", None, 5, None),  # another mailbox: new
+    ]
+    got = [(r.status, r.inbound_id) for r, _ in store_many(db, config, batch)]
+    assert got[0] == ("duplicate", first.inbound_id)
+    assert [status for status, _ in got[1:]] == ["new", "new"]
+    assert first.inbound_id not in {inbound_id for _, inbound_id in got[1:]}
+
+
 def test_the_next_batch_is_read_while_one_is_written_and_they_are_written_in_order(
     intake, monkeypatch
 ) -> None:
