@@ -51,6 +51,7 @@ Pure; runs in the sandbox's worker with the rest of the reading.
 from __future__ import annotations
 
 import email
+import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -215,6 +216,14 @@ def is_command(line: str) -> bool:
     return not parse_commands(line).ignored
 
 
+@functools.lru_cache(maxsize=1024)
+def _remembered_command(line: str) -> bool:
+    """``is_command``, remembered: the lines our mail and the players' share come again
+    and again (``DICE 4``, ``TRAPDOOR 17``, ``GAME g1``), and reading each anew was a
+    tenth of reading an order (the order language's whole parse of one line)."""
+    return is_command(line)
+
+
 def without_ours(text: str, sent: Sequence[str]) -> str:
     """``text`` with the lines judged ours (see the module's docstring) made blank. The
     other lines are returned exactly as they were."""
@@ -249,7 +258,10 @@ class _Lines:
                 self._kinds[i] = "mark"
             else:
                 line = _QUOTE_MARKS.sub("", clean_line(self.raw[i][:1000]))
-                self._kinds[i] = "command" if is_command(line) else "prose"
+                # one that held a secret ("****" where its key was) is never remembered
+                known = "****" not in self.normal[i]
+                command = _remembered_command(line) if known else is_command(line)
+                self._kinds[i] = "command" if command else "prose"
         return self._kinds[i]
 
     def ours(self, sent: Sequence[str]) -> set[int]:

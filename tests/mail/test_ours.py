@@ -280,3 +280,35 @@ def test_only_the_players_lines_are_looked_for_in_what_we_sent() -> None:
     index = ours._index(sent, wanted)
     assert index == {word: whole[word] for word in wanted if word in whole}
     assert any(len(places) == ours.MAX_POSITIONS for places in index.values())
+
+
+def test_the_lines_read_as_commands_are_remembered_but_never_one_holding_a_key(
+    monkeypatch,
+) -> None:
+    """What each line is (a command or prose) is remembered for the lines that come again
+    (``_remembered_command``): the same answers as reading each anew; a line that held a
+    key (its normalised form shows ``****``) is read anew each time, never kept."""
+    from snl_pbem.mail import ours
+
+    read_anew: list[str] = []
+    real = ours.is_command
+
+    def recording(line: str) -> bool:
+        read_anew.append(line)
+        return real(line)
+
+    monkeypatch.setattr(ours, "is_command", recording)
+    ours._remembered_command.cache_clear()
+    for key in ("bob-key-123", "bob-key-456", "bob-key-789"):  # a new key each time
+        pasted = WELCOME.replace("KEY (your order key)", f"KEY {key}")
+        got = read(pasted, WELCOME)
+        assert (got.game, got.order_key, got.dice, got.nomination) == ("g1", key, (4,), 12)
+    info = ours._remembered_command.cache_info()
+    assert info.hits > 0 and info.misses == info.currsize  # the shared lines, read once each
+    keyed = [line for line in read_anew if "****" in normalise(line)]
+    # each KEY line, and the welcome's sentence giving its key, read anew each time
+    assert sorted(keyed) == sorted(
+        [f"KEY bob-key-{n}" for n in (123, 456, 789)]
+        + ["Your order key is k7mq-x2pa-9dfe-tw3h"] * 3
+    )
+    assert info.misses == len(set(read_anew) - set(keyed))  # the others through the cache
