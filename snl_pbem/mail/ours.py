@@ -50,8 +50,8 @@ Pure; runs in the sandbox's worker with the rest of the reading.
 
 from __future__ import annotations
 
+import contextlib
 import email
-import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -216,12 +216,28 @@ def is_command(line: str) -> bool:
     return not parse_commands(line).ignored
 
 
-@functools.lru_cache(maxsize=1024)
+_COMMANDS_KNOWN: dict[bytes, bool] = {}
+"""``_remembered_command``'s answers, by the line's digest (never the line)."""
+_COMMANDS_KNOWN_MAX = 1024
+
+
 def _remembered_command(line: str) -> bool:
     """``is_command``, remembered: the lines our mail and the players' share come again
     and again (``DICE 4``, ``TRAPDOOR 17``, ``GAME g1``), and reading each anew was a
-    tenth of reading an order (the order language's whole parse of one line)."""
-    return is_command(line)
+    tenth of reading an order (the order language's whole parse of one line). Kept by
+    the line's digest, never the line: a line may hold a key or a code in a form
+    ``normalise`` does not mask (``KEY: ann-key-123 thanks``, ``CONFIRM k7mqx2pa``), and
+    the sandbox's worker reads other players' mail next. At most ``_COMMANDS_KNOWN_MAX``,
+    the oldest forgotten first."""
+    key = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    known = _COMMANDS_KNOWN.get(key)
+    if known is None:
+        known = is_command(line)
+        if len(_COMMANDS_KNOWN) >= _COMMANDS_KNOWN_MAX:
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # (threads)
+                del _COMMANDS_KNOWN[next(iter(_COMMANDS_KNOWN))]
+        _COMMANDS_KNOWN[key] = known
+    return known
 
 
 def without_ours(text: str, sent: Sequence[str]) -> str:
@@ -258,7 +274,7 @@ class _Lines:
                 self._kinds[i] = "mark"
             else:
                 line = _QUOTE_MARKS.sub("", clean_line(self.raw[i][:1000]))
-                # one that held a secret ("****" where its key was) is never remembered
+                # one that held a secret ("****" where it was) is like no other: not kept
                 known = "****" not in self.normal[i]
                 command = _remembered_command(line) if known else is_command(line)
                 self._kinds[i] = "command" if command else "prose"

@@ -99,7 +99,10 @@ waits up to this much longer; the MTA's answer (250) never waits for it: it is s
 the message is stored."""
 READ_AHEAD = 2
 """Batches read and waiting for their transaction (or in it) at most: the one being written
-and the next, read meanwhile."""
+and the next, read meanwhile. (``Readers.waking_once`` wakes one thread for a group: a
+thread waiting for its batch's turn may be the one woken, and at two that is only ever so
+when no reader could take anything. With more it could be, and the group would wait for
+the next batch done.)"""
 BATCH_BYTES = 64 * 1024
 """Messages larger than this are read and processed alone (a large message may be slow to
 read: it must not hold small ones); an order is a few hundred bytes."""
@@ -469,7 +472,7 @@ class Readers:
                     self._cond.wait(pause)
                     jobs, pause = self._next()
                 self._take(jobs)
-                if self._queued:  # (those it left may be another's to take: ``held``)
+                if self._queued:  # (those it left may be another's: ``waking_once``)
                     self._cond.notify()
             outcomes = self._process(jobs)
             with self._cond:
@@ -687,8 +690,9 @@ class GroupStore:
         idle: float = WRITER_IDLE_SECONDS,
         hold: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> None:
-        """``hold``: held while a group's messages are told their outcomes (the readers'
-        ``held``, so that a group is queued for reading with one wake-up)."""
+        """``hold``: entered while a group's messages are told their outcomes (the
+        readers' ``waking_once``, so that a group is queued for reading with one wake-up;
+        not ``held``, whose lock the callbacks told would run under)."""
         self.db = db
         self.config = config
         self.linger = linger

@@ -282,12 +282,15 @@ def test_only_the_players_lines_are_looked_for_in_what_we_sent() -> None:
     assert any(len(places) == ours.MAX_POSITIONS for places in index.values())
 
 
-def test_the_lines_read_as_commands_are_remembered_but_never_one_holding_a_key(
+def test_the_lines_read_as_commands_are_remembered_by_digest_never_as_written(
     monkeypatch,
 ) -> None:
     """What each line is (a command or prose) is remembered for the lines that come again
-    (``_remembered_command``): the same answers as reading each anew; a line that held a
-    key (its normalised form shows ``****``) is read anew each time, never kept."""
+    (``_remembered_command``), with the same answers as reading each anew; by the line's
+    digest only, so that no line (one may hold a key, or a code, in a form ``normalise``
+    does not mask) stays in the sandbox's worker for the next player's mail; a line that
+    held a secret shape (``****`` once normalised) is read anew each time; at most
+    ``_COMMANDS_KNOWN_MAX`` kept."""
     from snl_pbem.mail import ours
 
     read_anew: list[str] = []
@@ -298,17 +301,22 @@ def test_the_lines_read_as_commands_are_remembered_but_never_one_holding_a_key(
         return real(line)
 
     monkeypatch.setattr(ours, "is_command", recording)
-    ours._remembered_command.cache_clear()
-    for key in ("bob-key-123", "bob-key-456", "bob-key-789"):  # a new key each time
-        pasted = WELCOME.replace("KEY (your order key)", f"KEY {key}")
+    monkeypatch.setattr(ours, "_COMMANDS_KNOWN", {})
+    keys = ("bob-key-123", "bob-key-456", "bob-key-789")
+    for key in keys:  # a new key each time
+        pasted = WELCOME.replace("KEY (your order key)", f"KEY: {key} thanks")
+        pasted = pasted.replace("Good luck!", "CONFIRM k7mqx2pa")  # a code normalise keeps
         got = read(pasted, WELCOME)
         assert (got.game, got.order_key, got.dice, got.nomination) == ("g1", key, (4,), 12)
-    info = ours._remembered_command.cache_info()
-    assert info.hits > 0 and info.misses == info.currsize  # the shared lines, read once each
-    keyed = [line for line in read_anew if "****" in normalise(line)]
-    # each KEY line, and the welcome's sentence giving its key, read anew each time
-    assert sorted(keyed) == sorted(
-        [f"KEY bob-key-{n}" for n in (123, 456, 789)]
-        + ["Your order key is k7mq-x2pa-9dfe-tw3h"] * 3
-    )
-    assert info.misses == len(set(read_anew) - set(keyed))  # the others through the cache
+    known = ours._COMMANDS_KNOWN
+    assert known and all(isinstance(k, bytes) and len(k) == 16 for k in known)
+    assert all(isinstance(v, bool) for v in known.values())
+    # the shared lines read once; the key sentence (masked) read anew each time
+    shared = [line for line in read_anew if "****" not in normalise(line)]
+    assert len(shared) == len(set(shared)) == len(known)
+    assert read_anew.count("Your order key is k7mq-x2pa-9dfe-tw3h") == 3
+    for line in ["DICE 4", "Hello bob,", "KEY: bob-key-123 thanks", "CONFIRM k7mqx2pa"]:
+        assert ours._remembered_command(line) == real(line)  # remembered or not: the same
+    for n in range(ours._COMMANDS_KNOWN_MAX + 50):
+        ours._remembered_command(f"prose line {n}")
+    assert len(ours._COMMANDS_KNOWN) == ours._COMMANDS_KNOWN_MAX
