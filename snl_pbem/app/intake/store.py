@@ -232,9 +232,10 @@ def _look_up(name: str, sqlite: bool) -> Select[Any, int]:
         )
     return select(InboundMessage.uid, InboundMessage.id).where(
         InboundMessage.source == bindparam("source"),
+        # "uid, no validity": a mailbox that gave no UIDVALIDITY
         InboundMessage.uidvalidity == bindparam("uidvalidity")
         if name == "uid"
-        else InboundMessage.uidvalidity.is_(None),  # "uid, no validity": a mailbox without
+        else InboundMessage.uidvalidity.is_(None),
         among_param(InboundMessage.uid, "uids", sqlite=sqlite),
     )
 
