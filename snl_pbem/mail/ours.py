@@ -50,10 +50,10 @@ Pure; runs in the sandbox's worker with the rest of the reading.
 
 from __future__ import annotations
 
-import contextlib
 import email
 import hashlib
 import re
+import threading
 from collections.abc import Sequence
 from email.message import Message
 
@@ -219,24 +219,24 @@ def is_command(line: str) -> bool:
 _COMMANDS_KNOWN: dict[bytes, bool] = {}
 """``_remembered_command``'s answers, by the line's digest (never the line)."""
 _COMMANDS_KNOWN_MAX = 1024
+_COMMANDS_KNOWN_LOCK = threading.Lock()
 
 
 def _remembered_command(line: str) -> bool:
     """``is_command``, remembered: the lines our mail and the players' share come again
     and again (``DICE 4``, ``TRAPDOOR 17``, ``GAME g1``), and reading each anew was a
-    tenth of reading an order (the order language's whole parse of one line). Kept by
-    the line's digest, never the line: a line may hold a key or a code in a form
-    ``normalise`` does not mask (``KEY: ann-key-123 thanks``, ``CONFIRM k7mqx2pa``), and
-    the sandbox's worker reads other players' mail next. At most ``_COMMANDS_KNOWN_MAX``,
-    the oldest forgotten first."""
+    tenth of reading an order (the order language's whole parse of one line). Only for a
+    line that is one of ours as compared (``_Lines.kind``): what it holds beyond ours is
+    case and spacing, never a key or a code, and it is kept by its digest, never as
+    written. At most ``_COMMANDS_KNOWN_MAX``, the oldest forgotten first."""
     key = hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     known = _COMMANDS_KNOWN.get(key)
     if known is None:
         known = is_command(line)
-        if len(_COMMANDS_KNOWN) >= _COMMANDS_KNOWN_MAX:
-            with contextlib.suppress(KeyError, RuntimeError, StopIteration):  # (threads)
+        with _COMMANDS_KNOWN_LOCK:
+            while len(_COMMANDS_KNOWN) >= _COMMANDS_KNOWN_MAX:
                 del _COMMANDS_KNOWN[next(iter(_COMMANDS_KNOWN))]
-        _COMMANDS_KNOWN[key] = known
+            _COMMANDS_KNOWN[key] = known
     return known
 
 
@@ -262,6 +262,8 @@ class _Lines:
         self.raw = raw
         self.normal = [normalise(line[:1000]) for line in raw]
         self._kinds: dict[int, str] = {}
+        self._ours_as_compared: set[int] = set()
+        """The lines found in our mail as compared (normalised): ``ours``."""
 
     def marked(self, i: int) -> bool:
         """Marked as quoted by the client (never read as orders in any case)."""
@@ -274,8 +276,10 @@ class _Lines:
                 self._kinds[i] = "mark"
             else:
                 line = _QUOTE_MARKS.sub("", clean_line(self.raw[i][:1000]))
-                # one that held a secret ("****" where it was) is like no other: not kept
-                known = "****" not in self.normal[i]
+                # remembered only for a line of ours (as compared) that held no secret
+                # shape: any other may hold a key or a code ("CONFIRM k7mqx2pa"), and a
+                # digest of a line so predictable can be reversed by trying them all
+                known = i in self._ours_as_compared and "****" not in self.normal[i]
                 command = _remembered_command(line) if known else is_command(line)
                 self._kinds[i] = "command" if command else "prose"
         return self._kinds[i]
@@ -303,6 +307,7 @@ class _Lines:
         for k in range(len(places) - 1, -1, -1):
             after = on[k + 1] if k + 1 < len(places) else {}
             on[k] = {p: after.get(p + 1, 0) + 1 for p in places[k]}
+        self._ours_as_compared = {rows[k] for k, found in enumerate(places) if found}
         prose = [0]  # matched prose lines before each non-blank line
         for k, found in enumerate(places):
             prose.append(prose[-1] + (1 if found and self.kind(rows[k]) == "prose" else 0))

@@ -282,16 +282,22 @@ def test_only_the_players_lines_are_looked_for_in_what_we_sent() -> None:
     assert any(len(places) == ours.MAX_POSITIONS for places in index.values())
 
 
-def test_the_lines_read_as_commands_are_remembered_by_digest_never_as_written(
-    monkeypatch,
-) -> None:
-    """What each line is (a command or prose) is remembered for the lines that come again
-    (``_remembered_command``), with the same answers as reading each anew; by the line's
-    digest only, so that no line (one may hold a key, or a code, in a form ``normalise``
-    does not mask) stays in the sandbox's worker for the next player's mail; a line that
-    held a secret shape (``****`` once normalised) is read anew each time; at most
-    ``_COMMANDS_KNOWN_MAX`` kept."""
+def test_only_lines_of_ours_are_remembered_as_commands_by_digest(monkeypatch) -> None:
+    """What a line is (a command or prose) is remembered (``_remembered_command``) only
+    for the lines found in our mail as compared, with no secret shape: by their digest,
+    never as written. Any other line may hold a key or a code (``CONFIRM k7mqx2pa``,
+    ``KEY: bob-key-123 thanks``), and a digest of so predictable a line can be reversed
+    by trying them all: it is read anew each time. The answers are the same either way;
+    at most ``_COMMANDS_KNOWN_MAX`` are kept, the oldest forgotten first, from any number
+    of threads."""
+    import hashlib
+    import sys
+    import threading
+
     from snl_pbem.mail import ours
+
+    def digest_of(line: str) -> bytes:
+        return hashlib.blake2b(line.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
     read_anew: list[str] = []
     real = ours.is_command
@@ -303,20 +309,49 @@ def test_the_lines_read_as_commands_are_remembered_by_digest_never_as_written(
     monkeypatch.setattr(ours, "is_command", recording)
     monkeypatch.setattr(ours, "_COMMANDS_KNOWN", {})
     keys = ("bob-key-123", "bob-key-456", "bob-key-789")
-    for key in keys:  # a new key each time
+    for key in keys:  # a new key each time, a code beside the example's commands
         pasted = WELCOME.replace("KEY (your order key)", f"KEY: {key} thanks")
-        pasted = pasted.replace("Good luck!", "CONFIRM k7mqx2pa")  # a code normalise keeps
+        pasted = pasted.replace("DICE 4\n", "DICE 4\nCONFIRM k7mqx2pa\n")
         got = read(pasted, WELCOME)
         assert (got.game, got.order_key, got.dice, got.nomination) == ("g1", key, (4,), 12)
-    known = ours._COMMANDS_KNOWN
-    assert known and all(isinstance(k, bytes) and len(k) == 16 for k in known)
-    assert all(isinstance(v, bool) for v in known.values())
-    # the shared lines read once; the key sentence (masked) read anew each time
-    shared = [line for line in read_anew if "****" not in normalise(line)]
-    assert len(shared) == len(set(shared)) == len(known)
-    assert read_anew.count("Your order key is k7mq-x2pa-9dfe-tw3h") == 3
+    ours_lines = {line for line in WELCOME.splitlines() if line.strip()}
+    remembered = {
+        line for line in read_anew if line in ours_lines and "****" not in normalise(line)
+    }
+    assert {"GAME g1", "DICE 4", "TRAPDOOR 12"} <= remembered
+    assert set(ours._COMMANDS_KNOWN) == {digest_of(line) for line in remembered}
+    for line in ("CONFIRM k7mqx2pa", *(f"KEY: {key} thanks" for key in keys)):
+        assert digest_of(line) not in ours._COMMANDS_KNOWN
+        assert read_anew.count(line) == (3 if line.startswith("CONFIRM") else 1)
+    for line in remembered:
+        assert read_anew.count(line) == 1  # read once, then remembered
+    assert read_anew.count("Your order key is k7mq-x2pa-9dfe-tw3h") == 3  # a secret shape
     for line in ["DICE 4", "Hello bob,", "KEY: bob-key-123 thanks", "CONFIRM k7mqx2pa"]:
         assert ours._remembered_command(line) == real(line)  # remembered or not: the same
-    for n in range(ours._COMMANDS_KNOWN_MAX + 50):
-        ours._remembered_command(f"prose line {n}")
-    assert len(ours._COMMANDS_KNOWN) == ours._COMMANDS_KNOWN_MAX
+
+    monkeypatch.setattr(ours, "_COMMANDS_KNOWN", {})
+    limit = ours._COMMANDS_KNOWN_MAX
+
+    def fill(start: int) -> None:
+        for n in range(start, start + limit):
+            ours._remembered_command(f"DICE {n}")
+
+    threads = [threading.Thread(target=fill, args=(k * limit,)) for k in range(6)]
+    interval = sys.getswitchinterval()
+    # the threads taking turns as often as they can (the bound under contention; the
+    # lock's race itself is too narrow to be met surely)
+    sys.setswitchinterval(1e-6)
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(ours._COMMANDS_KNOWN) == limit
+    monkeypatch.setattr(ours, "_COMMANDS_KNOWN", {})
+    for n in range(limit + 1):
+        ours._remembered_command(f"TRAPDOOR {n}")
+    known = ours._COMMANDS_KNOWN
+    assert len(known) == limit and digest_of("TRAPDOOR 0") not in known  # the oldest went
+    assert digest_of("TRAPDOOR 1") in known and digest_of(f"TRAPDOOR {limit}") in known
