@@ -8,6 +8,7 @@ where a state change must happen once (closing a round).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import sqlite3
@@ -23,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from snl_pbem.ownership import create_file, make_dirs
+from snl_pbem.store.driver import Driver
 
 log = logging.getLogger("snl_pbem.store")
 
@@ -153,6 +155,33 @@ class Database:
                 yield session
                 if not session.is_active:  # else it would end quietly, committing nothing
                     raise TransactionUndone()
+        finally:
+            if held:
+                assert turns is not None
+                turns.release()
+
+    @contextmanager
+    def driver_transaction(self, *, urgent: bool = False) -> Iterator[Driver]:
+        """A transaction on the driver's own connection (``snl_pbem.store.driver``), for
+        the hottest small transaction only: committed on success, rolled back on any error,
+        taking its turn on SQLite as ``transaction`` does. No session, no ORM."""
+        turns = self._turns
+        held = turns is not None and turns.acquire(urgent, self._wait)
+        try:
+            pooled = self.engine.raw_connection()
+            driver = Driver(pooled.dbapi_connection, self.engine.dialect)
+            try:
+                driver.begin()
+                yield driver
+                driver.commit()
+            except BaseException:
+                with contextlib.suppress(Exception):  # (the error that got here is raised)
+                    driver.rollback()
+                if driver.invalidated:
+                    pooled.invalidate()
+                raise
+            finally:
+                pooled.close()
         finally:
             if held:
                 assert turns is not None

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Column,
     Connection,
     DateTime,
+    Dialect,
     Integer,
     LargeBinary,
     String,
@@ -45,7 +46,7 @@ def insert_all(
     value too long for its column, a broken constraint).
 
     PostgreSQL (psycopg): one statement whatever the number of rows, each column one
-    array parameter, unnested (``_unnested``), sent in binary (as text, an array of 100
+    array parameter, unnested (``unnested_insert``), sent in binary (as text, an array of 100
     messages' bytes took 2.5 ms to write out). SQLAlchemy's statements were a row each (an
     executemany), or with ``returning`` one with a placeholder per value (1,100 for 100
     messages' rows), which psycopg parses anew at every execution (it caches statements
@@ -60,7 +61,7 @@ def insert_all(
     as it is by any statement the server refuses)."""
     if not rows:
         return []
-    unnested = _unnested(connection, table, rows, returning)
+    unnested = unnested_insert(connection.dialect, table, rows, returning)
     if unnested is not None:
         sql, arrays = unnested
         result = connection.exec_driver_sql(sql, arrays)
@@ -78,8 +79,8 @@ TypeDecorator by its ``impl``); rows with a column of another type go by SQLAlch
 statement."""
 
 
-def _unnested(
-    connection: Connection,
+def unnested_insert(
+    dialect: Dialect,
     table: Table,
     rows: Sequence[Mapping[str, Any]],
     returning: Sequence[str],
@@ -87,7 +88,7 @@ def _unnested(
     """``INSERT INTO table (...) SELECT ... FROM unnest(%b, ...) WITH ORDINALITY ORDER BY``
     its ordinality, and its arrays (``_arrays``); None where that cannot be: not psycopg,
     a column left out whose default is not a constant, or as ``_arrays`` says."""
-    if not _psycopg(connection):
+    if not _psycopg(dialect):
         return None
     keys = list(rows[0])
     extra: dict[str, Any] = {}
@@ -98,11 +99,11 @@ def _unnested(
         if not default.is_scalar:
             return None
         extra[column.key] = default.arg
-    found = _arrays(connection, table, rows, keys, extra)
+    found = _arrays(dialect, table, rows, keys, extra)
     if found is None:
         return None
     columns, casts, arrays = found
-    preparer = connection.dialect.identifier_preparer
+    preparer = dialect.identifier_preparer
     quote = preparer.quote
     names = [quote(column.name) for column in columns]
     values_as = ", ".join(f"c{i}" for i in range(len(columns)))
@@ -132,8 +133,8 @@ def update_all(
     if not names:
         raise ValueError(f"update_all: nothing to set in {table.name}, only {key}")
     unnested = None
-    if _psycopg(connection) and len({row[key] for row in rows}) == len(rows):
-        found = _arrays(connection, table, rows, [key, *names], {})
+    if _psycopg(connection.dialect) and len({row[key] for row in rows}) == len(rows):
+        found = _arrays(connection.dialect, table, rows, [key, *names], {})
         if found is not None:
             columns, casts, arrays = found
             preparer = connection.dialect.identifier_preparer
@@ -167,12 +168,12 @@ def update_all(
         )
 
 
-def _psycopg(connection: Connection) -> bool:
-    return connection.dialect.name == "postgresql" and connection.dialect.driver == "psycopg"
+def _psycopg(dialect: Dialect) -> bool:
+    return dialect.name == "postgresql" and dialect.driver == "psycopg"
 
 
 def _arrays(
-    connection: Connection,
+    dialect: Dialect,
     table: Table,
     rows: Sequence[Mapping[str, Any]],
     keys: list[str],
@@ -187,7 +188,6 @@ def _arrays(
     Each array is cast to its column's type with no length (``TEXT[]`` for strings), and
     the value to the column by the statement's own assignment: an explicit cast to
     ``VARCHAR(n)`` would cut an over-long value short where the statement refuses it."""
-    dialect = connection.dialect
     if any(len(row) != len(keys) or any(k not in row for k in keys) for row in rows):
         return None
     columns: list[Column[Any]] = []
@@ -202,7 +202,7 @@ def _arrays(
         arrays.append([value] * len(rows))
     casts: list[str] = []
     for column, values in zip(columns, arrays, strict=True):
-        cast = _array_cast(column.type, connection)
+        cast = _array_cast(column.type, dialect)
         if cast is None:
             return None
         casts.append(cast)
@@ -232,14 +232,14 @@ def _one_kind(values: list[Any], json: bool) -> bool:
     return json or not any(issubclass(kind, (list, tuple, dict, set)) for kind in kinds)
 
 
-def _array_cast(type_: TypeEngine[Any], connection: Connection) -> str | None:
+def _array_cast(type_: TypeEngine[Any], dialect: Dialect) -> str | None:
     """The SQL type an array of ``type_``'s values is cast to; None if not sent so."""
     impl = _impl(type_)
     if isinstance(impl, Enum) or not isinstance(impl, _ARRAY_SAFE):
         return None
     if isinstance(impl, String):
         return "TEXT"  # (no length: the statement checks it, a cast would cut the value)
-    return impl.compile(dialect=connection.dialect)
+    return impl.compile(dialect=dialect)
 
 
 def _impl(type_: TypeEngine[Any]) -> TypeEngine[Any]:
