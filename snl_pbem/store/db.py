@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from snl_pbem.ownership import create_file, make_dirs
-from snl_pbem.store.driver import Driver
+from snl_pbem.store.driver import Driver, connect
 
 log = logging.getLogger("snl_pbem.store")
 
@@ -168,7 +168,7 @@ class Database:
         turns = self._turns
         held = turns is not None and turns.acquire(urgent, self._wait)
         try:
-            pooled = self.engine.raw_connection()
+            pooled = connect(self.engine)  # (its errors as SQLAlchemy's)
             driver = Driver(pooled.dbapi_connection, self.engine.dialect)
             try:
                 driver.begin()

@@ -17,10 +17,10 @@ caller handles them alike. A connection the database dropped is not put back in 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
-from sqlalchemy import Dialect, Table
+from sqlalchemy import Dialect, Engine, PoolProxiedConnection, Table
 from sqlalchemy.exc import DBAPIError
 
 from snl_pbem.store.unnest import unnested_insert
@@ -45,10 +45,12 @@ class Driver:
             return [tuple(row) for row in cursor.fetchall()]
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> int | None:
-        """Run ``sql``; the id of the row it inserted (SQLite's ``lastrowid``)."""
+        """Run ``sql``; on SQLite the id of the row it inserted (its ``lastrowid``; None
+        elsewhere: ``RETURNING`` it, with ``rows``)."""
         with self._translated(sql, params) as cursor:
             cursor.execute(sql, params)
-            return int(cursor.lastrowid) if cursor.lastrowid is not None else None
+            row_id = getattr(cursor, "lastrowid", None)  # (psycopg's cursors have none)
+            return int(row_id) if row_id is not None else None
 
     def among(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
         """``column IN (values)``: its SQL and parameters. PostgreSQL: ``= ANY(%s)``, one
@@ -60,8 +62,9 @@ class Driver:
     @contextmanager
     def _translated(self, sql: str, params: Sequence[Any]) -> Iterator[Any]:
         base = self.dialect.loaded_dbapi.Error
-        cursor = self.connection.cursor()
+        cursor = None
         try:
+            cursor = self.connection.cursor()
             yield cursor
         except base as exc:
             lost = self.dialect.is_disconnect(exc, self.connection, cursor)
@@ -70,7 +73,9 @@ class Driver:
                 sql, params, exc, base, connection_invalidated=lost, dialect=self.dialect
             ) from exc
         finally:
-            cursor.close()
+            if cursor is not None:
+                with suppress(base):
+                    cursor.close()
 
     def begin(self) -> None:
         if self.sqlite:  # (PostgreSQL's driver begins by itself, at the first statement)
@@ -90,6 +95,21 @@ class Driver:
         else:
             with self._translated("ROLLBACK", ()):
                 self.connection.rollback()
+
+
+def connect(engine: Engine) -> PoolProxiedConnection:
+    """A connection from ``engine``'s pool, as ``raw_connection`` gives it, its driver's
+    errors raised as SQLAlchemy's (the database away: ``OperationalError``), as a
+    session's first statement raises them."""
+    dialect = engine.dialect
+    base = dialect.loaded_dbapi.Error
+    try:
+        return engine.raw_connection()
+    except base as exc:
+        lost = dialect.is_disconnect(exc, None, None)
+        raise DBAPIError.instance(
+            None, None, exc, base, connection_invalidated=lost, dialect=dialect
+        ) from exc
 
 
 def insert_keyed(

@@ -140,3 +140,37 @@ def test_sqlite_transactions_take_turns_with_the_sessions(db: Database) -> None:
         ids = insert_keyed(driver, INBOUND, inbound_rows("g", 1), "sha256")
     thread.join(30)
     assert seen == list(ids.values())
+
+
+def test_a_database_away_is_sqlalchemys_operational_error_and_no_message_is_refused(
+    caplog, tmp_path
+) -> None:
+    """No database at the address: taking the connection fails as a session's statement
+    would, with SQLAlchemy's OperationalError (the source keeps the messages and retries),
+    not the driver's own, which the store took for a refused message (it logged "could
+    not be stored ... each alone" and tried each again)."""
+    from mailhelpers import game_config
+
+    from snl_pbem.app.intake.store import store_many
+
+    away = Database("postgresql+psycopg://postgres@127.0.0.1:1/nowhere?connect_timeout=5")
+    config = game_config(tmp_path / "config.toml", away.url)
+    with pytest.raises(OperationalError), away.driver_transaction():
+        pass
+    two = [(b"Subject: a\r\n\r\nx", T0, "t", None, None, None), (b"b", T0, "t", None, None, None)]
+    with pytest.raises(OperationalError):
+        store_many(away, config, two)
+    assert not any("each alone" in r.getMessage() for r in caplog.records)
+    away.dispose()
+
+
+def test_a_statement_run_answers_on_either_database(db: Database) -> None:
+    """``run``: SQLite's id of the row inserted; PostgreSQL's driver has no ``lastrowid``,
+    and a statement run there answers None rather than failing."""
+    with db.driver_transaction() as driver:
+        assert driver.run("SELECT 1") is None or db.is_sqlite
+        ids = insert_keyed(driver, INBOUND, inbound_rows("h", 1), "sha256")
+        driver.run(
+            f"UPDATE inbound_messages SET attempts = 1 WHERE id = {driver.mark}", [*ids.values()]
+        )
+    assert read_back(db, "h")[0]["attempts"] == 1
