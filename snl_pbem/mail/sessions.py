@@ -34,9 +34,10 @@ from typing import Any, AnyStr
 
 import aiosmtpd
 from aiosmtpd.lmtp import LMTP
-from aiosmtpd.smtp import SMTP
+from aiosmtpd.smtp import MISSING, SMTP, syntax
 
 from snl_pbem.mail.addrspec import ATOM
+from snl_pbem.mail.smtpdata import Refused, read_data
 from snl_pbem.rules.words import counted
 
 _AIOSMTPD_1_4 = aiosmtpd.__version__.startswith("1.4.")
@@ -252,6 +253,47 @@ class GuardedSMTP(SMTP):
         if self.local_part_limit and len(addr.rpartition("@")[0]) > self.local_part_limit:
             return None, None
         return addr, rest
+
+    @syntax("DATA")
+    async def smtp_DATA(self, arg: str) -> None:
+        """aiosmtpd's (1.4), its data read in pieces, not a line at a time
+        (``snl_pbem.mail.smtpdata``): the same replies, the same bytes to the handler.
+        Another aiosmtpd, or one that decodes the data, reads it its own way."""
+        if not _AIOSMTPD_1_4 or self._decode_data or "DATA" not in self._handle_hooks:
+            await super().smtp_DATA(arg)
+            return
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+            return
+        assert self.envelope is not None
+        if not self.envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        try:
+            read = await read_data(self._reader, self.data_size_limit, self.line_length_limit)
+        except asyncio.CancelledError:  # the connection was lost (as aiosmtpd says it)
+            logging.getLogger("mail.log").info("Connection lost during DATA")
+            self._writer.close()
+            raise
+        if read is None:  # the stream ended, which cancels this session
+            return
+        data, refused = read
+        if refused is not None:
+            too_long = refused is Refused.TOO_LONG
+            await self.push(
+                "500 Line too long (see RFC5321 4.5.3.1.6)"
+                if too_long
+                else "552 Error: Too much mail data"
+            )
+            self._set_post_data_state()  # type: ignore[no-untyped-call]
+            return
+        self.envelope.content = self.envelope.original_content = data
+        status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()  # type: ignore[no-untyped-call]
+        await self.push("250 OK" if status is MISSING else status)
 
     def data_received(self, data: bytes) -> None:
         """Bytes from the client are progress: a long DATA is not idle."""
