@@ -41,11 +41,20 @@ async def read_data(
     line = 0  # bytes of the line not yet ended
     refused: Refused | None = None
     last = b"\n"  # the byte before the next (the DATA command's line ended: a line starts)
+    held = b""  # a CR that ended a piece, kept for the next: a CRLF is never cut in two
     while True:
         try:
-            piece = await reader.readuntil(_END)
+            piece = held + await reader.readuntil(_END)
+            held = b""
         except asyncio.LimitOverrunError as overrun:  # no ".\r\n" within the stream's limit
-            piece = await reader.read(max(overrun.consumed, 1))
+            more = await reader.read(max(overrun.consumed, 1))
+            if not more:
+                return None
+            piece, held = held + more, b""
+            if piece.endswith(b"\r"):  # (its LF may be the next piece's first byte)
+                piece, held = piece[:-1], b"\r"
+                if not piece:
+                    continue
         except asyncio.IncompleteReadError:
             return None
         if not piece:

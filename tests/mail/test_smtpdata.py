@@ -132,6 +132,80 @@ def test_the_data_read_in_pieces_is_aiosmtpds_own() -> None:
     assert refusals == {"250", "500", "552"}  # (every outcome was met)
 
 
+ATOMS = [b"", b".", b"..", b"...", b".\r", b"\r", b"\n", b"\r\r", b"\n.", b".\n", b"x.", b"\r.\r"]
+ATOMS += [b"a\rb", b"\n.\r", b".\r\n."[:2]]
+
+
+def nasty_stream(rng: random.Random) -> bytes:
+    """Lines about the limits (997 to 1004 bytes, and longer), dots and bare CRs and LFs
+    at their ends, runs of lines of dots; and after the end, more that looks like it
+    (the second review's generator)."""
+
+    def line() -> bytes:
+        if rng.random() < 0.3:
+            n = rng.choice([0, 1, 2, 3, 300, 500, 600, 997, 998, 999, 1000, 1001, 1002, 1003])
+            body = bytearray(b"y" * rng.choice([n, 1004, 1500, 2100][: 1 + (rng.random() < 0.2)]))
+            if body and rng.random() < 0.3:
+                body[0:1] = b"."
+            if body and rng.random() < 0.3:
+                body[-1:] = rng.choice([b".", b"\r", b"\n"])
+            return bytes(body)
+        return b"".join(rng.choice(ATOMS) for _ in range(rng.randint(0, 4)))
+
+    lines = [line() for _ in range(rng.choice([0, 1, 2, 3, 5, 10, 30]))]
+    if rng.random() < 0.1:
+        lines = [b"." * rng.randint(2, 5)] * rng.randint(1, 5)
+    after = rng.choice([b"", b"QUIT\r\n", b".\r\n", b"\r\n.\r\n", b"x"])
+    return b"".join(one + b"\r\n" for one in lines) + b".\r\n" + after
+
+
+def nasty_cuts(rng: random.Random, stream: bytes) -> list[int]:
+    """Cuts next to each CRLF (a CRLF cut in two, as the stream's limit may cut it), about
+    the stream's limit, and at random."""
+    if len(stream) < 2 or rng.random() < 0.15:
+        return []
+    near: set[int] = {1001, 1002, 1003, 1004, 1005, 2003, 2004, 2005, len(stream) - 1}
+    at = stream.find(b"\r\n")
+    while at >= 0:
+        near.update(at + d for d in (-1, 0, 1, 2, 3))
+        at = stream.find(b"\r\n", at + 1)
+    inside = [c for c in near if 0 < c < len(stream)]
+    picked = rng.sample(inside, min(len(inside), rng.randint(1, 8)))
+    extra = rng.sample(range(1, len(stream)), min(len(stream) - 1, rng.randint(0, 4)))
+    return sorted({*picked, *extra})
+
+
+def test_a_crlf_cut_between_pieces_is_aiosmtpds_too() -> None:
+    """A piece taken at the stream's limit may end between a line's CR and its LF: that
+    line ended all the same (it was counted with the next one, and a message of two lines
+    of 600 bytes refused as one line too long: the second review). Three thousand streams
+    cut next to their CRLFs, size limits about their own size: each is aiosmtpd's."""
+    rng = random.Random(49)
+    refusals = set()
+    for _ in range(3000):
+        stream = nasty_stream(rng)
+        cuts = nasty_cuts(rng, stream)
+        n = len(stream)
+        size_limit = max(0, rng.choice([0, 1, 3, n - 8, n - 5, n - 4, n - 2, 1000, 1002, 10**5]))
+        expected = asyncio.run(theirs(stream, cuts, size_limit))
+        assert asyncio.run(ours(stream, cuts, size_limit)) == expected, (stream, cuts, size_limit)
+        refusals.add(expected[0][:3])
+    assert refusals == {"250", "500", "552"}
+
+
+@pytest.mark.parametrize(
+    "stream, cut, size_limit",
+    [
+        (b"a" * 600 + b"\r\n" + b"b" * 600 + b"\r\n" + b"c" * 600 + b"\r\n.\r\n", 1205, 0),
+        (b"\r\n." + b"y" * 998 + b"\r\n.\r\n", 1004, 1002),
+        ((b"z" * 500 + b"\r\n") * 8 + b".\r\n", 1005, 4012),
+    ],
+)
+def test_the_reviews_streams(stream: bytes, cut: int, size_limit: int) -> None:
+    expected = asyncio.run(theirs(stream, [cut], size_limit))
+    assert asyncio.run(ours(stream, [cut], size_limit)) == expected
+
+
 @pytest.mark.parametrize(
     "stream, data",
     [
