@@ -1,10 +1,11 @@
 """A message's data, after DATA, read as aiosmtpd 1.4 reads it, in pieces rather than lines.
 
 aiosmtpd's ``smtp_DATA`` takes the data a line at a time: an await of the stream, two joins
-and a bytearray a line. For an order of twenty lines that was most of the LMTP receiver's
-own work for a message. Here the stream is read up to each ``.<CRLF>`` (a line of one dot
-ends the data; a line ending in a dot does not), or a piece of at most the stream's limit
-where there is none: a message in a few reads.
+and a bytearray a line. That was a seventh of the LMTP receiver's own work for an order of
+twenty lines, and nearly half for a reply quoting eighty lines below it (0.264 ms of CPU a
+message against 0.148 read so). Here the stream is read up to each ``.<CRLF>`` (a line of
+one dot ends the data; a line ending in a dot does not), or a piece of at most the
+stream's limit where there is none: a message in a few reads.
 
 What it gives is what aiosmtpd's would: the same bytes (its transparency undone: a line's
 leading dot taken off, RFC 5321 §4.5.2), and the same refusals, once the data has been read

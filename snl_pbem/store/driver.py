@@ -4,7 +4,7 @@ For one small transaction run thousands of times an hour and nothing else: the s
 group of messages LMTP delivered meanwhile (``snl_pbem.app.intake.store``), which each of
 their MTA sessions waits for before its ``250``. Through SQLAlchemy's session and compiled
 statements a group of seven cost 0.85 ms of the server's CPU on SQLite; on the driver's
-connection, the same statements 0.28 (``Database.driver_transaction``).
+connection (``Database.driver_transaction``), the same statements 0.39.
 
 What stays as it was: the transaction (SQLite: ``BEGIN IMMEDIATE``, this process's threads
 taking turns for the write lock as ``Database.transaction``'s do; PostgreSQL: the driver's
