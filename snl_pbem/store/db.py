@@ -148,13 +148,19 @@ class Database:
         Raises ``TransactionUndone`` when a failure inside it was caught and passed over
         but undid it (a flush that failed): nothing of it is committed, and the caller
         must know."""
+        with self._turn(urgent), self._sessions() as session, session.begin():
+            yield session
+            if not session.is_active:  # else it would end quietly, committing nothing
+                raise TransactionUndone()
+
+    @contextmanager
+    def _turn(self, urgent: bool) -> Iterator[None]:
+        """SQLite: this process's turn for the write lock (``transaction``); elsewhere
+        nothing."""
         turns = self._turns
         held = turns is not None and turns.acquire(urgent, self._wait)
         try:
-            with self._sessions() as session, session.begin():
-                yield session
-                if not session.is_active:  # else it would end quietly, committing nothing
-                    raise TransactionUndone()
+            yield
         finally:
             if held:
                 assert turns is not None
@@ -165,9 +171,7 @@ class Database:
         """A transaction on the driver's own connection (``snl_pbem.store.driver``), for
         the hottest small transaction only: committed on success, rolled back on any error,
         taking its turn on SQLite as ``transaction`` does. No session, no ORM."""
-        turns = self._turns
-        held = turns is not None and turns.acquire(urgent, self._wait)
-        try:
+        with self._turn(urgent):
             pooled = connect(self.engine)  # (its errors as SQLAlchemy's)
             driver = Driver(pooled.dbapi_connection, self.engine.dialect)
             try:
@@ -182,10 +186,6 @@ class Database:
                 raise
             finally:
                 pooled.close()
-        finally:
-            if held:
-                assert turns is not None
-                turns.release()
 
     @contextmanager
     def reading(self) -> Iterator[Session]:

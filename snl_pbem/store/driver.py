@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Dialect, Engine, PoolProxiedConnection, Table
 from sqlalchemy.exc import DBAPIError
 
-from snl_pbem.store.unnest import unnested_insert
+from snl_pbem.store.unnest import constant_defaults, unnested_insert
 
 
 class Driver:
@@ -128,13 +128,9 @@ def insert_keyed(
         sql, arrays = unnested
         return {found: int(row_id) for found, row_id in driver.rows(sql, arrays)}
     names = list(rows[0])
-    defaults: dict[str, Any] = {}
-    for column in table.columns:
-        if column.key not in names and column.default is not None:
-            default: Any = column.default
-            if not default.is_scalar:
-                raise TypeError(f"{table.name}.{column.key}: a default that is not a constant")
-            defaults[column.key] = default.arg
+    defaults = constant_defaults(table, names)
+    if defaults is None:
+        raise TypeError(f"{table.name}: a column left out whose default is not a constant")
     keys = names + list(defaults)
     processors = [table.c[k].type.dialect_impl(dialect).bind_processor(dialect) for k in keys]
     quote = dialect.identifier_preparer.quote

@@ -91,14 +91,9 @@ def unnested_insert(
     if not _psycopg(dialect):
         return None
     keys = list(rows[0])
-    extra: dict[str, Any] = {}
-    for column in table.columns:
-        if column.key in keys or column.default is None:
-            continue
-        default: Any = column.default
-        if not default.is_scalar:
-            return None
-        extra[column.key] = default.arg
+    extra = constant_defaults(table, keys)
+    if extra is None:
+        return None
     found = _arrays(dialect, table, rows, keys, extra)
     if found is None:
         return None
@@ -115,6 +110,21 @@ def unnested_insert(
     if returning:
         sql += " RETURNING " + ", ".join(quote(table.c[name].name) for name in returning)
     return sql, tuple(arrays)
+
+
+def constant_defaults(table: Table, keys: Sequence[str]) -> dict[str, Any] | None:
+    """The value each column of ``table`` not in ``keys`` is given, as SQLAlchemy's
+    ``insert`` gives it: its default, where it has one; None when one of them is not a
+    constant (a function, which a statement of our own does not call)."""
+    found: dict[str, Any] = {}
+    for column in table.columns:
+        if column.key in keys or column.default is None:
+            continue
+        default: Any = column.default
+        if not default.is_scalar:
+            return None
+        found[column.key] = default.arg
+    return found
 
 
 def update_all(
