@@ -64,6 +64,15 @@ sys.path.insert(0, str(Path(__file__).parents[1]))
 from checkout import code_under_test
 from dkimkeys import key_file_for_the_run
 from pgserver import PostgresServer, PostgresUnavailable
+from proccpu import (
+    children,
+    children_cpu,
+    cpu_seconds,
+    cpu_since,
+    machine_busy,
+    postmaster_pid,
+    tree_cpu,
+)
 from smtpsink import free_port
 from sqlalchemy import Integer, func, select, text, update
 
@@ -74,7 +83,6 @@ from snl_pbem.store.migrate import head_revision, upgrade
 from snl_pbem.store.models import Base, PlanChange
 
 SNL = str(Path(sys.executable).with_name("snl-pbem"))
-TICK = os.sysconf("SC_CLK_TCK")
 SINK = """
 import sys, threading, time
 from aiosmtpd.controller import Controller
@@ -281,49 +289,6 @@ def move_deadline(path: Path, url: str, games: int, players: int, port: int, at:
     sync_games(db, load_config(path), datetime.now(UTC), actor="bench")
     db.dispose()
     return time.monotonic() - began
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU of one process so far (/proc/PID/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def machine_busy() -> tuple[float, float]:
-    """Busy and total CPU seconds of the whole machine so far (/proc/stat)."""
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:9]]
-    idle = ticks[3] + ticks[4]
-    return (sum(ticks) - idle) / TICK, sum(ticks) / TICK
-
-
-def children(pid: int) -> list[int]:
-    return [
-        int(child)
-        for task in Path(f"/proc/{pid}/task").iterdir()
-        for child in (task / "children").read_text().split()
-    ]
-
-
-def children_cpu(pid: int | None) -> dict[int, float]:
-    """CPU so far of each child of ``pid`` (PostgreSQL's backends and workers)."""
-    found: dict[int, float] = {}
-    for child in children(pid) if pid else []:
-        with contextlib.suppress(OSError):  # it just ended
-            found[child] = cpu_seconds(child)
-    return found
-
-
-def tree_cpu(pid: int) -> dict[int, float]:
-    """CPU so far of a serve and of each of its children (its sender, on PostgreSQL, and its
-    parse workers), by process."""
-    return {pid: cpu_seconds(pid), **children_cpu(pid)}
-
-
-def cpu_since(before: dict[int, float], now: dict[int, float]) -> float:
-    """CPU spent between two ``tree_cpu`` (a process started meanwhile: all of its own)."""
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in now.items())
 
 
 def rss_mib(pid: int, key: str = "VmRSS") -> float:
@@ -868,7 +833,7 @@ def main() -> None:
         try:
             postgres = PostgresServer().start()
             pg_note = f"PostgreSQL from {postgres.bin}"
-            postmaster = int((postgres.data / "postmaster.pid").read_text().split()[0])
+            postmaster = postmaster_pid(postgres.data)
         except PostgresUnavailable as exc:
             pg_note = f"PostgreSQL not available ({exc}): its runs are left out"
     print(

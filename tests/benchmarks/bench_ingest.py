@@ -34,6 +34,7 @@ import argparse
 import email
 import email.policy
 import multiprocessing
+import os
 import platform
 import re
 import smtplib
@@ -57,6 +58,7 @@ from dkimkeys import key_file_for_the_run
 from dovecotserver import DovecotServer
 from imapclient import IMAPClient
 from pgserver import PostgresServer
+from proccpu import children_cpu, machine_busy, postmaster_pid
 from sqlalchemy import func, insert, select
 
 import snl_pbem.runners.mailboxes as mailboxes
@@ -122,7 +124,7 @@ class Stages:
         each = {name: n / max(self.calls[name], 1) for name in self.NAMES}
         return (
             f"stages, ms of CPU a message: store {ms['store_many']:.2f} (groups of "
-            f"{each['store_many']:.1f}), read {ms['read_batch']:.2f}, apply "
+            f"{each['store_many']:.1f}; its wall {1000 * self.wall['store_many'] / n:.2f}), read {ms['read_batch']:.2f}, apply "
             f"{ms['apply_batch']:.2f} (batches of {each['apply_batch']:.1f}; its wall "
             f"{1000 * self.wall['apply_batch'] / n:.2f}), the rest "
             f"{1000 * cpu / n - sum(ms.values()):.2f}"
@@ -130,8 +132,43 @@ class Stages:
 
 
 STAGES: Stages | None = None
+POSTMASTER: int | None = None
+"""PostgreSQL's postmaster, when the run has one (its backends' CPU: ``Cores``)."""
 """The stages timed in each run (``Stages``; made by ``main``, so that importing this module
 to find ``deliver_all``, as the MTA's processes do, wraps nothing)."""
+
+
+class Cores:
+    """Where the machine's two cores went over a run's clock, in ms a message: the whole
+    machine's busy time (/proc/stat) and, of it, this process (the server), its other
+    children (the sandbox's workers), the MTA's processes, PostgreSQL's backends, and the
+    rest (Dovecot, the kernel's own work, and whatever else runs on the machine). The
+    machine's idle share says whether the cores were the limit."""
+
+    def __init__(self, mta: MTA | None = None, postgres: int | None = None) -> None:
+        self.mta = {p.pid for p in mta.pool._pool} if mta is not None else set()  # type: ignore[attr-defined]
+        self.postgres = postgres
+        self.start = self._now()
+
+    def _now(self) -> tuple[float, float, float, dict[int, float], dict[int, float]]:
+        busy, total = machine_busy()
+        return busy, total, time.process_time(), children_cpu(os.getpid()), children_cpu(self.postgres)
+
+    def line(self, n: int) -> str:
+        """The ms a message since this was made, for ``n`` messages."""
+        end = self._now()
+        busy, total, server = (b - a for a, b in zip(self.start[:3], end[:3], strict=True))
+        spent = {pid: cpu - self.start[3].get(pid, 0.0) for pid, cpu in end[3].items()}
+        mta = sum(cpu for pid, cpu in spent.items() if pid in self.mta)
+        sandbox = sum(cpu for pid, cpu in spent.items() if pid not in self.mta)
+        pg = sum(cpu - self.start[4].get(pid, 0.0) for pid, cpu in end[4].items())
+        ms = 1000 / n
+        rest = busy - server - sandbox - mta - pg
+        return (
+            f"cores, ms of CPU a message: machine {busy * ms:.2f} (idle {1 - busy / total:.0%}"
+            f" of {total:.1f} s), server {server * ms:.2f}, sandbox {sandbox * ms:.2f}, MTA"
+            f" {mta * ms:.2f}, PostgreSQL {pg * ms:.2f}, the rest {rest * ms:.2f}"
+        )
 
 
 def make_config(folder: Path, players: int, url: str | None = None, lmtp_port: int = 0) -> Path:
@@ -247,9 +284,10 @@ def counts(db: Database) -> tuple[int, int]:
 
 def via_imap(
     dovecot: DovecotServer, raws: list[bytes], players: int, url: str | None
-) -> tuple[float, float]:
-    """Seconds from the poll's start until every message is processed and answered, and the
-    server process's CPU seconds meanwhile (its sandbox's workers apart)."""
+) -> tuple[float, float, str]:
+    """Seconds from the poll's start until every message is processed and answered, the
+    server process's CPU seconds meanwhile (its sandbox's workers apart), and where the
+    cores went (``Cores``)."""
     with game(players, url) as (db, config):
         user = dovecot.new_user()
         client = IMAPClient(dovecot.host, port=dovecot.port, ssl=False, timeout=60)
@@ -271,13 +309,15 @@ def via_imap(
         settle_collector()  # as serve does once started
         if STAGES is not None:
             STAGES.reset()
+        cores = Cores(postgres=POSTMASTER if url else None)
         started, cpu = time.perf_counter(), time.process_time()
         stored = poller.poll_once()
         wait_processed(db, readers, len(raws))
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        where = cores.line(len(raws))
         poller.close()
         assert stored == len(raws) and counts(db) == (len(raws), len(raws)), counts(db)
-    return seconds, cpu
+    return seconds, cpu, where
 
 
 def wait_processed(db: Database, readers: Readers, n: int) -> None:
@@ -293,10 +333,11 @@ def wait_processed(db: Database, readers: Readers, n: int) -> None:
 
 def via_lmtp(
     raws: list[bytes], players: int, url: str | None, clients: int = 8
-) -> tuple[float, float]:
+) -> tuple[float, float, str]:
     """Seconds from the first delivery until every message is processed and answered,
-    ``clients`` LMTP connections delivering at once (as an MTA does), and the server
-    process's CPU seconds meanwhile (its sandbox's workers and the clients apart)."""
+    ``clients`` LMTP connections delivering at once (as an MTA does), the server
+    process's CPU seconds meanwhile (its sandbox's workers and the clients apart), and
+    where the cores went (``Cores``)."""
     port = free_port()
     with game(players, url, port) as (db, config):
         readers = Readers()
@@ -309,16 +350,18 @@ def via_lmtp(
                 settle_collector()  # as serve does once started
                 if STAGES is not None:
                     STAGES.reset()
+                cores = Cores(mta, postgres=POSTMASTER if url else None)
                 started, cpu = time.perf_counter(), time.process_time()
                 mta.deliver(port, shares)
                 wait_processed(db, readers, len(raws))
                 seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+                where = cores.line(len(raws))
                 # (the clock stops before the MTA's processes end: their ending is not the
                 # intake's time, and it took 1-3.5 s of the clock at 8 to 20 sessions)
         finally:
             receiver.stop()
         assert counts(db) == (len(raws), len(raws)), counts(db)
-    return seconds, cpu
+    return seconds, cpu, where
 
 
 class MTA:
@@ -443,7 +486,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.sessions < 1:
         parser.error("--sessions: at least 1")
-    global SENT_BEFORE, DKIM_KEY, STAGES
+    global SENT_BEFORE, DKIM_KEY, STAGES, POSTMASTER
     SENT_BEFORE = args.sent
     STAGES = stages = Stages()
     if args.dkim:
@@ -461,6 +504,7 @@ def main() -> None:
     )
     dovecot = DovecotServer().start() if "imap" in args.via else None
     postgres = PostgresServer().start() if "postgresql" in args.db else None
+    POSTMASTER = postmaster_pid(postgres.data) if postgres is not None else None
     try:
         for kind in args.db.split(","):
             for via in args.via.split(","):
@@ -468,15 +512,15 @@ def main() -> None:
                 parse_s = bare_parse(raws)  # the same-run baseline, just before
                 if via == "imap":
                     assert dovecot is not None
-                    seconds, cpu = via_imap(dovecot, raws, args.players, url)
+                    seconds, cpu, cores = via_imap(dovecot, raws, args.players, url)
                 else:
-                    seconds, cpu = via_lmtp(raws, args.players, url, args.sessions)
+                    seconds, cpu, cores = via_lmtp(raws, args.players, url, args.sessions)
                 ratio = (n / seconds) / (n / parse_s)
                 print(
                     f"  {kind:10s} {via:4s}: {seconds:7.2f} s = {n / seconds:6.0f} orders/s;"
                     f" bare parse {n / parse_s:6.0f}/s; ratio {ratio:.3f} (goal >= 0.5);"
                     f" server CPU {1000 * cpu / n:.2f} ms a message (bare parse"
-                    f" {1000 * parse_s / n:.2f})\n    {stages.line(n, cpu)}"
+                    f" {1000 * parse_s / n:.2f})\n    {stages.line(n, cpu)}\n    {cores}"
                 )
             if "lmtp" in args.via:
                 url = postgres.url(postgres.create_database()) if kind == "postgresql" else None
