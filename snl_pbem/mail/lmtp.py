@@ -44,7 +44,6 @@ from snl_pbem.mail.sessions import (
     ThrottleFilter,
     listening_sockets,
     session_limit,
-    storing,
 )
 from snl_pbem.rules.words import counted
 
@@ -167,13 +166,18 @@ class GameAddressHandler:
         peer = session.peer[0] if isinstance(session.peer, tuple) else str(session.peer)
         # LMTP (RFC 2033 §4.2): one reply per accepted recipient.
         replies = max(1, len(envelope.rcpt_tos)) if self.lmtp else 1
+        guarded = server if isinstance(server, GuardedSMTP) else None
+        if guarded is not None:
+            guarded.begin_store()
         try:
-            with storing(server):
-                await self._stored(raw, f"lmtp:{peer}")
+            await self._stored(raw, f"lmtp:{peer}")
         except Exception as exc:
             log.error("could not store a message from %s: %s: %s", peer, type(exc).__name__, exc)
             self.not_stored += 1
             return "\r\n".join([STATUS["temporary"]] * replies)
+        finally:
+            if guarded is not None:
+                guarded.end_store()
         return "\r\n".join([STATUS["stored"]] * replies)
 
     def _stored(self, raw: bytes, source: str) -> Awaitable[object]:

@@ -26,8 +26,7 @@ import re
 import resource
 import socket
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from email._header_value_parser import get_addr_spec, get_angle_addr
 from email.errors import HeaderParseError
 from typing import Any, AnyStr
@@ -212,6 +211,10 @@ class GuardedSMTP(SMTP):
         self._held: list[bytes] = []
         """Replies written with the next one (``push``)."""
         self._held_size = 0
+        self._idle_until = 0.0
+        """When the session times out unless it hears from the client (loop time)."""
+        self._timer_pending = False
+        """``_timeout_handle`` is still to fire (``_reset_timeout``)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -340,10 +343,39 @@ class GuardedSMTP(SMTP):
         envelope = self.envelope
         return self.storing or (envelope is not None and envelope.mail_from is not None)
 
+    def _reset_timeout(self, duration: float | None = None) -> None:
+        """aiosmtpd's (each command accepted, and at connect, puts off the idle timeout),
+        without a timer made, and the one before cancelled, at each: the session's idle
+        deadline moves, and its one timer, due before it, waits on for it when it fires
+        (``_timeout_due``). A message pipelined had three timers made and three cancelled,
+        and a seventh of the receiver's loop's time (py-spy, issue 23) went to them."""
+        self._idle_until = until = self.loop.time() + (duration or self._timeout_duration)
+        handle = self._timeout_handle
+        if handle is not None and self._timer_pending and not handle.cancelled():
+            if handle.when() <= until:
+                return  # it fires first, and waits on
+            handle.cancel()  # (a shorter duration than the one it was set for)
+        self._timer_pending = True
+        self._timeout_handle = self.loop.call_at(until, self._timeout_due)
+
+    def _timeout_due(self) -> None:
+        """The session's timer: the timeout if the deadline has come and no message of
+        the session is being stored; else it waits on (a message stored counts from its
+        answer: ``end_store``)."""
+        self._timer_pending = False
+        now = self.loop.time()
+        if self.storing:
+            self._idle_until = max(self._idle_until, now + self._timeout_duration)
+        if now < self._idle_until:
+            self._timer_pending = True
+            self._timeout_handle = self.loop.call_at(self._idle_until, self._timeout_due)
+            return
+        self._timeout_cb()
+
     def _timeout_cb(self) -> None:
         """aiosmtpd's ``timeout``: the client said nothing for that long (no command,
         or its message not ended within it); never while we store its message."""
-        if self.transport is None:
+        if self.transport is None or self.storing:
             return
         self.sessions.throttle(
             logging.INFO, "idle", f"LMTP: closed a session idle for {self._timeout_duration:.0f} s"
@@ -367,19 +399,18 @@ class GuardedSMTP(SMTP):
         if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
             transport.abort()
 
-    @contextmanager
-    def store(self) -> Iterator[None]:
-        """While the handler stores a message: the session is neither idle nor shed."""
+    def begin_store(self) -> None:
+        """The handler stores a message: until ``end_store`` the session is neither idle
+        (``_timeout_due``) nor shed. (Two calls, not a context manager: the receiver's loop
+        runs them for every message.)"""
         self.storing = True
-        if self._timeout_handle is not None:
-            self._timeout_handle.cancel()
-        try:
-            yield
-        finally:
-            self.storing = False
-            if self.transport is not None:
-                self.sessions.progressed(self)
-                self._reset_timeout()
+
+    def end_store(self) -> None:
+        """The message is stored, or could not be: its session's idle time counts anew."""
+        self.storing = False
+        if self.transport is not None:
+            self.sessions.progressed(self)
+            self._reset_timeout()
 
 
 HELD_BYTES = 4096
@@ -407,15 +438,6 @@ def _held_back(line: bytes, reader: asyncio.StreamReader | None) -> bool:
 
 class GuardedLMTP(LMTP, GuardedSMTP):
     """The LMTP dialect (LHLO) of a guarded session."""
-
-
-@contextmanager
-def storing(server: SMTP) -> Iterator[None]:
-    if isinstance(server, GuardedSMTP):
-        with server.store():
-            yield
-    else:
-        yield
 
 
 class Listener(asyncio.AbstractServer):

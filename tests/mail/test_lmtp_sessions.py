@@ -183,6 +183,70 @@ def test_a_session_that_falls_silent_after_working_is_closed_a_timeout_after_its
     assert silent >= 0.99, f"closed {silent:.2f} s after its last command (timeout 1 s)"
 
 
+def test_a_message_stored_longer_than_the_timeout_keeps_its_session() -> None:
+    """A message whose store takes 2.5 s (the timeout is 1 s) is answered 250 on a
+    session still open, which then times out a timeout after that answer, not before: the
+    time a message is stored is never idle time (the session's one timer fires during it
+    and waits on)."""
+    port = free_port()
+    controller = ReceiverController(
+        GameAddressHandler("snl@example.org", lambda raw, source: time.sleep(2.5)),
+        "127.0.0.1",
+        port,
+        max_size=1 << 20,
+        idle_timeout=1.0,
+    )
+    controller.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            reader = sock.makefile("rb")
+            assert reader.readline().startswith(b"220 ")
+            sock.sendall(b"LHLO mta.example.org\r\n")
+            while reader.readline().startswith(b"250-"):
+                pass
+            sock.sendall(b"MAIL FROM:<ann@example.org>\r\nRCPT TO:<snl@example.org>\r\nDATA\r\n")
+            for code in (b"250", b"250", b"354"):
+                assert reader.readline().startswith(code)
+            sock.sendall(MESSAGE + b".\r\n")
+            assert reader.readline().startswith(b"250 2.0.0 Stored")
+            answered = time.monotonic()
+            sock.sendall(b"NOOP\r\n")
+            assert reader.readline().startswith(b"250")
+            said = reader.read()  # to the close
+            silent = time.monotonic() - answered
+    finally:
+        controller.stop()
+    assert b"421 4.4.2" in said
+    assert silent >= 0.99, f"closed {silent:.2f} s after the answer (timeout 1 s)"
+
+
+def test_a_sessions_timer_is_made_once_not_for_each_command(receiver) -> None:
+    """Each command puts the idle timeout off, and the session's one timer, due before
+    the new deadline, waits on for it when it fires: 50 messages (150 commands) on one
+    session make no timer (aiosmtpd made one for each command and cancelled the one
+    before, a seventh of the receiver's loop's time)."""
+    port, controller, stored = receiver
+    loop = controller.loop
+    made: list[object] = []
+    call_at = loop.call_at
+
+    def counted_call_at(when, callback, *args, **kwargs):  # type: ignore[no-untyped-def]
+        made.append(callback)
+        return call_at(when, callback, *args, **kwargs)
+
+    with smtplib.LMTP("127.0.0.1", port, timeout=WAIT) as client:
+        client.noop()  # connected: its timer is made
+        loop.call_at = counted_call_at  # type: ignore[method-assign]
+        try:
+            for _ in range(50):
+                assert client.sendmail("ann@example.org", ["snl@example.org"], MESSAGE) == {}
+        finally:
+            del loop.call_at  # type: ignore[method-assign]
+    assert len(stored) == 50
+    timers = [c for c in made if "timeout" in getattr(c, "__name__", "")]
+    assert timers == [], f"{len(timers)} timers made for 150 commands"
+
+
 def test_at_the_cap_the_idlest_session_makes_room(receiver) -> None:
     """Ten sessions at most: ten silent connections, then a delivery, which is stored;
     the oldest silent one was told 421 and closed."""
