@@ -644,7 +644,7 @@ class _Waiting:
             log.exception("after storing a message")
 
 
-LINGER_SECONDS = 0.001
+LINGER_SECONDS = 0.0003
 """How long a group store waits for others to join it before it writes, when a group of
 several was written within the last ``LINGER_WITHIN_SECONDS`` (``GroupStore``): several
 sessions are delivering, and each of their messages would otherwise be written in a group
@@ -652,7 +652,16 @@ of two or three, each group a transaction (a store of one message is about 0.7 m
 process's CPU, of three 0.9). Eight sessions delivering 2,000 orders, the messages stored
 and not read (a throwaway trial, SQLite, four runs each way): groups of 2.4-2.7 became
 4.2-4.35, the process's CPU a message 0.99-1.11 ms became 0.81-0.90, and the messages stored
-a second stayed as they were (874-1,026 without, 917-990 with)."""
+a second stayed as they were (874-1,026 without, 917-990 with).
+
+It was 1 ms until issue 23's twenty-seventh session. Since a group's store and the
+sessions' loop cost less, a group of eight sessions' messages gathers sooner: stored and
+not read (3,000 orders, SQLite, taking turns), 3,250-3,350 a second at 0.3 ms against
+2,370-2,790 at 1 ms, the process's CPU a message the same (0.216 ms against 0.205-0.220;
+without lingering 2,970-3,040 a second at 0.32 ms). On SQLite every group waits while the
+readers' transaction holds the write lock, so what is stored between their transactions
+sets the pace: end to end (``bench_ingest --messages 3000``, three pairs) 1,001-1,031
+orders a second against 931-993; on PostgreSQL, no difference (798-867 against 795-851)."""
 LINGER_WITHIN_SECONDS = 0.1
 """A group store lingers only this soon after a group of several was written: a message
 that comes after a pause, or while one session delivers alone, is written at once."""
