@@ -383,11 +383,14 @@ class GuardedSMTP(SMTP):
         self.close_with("idle")
 
     def close_with(self, reason: str) -> None:
-        """Say ``421`` (if the socket takes it at once) and close without waiting."""
+        """Say ``421`` (if the socket takes it at once) and close without waiting. A
+        session closing already is closed all the same, unsaid: its transport waits to
+        write what the client has not read (a QUIT's reply, to a client that reads
+        nothing), and would wait for ever, its socket and place among the sessions held."""
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None:
             return
-        if isinstance(transport, asyncio.WriteTransport):
+        if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
             closing = CLOSING[reason].format(host=self.hostname).encode() + b"\r\n"
             transport.write(b"".join([*self._held, closing]))  # (none held but in a group)
             self._held.clear()
@@ -395,8 +398,10 @@ class GuardedSMTP(SMTP):
         self.abort()
 
     def abort(self) -> None:
+        """Close at once, dropping whatever is still to be written (asyncio's ``abort``
+        does so for a transport closing already too)."""
         transport = self.transport
-        if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
+        if isinstance(transport, asyncio.WriteTransport):
             transport.abort()
 
     def begin_store(self) -> None:

@@ -220,12 +220,30 @@ def test_a_message_stored_longer_than_the_timeout_keeps_its_session() -> None:
     assert silent >= 0.99, f"closed {silent:.2f} s after the answer (timeout 1 s)"
 
 
-def test_a_sessions_timer_is_made_once_not_for_each_command(receiver) -> None:
+def test_a_sessions_timer_is_made_once_not_for_each_command() -> None:
     """Each command puts the idle timeout off, and the session's one timer, due before
     the new deadline, waits on for it when it fires: 50 messages (150 commands) on one
     session make no timer (aiosmtpd made one for each command and cancelled the one
-    before, a seventh of the receiver's loop's time)."""
-    port, controller, stored = receiver
+    before, a seventh of the receiver's loop's time). The timeout is WAIT, so that the
+    first timer never fires during the test however slow the machine."""
+    stored: list[bytes] = []
+    port = free_port()
+    controller = ReceiverController(
+        GameAddressHandler("snl@example.org", lambda raw, source: stored.append(raw)),
+        "127.0.0.1",
+        port,
+        max_size=1 << 20,
+        idle_timeout=WAIT,
+    )
+    controller.start()
+    try:
+        _fifty_messages(controller, port)
+    finally:
+        controller.stop()
+    assert len(stored) == 50
+
+
+def _fifty_messages(controller: ReceiverController, port: int) -> None:
     loop = controller.loop
     made: list[object] = []
     call_at = loop.call_at
@@ -242,9 +260,54 @@ def test_a_sessions_timer_is_made_once_not_for_each_command(receiver) -> None:
                 assert client.sendmail("ann@example.org", ["snl@example.org"], MESSAGE) == {}
         finally:
             del loop.call_at  # type: ignore[method-assign]
-    assert len(stored) == 50
     timers = [c for c in made if "timeout" in getattr(c, "__name__", "")]
     assert timers == [], f"{len(timers)} timers made for 150 commands"
+
+
+def test_a_session_left_closing_by_a_client_that_reads_nothing_is_closed(receiver) -> None:
+    """A client that reads nothing sends commands until our replies wait in the
+    session's transport, then QUIT: the transport closes only once it has written them,
+    which is never. The idle timeout closes it all the same (its socket and its place
+    among the sessions were held for as long as the client kept its end open: the
+    review of issue 23's twenty-seventh session). The session's send buffer is made
+    small, so that a few replies fill it."""
+    port, controller, _ = receiver
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        sock.settimeout(WAIT)
+        wait_for(lambda: _sessions(controller), "the session")
+        _sessions(controller, send_buffer=4096)
+        deadline = time.monotonic() + WAIT
+        while not any(waiting for _, waiting in _sessions(controller)):
+            assert time.monotonic() < deadline, "our replies never waited to be written"
+            sock.sendall(b"LHLO mta.example.org\r\n")  # (each puts the timeout off)
+            time.sleep(0.005)
+        sock.sendall(b"QUIT\r\n")
+        wait_for(lambda: all(closing for closing, _ in _sessions(controller)), "it closing")
+        wait_for(lambda: not _sessions(controller), "the session closed")
+        assert len(controller.sessions) == 0
+
+
+def _sessions(
+    controller: ReceiverController, send_buffer: int | None = None
+) -> list[tuple[bool, int]]:
+    """Each open session's transport, from the receiver's loop: (closing, bytes it waits
+    to write); ``send_buffer``: its socket's send buffer set to that first."""
+
+    async def look() -> list[tuple[bool, int]]:
+        found = []
+        for session in list(controller.sessions._order):
+            transport = session.transport
+            if not isinstance(transport, asyncio.WriteTransport):
+                continue
+            if send_buffer is not None:
+                sock = transport.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
+            found.append((transport.is_closing(), transport.get_write_buffer_size()))
+        return found
+
+    return asyncio.run_coroutine_threadsafe(look(), controller.loop).result(WAIT)
 
 
 def test_at_the_cap_the_idlest_session_makes_room(receiver) -> None:
