@@ -220,30 +220,14 @@ def test_a_message_stored_longer_than_the_timeout_keeps_its_session() -> None:
     assert silent >= 0.99, f"closed {silent:.2f} s after the answer (timeout 1 s)"
 
 
-def test_a_sessions_timer_is_made_once_not_for_each_command() -> None:
+def test_a_sessions_timer_is_made_once_not_for_each_command(patient_receiver) -> None:
     """Each command puts the idle timeout off, and the session's one timer, due before
     the new deadline, waits on for it when it fires: 50 messages (150 commands) on one
     session make no timer (aiosmtpd made one for each command and cancelled the one
-    before, a seventh of the receiver's loop's time). The timeout is WAIT, so that the
-    first timer never fires during the test however slow the machine."""
-    stored: list[bytes] = []
-    port = free_port()
-    controller = ReceiverController(
-        GameAddressHandler("snl@example.org", lambda raw, source: stored.append(raw)),
-        "127.0.0.1",
-        port,
-        max_size=1 << 20,
-        idle_timeout=WAIT,
-    )
-    controller.start()
-    try:
-        _fifty_messages(controller, port)
-    finally:
-        controller.stop()
-    assert len(stored) == 50
-
-
-def _fifty_messages(controller: ReceiverController, port: int) -> None:
+    before, a seventh of the receiver's loop's time). The timeout is WAIT
+    (``patient_receiver``), so that the first timer never fires during the test however
+    slow the machine."""
+    port, controller, stored = patient_receiver
     loop = controller.loop
     made: list[object] = []
     call_at = loop.call_at
@@ -260,6 +244,7 @@ def _fifty_messages(controller: ReceiverController, port: int) -> None:
                 assert client.sendmail("ann@example.org", ["snl@example.org"], MESSAGE) == {}
         finally:
             del loop.call_at  # type: ignore[method-assign]
+    assert len(stored) == 50
     timers = [c for c in made if "timeout" in getattr(c, "__name__", "")]
     assert timers == [], f"{len(timers)} timers made for 150 commands"
 
