@@ -124,7 +124,8 @@ class Stages:
         each = {name: n / max(self.calls[name], 1) for name in self.NAMES}
         return (
             f"stages, ms of CPU a message: store {ms['store_many']:.2f} (groups of "
-            f"{each['store_many']:.1f}; its wall {1000 * self.wall['store_many'] / n:.2f}), read {ms['read_batch']:.2f}, apply "
+            f"{each['store_many']:.1f}; its wall {1000 * self.wall['store_many'] / n:.2f}), "
+            f"read {ms['read_batch']:.2f}, apply "
             f"{ms['apply_batch']:.2f} (batches of {each['apply_batch']:.1f}; its wall "
             f"{1000 * self.wall['apply_batch'] / n:.2f}), the rest "
             f"{1000 * cpu / n - sum(ms.values()):.2f}"
@@ -152,7 +153,8 @@ class Cores:
 
     def _now(self) -> tuple[float, float, float, dict[int, float], dict[int, float]]:
         busy, total = machine_busy()
-        return busy, total, time.process_time(), children_cpu(os.getpid()), children_cpu(self.postgres)
+        server, others = time.process_time(), children_cpu(os.getpid())
+        return busy, total, server, others, children_cpu(self.postgres)
 
     def line(self, n: int) -> str:
         """The ms a message since this was made, for ``n`` messages."""
