@@ -374,8 +374,9 @@ class GuardedSMTP(SMTP):
 
     def _timeout_cb(self) -> None:
         """aiosmtpd's ``timeout``: the client said nothing for that long (no command,
-        or its message not ended within it); never while we store its message."""
-        if self.transport is None or self.storing:
+        or its message not ended within it). Called by ``_timeout_due`` only, which never
+        calls it while we store a message of the session."""
+        if self.transport is None:
             return
         self.sessions.throttle(
             logging.INFO, "idle", f"LMTP: closed a session idle for {self._timeout_duration:.0f} s"
