@@ -217,27 +217,17 @@ class SenderProcess:
         meanwhile, so the child starts with them blocked and sets them before it takes
         them (a terminal's ^C or systemd's stop, sent to every process, would otherwise
         kill it while it imports)."""
-        context = multiprocessing.get_context("spawn")
         self._started = time.monotonic()  # a start that fails is tried again RESTART_AFTER on
-        read, write = self.pipe(context)
-        process = context.Process(
-            target=_run,
-            args=(self.config, self.log_level, read, os.getpid(), self.idle),
-            name="snl-pbem-sender",
-            daemon=False,
-        )
-        # the tracker that spawn starts first, the first time, unblocks SIGINT and SIGTERM
-        # as it starts: started before the block, it leaves the block alone
-        resource_tracker.ensure_running()
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+        read, write = self.pipe(multiprocessing.get_context("spawn"))
         try:
-            process.start()
+            process = spawn(
+                _run, (self.config, self.log_level, read, os.getpid(), self.idle), "sender"
+            )
         except BaseException:
             write.close()
             self._process = None  # how_it_ended: "did not start", not the one before's end
             raise
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
             read.close()  # the child has its own copy
         with self._lock:
             self._process, self._pipe = process, write
@@ -262,15 +252,7 @@ class SenderProcess:
 
     def how_it_ended(self) -> str:
         """How it ended, for the log: "exited 1", "was killed by SIGKILL"."""
-        code = None if self._process is None else self._process.exitcode
-        if code is None:
-            return "did not start"
-        if code >= 0:
-            return f"exited {code}"
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
+        return how_it_ended(self._process)
 
     def may_restart(self) -> bool:
         """Whether to start it again now (see ``RESTART_AFTER``)."""
@@ -301,25 +283,70 @@ class SenderProcess:
 HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
-def _run(config: Config, log_level: int, pipe: Connection, parent: int, idle: float) -> None:
-    """The sender process: die with ``serve``, then send until the pipe is closed.
+def spawn(target: Callable[..., None], args: tuple[Any, ...], name: str) -> Any:
+    """Start one of ``serve``'s processes (``snl-pbem-<name>``), spawned: a new interpreter
+    (``serve`` has threads, which fork must not copy). SIGINT, SIGTERM and SIGHUP are
+    blocked meanwhile, so the child starts with them blocked and sets them before it takes
+    them (``become_child``; a terminal's ^C or systemd's stop, sent to every process, would
+    otherwise kill it while it imports)."""
+    context = multiprocessing.get_context("spawn")
+    process = context.Process(target=target, args=args, name=f"snl-pbem-{name}", daemon=False)
+    # the tracker that spawn starts first, the first time, unblocks SIGINT and SIGTERM
+    # as it starts: started before the block, it leaves the block alone
+    resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    return process
 
-    It ignores SIGINT, SIGTERM and SIGHUP: ``serve`` takes them (a terminal's ^C and
-    systemd's stop reach every process of the service) and tells it what to do over the
-    pipe, so it goes on sending while ``serve`` finishes its closes, until told to stop."""
+
+def become_child(log_level: int, parent: int, what: str, killed: str) -> bool:
+    """In a process ``spawn`` started: log as ``serve`` does, die with ``serve``, and
+    ignore SIGINT, SIGTERM and SIGHUP: ``serve`` takes them (a terminal's ^C and systemd's
+    stop reach every process of the service) and tells its children what to do over their
+    pipes. False if ``serve`` is gone already. ``what`` names the process in a warning,
+    ``killed`` says what a ``serve`` killed outright then leaves it to do."""
     configure_logging(logging.getLevelName(log_level))
     prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # Linux only
     if prctl is None or prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
         log.warning(
-            "outbox: the sender cannot ask to die with serve (prctl: %s): a serve killed "
-            "outright leaves it to finish the part it is sending, up to the SMTP timeout",
+            "%s cannot ask to die with serve (prctl: %s): a serve killed outright leaves it %s",
+            what,
             os.strerror(ctypes.get_errno()) if prctl is not None else "not on this system",
+            killed,
         )
     if os.getppid() != parent:  # serve died before the line above
-        return
+        return False
     for number in HELD_SIGNALS:
         signal.signal(number, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
+    return True
+
+
+def how_it_ended(process: Any) -> str:
+    """How a process ``spawn`` started ended, for the log: "exited 1", "was killed by
+    SIGKILL"."""
+    code = None if process is None else process.exitcode
+    if code is None:
+        return "did not start"
+    if code >= 0:
+        return f"exited {code}"
+    try:
+        return f"was killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"was killed by signal {-code}"
+
+
+def _run(config: Config, log_level: int, pipe: Connection, parent: int, idle: float) -> None:
+    """The sender process: die with ``serve``, then send until the pipe is closed, so it
+    goes on sending while ``serve`` finishes its closes, until told to stop."""
+    what = "outbox: the sender"
+    if not become_child(
+        log_level, parent, what, "to finish the part it is sending, up to the SMTP timeout"
+    ):
+        return
     signals = PipeSignals(pipe.fileno())  # (pipe kept: closing it would close the fd)
     db = Database(config.database_url)
     try:

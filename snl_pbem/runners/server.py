@@ -10,7 +10,6 @@ readiness and a watchdog are notified on ``$NOTIFY_SOCKET``.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -32,6 +31,7 @@ from snl_pbem.errors import ConfigError, StartupError
 from snl_pbem.mail.imap import ImapPoller
 from snl_pbem.mail.lmtp import ReceiverController
 from snl_pbem.mail.sandbox import default_sandbox
+from snl_pbem.procs import settle_collector
 from snl_pbem.rules.words import counted
 from snl_pbem.runners.mailboxes import (
     DatabaseHooks,
@@ -346,25 +346,6 @@ class Server:
         default_readers().finish(20)  # so does the reading of a stored message
         self.db.dispose()
         log.info("stopped")
-
-
-YOUNG_COLLECTED_EVERY = 5000
-"""Allocations between two collections of the youngest objects, and 20 young collections
-to each of the middle generation's and 20 of those to each of the oldest's: (5000, 20, 20)
-against Python's (700, 10, 10)."""
-
-
-def settle_collector() -> None:
-    """Once started: what start-up made (the config, compiled templates and queries, the
-    mappers) lives as long as the server, and is kept out of the cycle collector's passes
-    (``gc.freeze``); the young are collected less often. A message's mail, its ORM rows and
-    its reply are garbage at once and hold few cycles, and the collector's passes over the
-    whole heap were 59 us of a message's 0.8 ms of the server's CPU (33 us after; issue 23).
-    Start-up's own garbage is collected first: a cycle frozen is never collected."""
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(YOUNG_COLLECTED_EVERY, max(middle, 20), max(old, 20))
 
 
 def serve(config_path: Path, log_level: str | None = None) -> int:

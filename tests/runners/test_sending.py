@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import load_config
+from snl_pbem.procs import YOUNG_COLLECTED_EVERY
 from snl_pbem.runners.sending import STOP_SECONDS, PipeSignals, SenderProcess
 from snl_pbem.runners.server import Server
 from snl_pbem.store import Database, OutboxMessage
@@ -388,7 +389,7 @@ def test_a_started_server_keeps_what_start_up_made_out_of_the_collectors_passes(
         assert server.ready.wait(WAIT)
         [(frozen, (young, middle, old))] = settled  # once, before it is ready
         assert frozen > 1000  # the objects start-up made
-        assert young == server_module.YOUNG_COLLECTED_EVERY and middle >= 20 and old >= 20
+        assert young == YOUNG_COLLECTED_EVERY and middle >= 20 and old >= 20
     finally:
         server.stop_event.set()
         thread.join(WAIT)
