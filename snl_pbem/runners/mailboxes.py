@@ -53,6 +53,7 @@ from snl_pbem.mail.parse import envelope_of
 from snl_pbem.mail.received import mta_receipt_time
 from snl_pbem.mail.sandbox import MAX_WORKERS, PARSE_SECONDS
 from snl_pbem.procs import dead_here, identity
+from snl_pbem.runners.applier import Applier
 from snl_pbem.store import Database
 from snl_pbem.store.states import InboundStatus
 from snl_pbem.timeutil import format_duration, utcnow
@@ -202,6 +203,9 @@ class Readers:
         self._paused = 0
         self._waking = threading.local()
         """Per thread: within ``waking_once`` (depth), and a reader to wake as it ends (due)."""
+        self.applier: Applier | None = None
+        """What writes the batches read (``serve`` on PostgreSQL: ``snl_pbem.runners.applier``);
+        None: ``apply_batch``, in this process."""
 
     def submit(
         self,
@@ -523,6 +527,9 @@ class Readers:
                 self._cond.notify_all()  # the next batch may be taken and read meanwhile
                 while (pause := self._turn_pause(first.turn)) != 0.0:
                     self._cond.wait(pause)
+            applier = self.applier
+            if applier is not None:  # (PostgreSQL: in a process of its own)
+                return dict(applier.apply(first.db, first.config, read))
             return dict(apply_batch(first.db, first.config, read))
         except BaseException as exc:
             return {job.inbound_id: exc for job in jobs}

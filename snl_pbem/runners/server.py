@@ -33,6 +33,7 @@ from snl_pbem.mail.lmtp import ReceiverController
 from snl_pbem.mail.sandbox import default_sandbox
 from snl_pbem.procs import settle_collector
 from snl_pbem.rules.words import counted
+from snl_pbem.runners.applier import Applier
 from snl_pbem.runners.mailboxes import (
     DatabaseHooks,
     Intake,
@@ -89,6 +90,8 @@ class Server:
     _receiver: ReceiverController | None = None
     _poller: ImapPoller | None = None
     _sender: SenderProcess | None = None
+    _applier: Applier | None = None
+    """PostgreSQL: the process that writes the readers' batches (``snl_pbem.runners.applier``)."""
     _retiring: list[SenderProcess] = field(default_factory=list)
     """Senders told to stop (a reload changed the mail settings), finishing their part."""
 
@@ -116,6 +119,13 @@ class Server:
         default_sandbox().warm()
         for result in process_pending(self.db, self.config):
             log.info("inbound %s processed after a restart: %s", result.inbound_id, result.status)
+        if not self.db.is_sqlite and self.clock is utcnow:  # (a test's clock cannot cross)
+            self._applier = Applier(logging.getLogger().level)
+            try:
+                self._applier.start()
+            except Exception as exc:  # written here meanwhile; tried again RESTART_AFTER on
+                log.error("intake: cannot start a process to write batches: %s", exc)
+            default_readers().applier = self._applier
         self.scheduler = make_scheduler(1 if self.db.is_sqlite else CLOSE_WORKERS)
         self.rounds = RoundScheduler(
             self.db,
@@ -217,8 +227,9 @@ class Server:
                     last_ping = time.monotonic()
             sd_notify("STOPPING=1")
             self.shutdown()
-        finally:  # whatever ended it: a sender process left running would hold up the exit
+        finally:  # whatever ended it: a process of ours left running would hold up the exit
             self._stop_senders()
+            self._stop_applier()
         return 0
 
     def _mind_threads(self) -> None:
@@ -249,6 +260,15 @@ class Server:
         for sender in self._retiring:
             sender.stop(max(0.0, until - time.monotonic()))
         self._retiring = []
+
+    def _stop_applier(self) -> None:
+        """The readers' batches written in this process again, and the process that wrote
+        them stopped (the readers have finished theirs: ``shutdown``)."""
+        applier, self._applier = self._applier, None
+        if applier is not None:
+            if default_readers().applier is applier:
+                default_readers().applier = None
+            applier.stop()
 
     def _send_now(self) -> None:
         """Mail was enqueued: have the sender drain the outbox now."""
@@ -344,6 +364,7 @@ class Server:
         self._stop_mail()
         self._stop_senders()
         default_readers().finish(20)  # so does the reading of a stored message
+        self._stop_applier()
         self.db.dispose()
         log.info("stopped")
 

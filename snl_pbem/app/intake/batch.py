@@ -195,7 +195,7 @@ def _write(
                 try:
                     with session.begin_nested() if savepoints else nullcontext():
                         found = _process_in(
-                            session, config, inbound_id, raw, note, _as_read(mail), locked=True
+                            session, config, inbound_id, raw, note, as_read(mail), locked=True
                         )
                         if not session.is_active:  # a write it passed over undid the batch's work
                             raise TransactionUndone("its savepoint" if savepoints else "the batch")
@@ -279,13 +279,13 @@ def _process_alone(
     mail: ParsedMail | str | Exception | None = None,
 ) -> IngestResult | Exception:
     try:
-        read = None if mail is None else _as_read(mail)
+        read = None if mail is None else as_read(mail)
         return _process_row(db, config, inbound_id, stored, read)
     except Exception as exc:  # the database away: it stays stored, unprocessed
         return exc
 
 
-def _as_read(read: ParsedMail | str | Exception) -> ParsedMail | str:
+def as_read(read: ParsedMail | str | Exception) -> ParsedMail | str:
     """A batch's reading as ``_read`` gives one: the mail, or why it could not be read."""
     if isinstance(read, str):  # read alone: ``_read`` said why
         return read

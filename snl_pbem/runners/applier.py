@@ -1,0 +1,208 @@
+"""PostgreSQL: the readers' transactions in a process of their own (``serve``).
+
+The readers read a batch (parse it in the sandbox) in ``serve`` and write it in one
+transaction (``apply_batch``). Through LMTP, ``serve``'s one interpreter also runs the
+sessions' loop and the store's writer, and on PostgreSQL, where nothing makes the stores
+wait for the readers, that interpreter was the limit: a tenth of a millisecond more of its
+work a message, anywhere, cost about a tenth of the orders a second. So on PostgreSQL the
+transactions run here, in a process of their own, one batch at a time, in the order the
+readers hand them over (``bench_ingest``, 8 LMTP sessions: 982-989 orders a second against
+711-768). SQLite keeps them in ``serve``: there its one write lock, which the stores and
+the readers' transactions take turns for (``snl_pbem.store.db``, one process's threads),
+is the limit, not the interpreter (the LMTP side in a process of its own: 999-1,047 a
+second against 968-1,005).
+
+What a batch guarantees is ``apply_batch``'s, unchanged: each row locked and its status
+checked in its transaction, all of the batch committed or none. Should the process end
+with a batch in it, the batch is written again in ``serve``, where what the process did
+commit is found handled and not applied twice; the next batch starts a new process (at
+most once in ``RESTART_AFTER``; meanwhile ``serve`` writes them itself, as before).
+``serve`` and the process talk over one pipe: a batch (and the config, when it changed)
+one way, each message's result the other; the pipe closed tells it to exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import time
+from multiprocessing import get_context
+from multiprocessing.connection import Connection
+from typing import Any
+
+from snl_pbem.app.intake.batch import ReadBatch, apply_batch, as_read
+from snl_pbem.app.intake.context import IngestResult
+from snl_pbem.config import Config
+from snl_pbem.procs import settle_collector
+from snl_pbem.runners.sending import RESTART_AFTER, become_child, how_it_ended, spawn
+from snl_pbem.store import Database
+
+log = logging.getLogger("snl_pbem.intake")
+
+STOP_SECONDS = 10.0
+"""How long a stopping ``serve`` waits for the process to finish its batch (the readers
+have finished theirs before: ``Readers.finish``)."""
+
+Results = dict[int, IngestResult | Exception]
+
+
+class Applier:
+    """``serve``'s side: ``start``, ``apply`` (as ``apply_batch``), ``stop``."""
+
+    def __init__(self, log_level: int) -> None:
+        self.log_level = log_level
+        self._lock = threading.Lock()  # one batch at a time (transactions go in turn)
+        self._process: Any = None
+        self._pipe: Connection | None = None
+        self._sent: Config | None = None
+        self._started = float("-inf")
+
+    @property
+    def pid(self) -> int | None:
+        """The process's id (None before its start)."""
+        return None if self._process is None else int(self._process.pid)
+
+    def start(self) -> None:
+        """Start the process, unless one runs (its interpreter's start-up then costs the
+        first batch nothing). Raises if it cannot be started."""
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:
+        if self._pipe is not None and self._process.is_alive():
+            return
+        self._started = time.monotonic()  # a start that fails is tried again RESTART_AFTER on
+        ours, theirs = get_context("spawn").Pipe()
+        try:
+            self._process = spawn(_run, (theirs, self.log_level, os.getpid()), "applier")
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()  # the child has its own copy
+        self._pipe, self._sent = ours, None
+        log.info("intake: writing batches from process %d", self._process.pid)
+
+    def apply(self, db: Database, config: Config, batch: ReadBatch) -> Results:
+        """``apply_batch(db, config, batch)``, in the process; in ``serve`` on SQLite, and
+        when the process cannot be had (ended with the batch in it: written here again)."""
+        if db.is_sqlite:
+            return apply_batch(db, config, batch)
+        with self._lock:
+            pipe = self._ready()
+            if pipe is not None:
+                try:
+                    return self._round_trip(pipe, db, config, batch)
+                except _Unsendable as exc:  # (a bug of ours: it is written here, as before)
+                    log.error(
+                        "intake: a batch could not be handed over (%s): written in serve", exc
+                    )
+                except (EOFError, OSError) as exc:
+                    self._drop()
+                    log.error(
+                        "intake: the process writing batches %s (%s): its batch of %d is "
+                        "written in serve (what it committed is found handled)",
+                        how_it_ended(self._process),
+                        type(exc).__name__,
+                        len(batch.ids),
+                    )
+        return apply_batch(db, config, batch)
+
+    def _ready(self) -> Connection | None:
+        if self._pipe is not None and self._process.is_alive():
+            return self._pipe
+        if self._pipe is not None:  # ended between batches
+            self._drop()
+            log.error("intake: the process writing batches %s", how_it_ended(self._process))
+        if time.monotonic() - self._started < RESTART_AFTER:
+            return None
+        try:
+            self._start()
+        except Exception as exc:  # written in serve meanwhile; tried again RESTART_AFTER on
+            log.error("intake: cannot start a process to write batches: %s", exc)
+            return None
+        return self._pipe
+
+    def _round_trip(
+        self, pipe: Connection, db: Database, config: Config, batch: ReadBatch
+    ) -> Results:
+        # each reading as apply_batch reads it (an exception of the sandbox's, as its
+        # words): what crosses is mail, text and numbers
+        read = ReadBatch(batch.ids, batch.known, batch.todo, [as_read(r) for r in batch.read])
+        try:
+            data = pickle.dumps((db.url, config if config is not self._sent else None, read))
+        except Exception as exc:
+            raise _Unsendable(f"{type(exc).__name__}: {exc}") from exc
+        pipe.send_bytes(data)
+        self._sent = config
+        results: Results = pipe.recv()
+        return results
+
+    def _drop(self) -> None:
+        if self._pipe is not None:
+            self._pipe.close()
+        self._pipe, self._sent = None, None
+        if self._process is not None:
+            self._process.join(1)  # (ended: reaped, its exit code read)
+
+    def stop(self, seconds: float = STOP_SECONDS) -> None:
+        """Close the pipe (the process ends once its batch is done) and wait for it
+        ``seconds`` at most; then kill it (a batch not committed is undone, its messages
+        read again at the next start)."""
+        with self._lock:
+            pipe, process = self._pipe, self._process
+            self._pipe = None
+        if pipe is not None:
+            pipe.close()
+        if process is None:
+            return
+        process.join(seconds)
+        if process.is_alive():
+            log.warning("intake: the process writing batches did not stop: killed")
+            process.kill()
+            process.join()
+
+
+class _Unsendable(Exception):
+    """A batch (or the config) that cannot be pickled: nothing was written to the pipe."""
+
+
+def _run(pipe: Connection, log_level: int, parent: int) -> None:
+    """The process: write each batch it is given, until the pipe is closed."""
+    what = "intake: the process writing batches"
+    if not become_child(log_level, parent, what, "to finish the batch it is writing"):
+        return
+    settle_collector()  # as serve's own process, once started
+    dbs: dict[str, Database] = {}
+    config: Config | None = None
+    try:
+        while True:
+            try:
+                url, new, batch = pipe.recv()
+            except EOFError:
+                return
+            if new is not None:
+                config = new
+            assert config is not None  # (the first batch brings it)
+            db = dbs.get(url) or dbs.setdefault(url, Database(url))
+            try:
+                results: Results = apply_batch(db, config, batch)
+            except Exception as exc:  # (apply_batch returns its failures: a bug of ours)
+                log.exception("intake: a batch could not be written")
+                results = dict.fromkeys(batch.ids, exc)
+            pipe.send({inbound_id: _sendable(r) for inbound_id, r in results.items()})
+    finally:
+        for db in dbs.values():
+            db.dispose()
+
+
+def _sendable(result: IngestResult | Exception) -> IngestResult | Exception:
+    """A result as it can cross the pipe: an exception that cannot, as its words."""
+    if isinstance(result, Exception):
+        try:
+            pickle.loads(pickle.dumps(result))
+        except Exception:
+            return RuntimeError(f"{type(result).__name__}: {result}")
+    return result
