@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import email
 import email.policy
+import logging
 import multiprocessing
 import os
 import platform
@@ -58,7 +59,7 @@ from dkimkeys import key_file_for_the_run
 from dovecotserver import DovecotServer
 from imapclient import IMAPClient
 from pgserver import PostgresServer
-from proccpu import children_cpu, machine_busy, postmaster_pid
+from proccpu import children_cpu, cpu_seconds, machine_busy, postmaster_pid
 from sqlalchemy import func, insert, select
 
 import snl_pbem.runners.mailboxes as mailboxes
@@ -66,6 +67,7 @@ from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import load_config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
+from snl_pbem.runners.applier import Applier
 from snl_pbem.runners.mailboxes import DatabaseHooks, Intake, Readers, lmtp_receiver
 from snl_pbem.runners.server import settle_collector
 from snl_pbem.store import Database, OrderRecord, OutboxMessage
@@ -86,6 +88,8 @@ class Stages:
     NAMES = ("store_many", "read_batch", "apply_batch")
 
     def __init__(self) -> None:
+        self.applier: int | None = None  # its process: its CPU is apply's (``watch``)
+        self._applier_at = self._applier_last = 0.0
         self.cpu = dict.fromkeys(self.NAMES, 0.0)
         self.wall = dict.fromkeys(self.NAMES, 0.0)
         self.calls = dict.fromkeys(self.NAMES, 0)
@@ -112,24 +116,45 @@ class Stages:
 
         return timed
 
+    def watch(self, applier: Applier | None) -> None:
+        """The readers' batches are written by ``applier`` (PostgreSQL, as serve writes
+        them): apply's calls and wall are its round trips, its CPU the process's."""
+        self.applier = applier.pid if applier is not None else None
+        if applier is not None:
+            applier.apply = self._timed("apply_batch", applier.apply)  # type: ignore[method-assign]
+
     def reset(self) -> None:
         with self._lock:
             for name in self.NAMES:
                 self.cpu[name] = self.wall[name] = 0.0
                 self.calls[name] = 0
+            self._applier_at = cpu_seconds(self.applier) if self.applier else 0.0
+
+    def server_cpu(self) -> float:
+        """The server's CPU so far: this process's, and its applier's (kept: the run's
+        last reading is its end, ``line``'s, taken before the process is stopped)."""
+        self._applier_last = cpu_seconds(self.applier) if self.applier else 0.0
+        return time.process_time() + self._applier_last
 
     def line(self, n: int, cpu: float) -> str:
         """The server's CPU a message by stage, for ``n`` messages and ``cpu`` seconds."""
+        if self.applier:  # (its round trips' own CPU is this process's: a few us a batch)
+            self.cpu["apply_batch"] = self._applier_last - self._applier_at
         ms = {name: 1000 * self.cpu[name] / n for name in self.NAMES}
         each = {name: n / max(self.calls[name], 1) for name in self.NAMES}
         return (
             f"stages, ms of CPU a message: store {ms['store_many']:.2f} (groups of "
             f"{each['store_many']:.1f}; its wall {1000 * self.wall['store_many'] / n:.2f}), "
-            f"read {ms['read_batch']:.2f}, apply "
+            f"read {ms['read_batch']:.2f}, apply{' (its process)' * bool(self.applier)} "
             f"{ms['apply_batch']:.2f} (batches of {each['apply_batch']:.1f}; its wall "
             f"{1000 * self.wall['apply_batch'] / n:.2f}), the rest "
             f"{1000 * cpu / n - sum(ms.values()):.2f}"
         )
+
+
+def server_cpu() -> float:
+    """The server's CPU so far (its applier's too: ``Stages.server_cpu``)."""
+    return STAGES.server_cpu() if STAGES is not None else time.process_time()
 
 
 STAGES: Stages | None = None
@@ -149,11 +174,13 @@ class Cores:
     def __init__(self, mta: MTA | None = None, postgres: int | None = None) -> None:
         self.mta = {p.pid for p in mta.pool._pool} if mta is not None else set()  # type: ignore[attr-defined]
         self.postgres = postgres
+        self.applier = STAGES.applier if STAGES is not None else None  # (the server's own)
         self.start = self._now()
 
     def _now(self) -> tuple[float, float, float, dict[int, float], dict[int, float]]:
         busy, total = machine_busy()
         server, others = time.process_time(), children_cpu(os.getpid())
+        server += others.pop(self.applier, 0.0) if self.applier else 0.0
         return busy, total, server, others, children_cpu(self.postgres)
 
     def line(self, n: int) -> str:
@@ -306,20 +333,35 @@ def via_imap(
             timeout=60,
         )
         readers = Readers()
+        applier = with_applier(readers, url)
         hooks = DatabaseHooks(db, config, clock=lambda: datetime.now(UTC), readers=readers)
         poller = ImapPoller(mailbox, hooks)
         settle_collector()  # as serve does once started
         if STAGES is not None:
             STAGES.reset()
         cores = Cores(postgres=POSTMASTER if url else None)
-        started, cpu = time.perf_counter(), time.process_time()
+        started, cpu = time.perf_counter(), server_cpu()
         stored = poller.poll_once()
         wait_processed(db, readers, len(raws))
-        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+        seconds, cpu = time.perf_counter() - started, server_cpu() - cpu
         where = cores.line(len(raws))
         poller.close()
+        if applier is not None:
+            applier.stop()
         assert stored == len(raws) and counts(db) == (len(raws), len(raws)), counts(db)
     return seconds, cpu, where
+
+
+def with_applier(readers: Readers, url: str | None) -> Applier | None:
+    """On PostgreSQL the readers' batches are written in a process of their own, as serve
+    writes them (``snl_pbem.runners.applier``); its CPU counts as the server's."""
+    applier = Applier(logging.WARNING) if url is not None else None
+    if applier is not None:
+        applier.start()
+        readers.applier = applier
+    if STAGES is not None:
+        STAGES.watch(applier)
+    return applier
 
 
 def wait_processed(db: Database, readers: Readers, n: int) -> None:
@@ -343,6 +385,7 @@ def via_lmtp(
     port = free_port()
     with game(players, url, port) as (db, config):
         readers = Readers()
+        applier = with_applier(readers, url)
         receiver = lmtp_receiver(db, config, intake=Intake(db, config, readers=readers))
         assert receiver is not None
         receiver.start()
@@ -353,15 +396,17 @@ def via_lmtp(
                 if STAGES is not None:
                     STAGES.reset()
                 cores = Cores(mta, postgres=POSTMASTER if url else None)
-                started, cpu = time.perf_counter(), time.process_time()
+                started, cpu = time.perf_counter(), server_cpu()
                 mta.deliver(port, shares)
                 wait_processed(db, readers, len(raws))
-                seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+                seconds, cpu = time.perf_counter() - started, server_cpu() - cpu
                 where = cores.line(len(raws))
                 # (the clock stops before the MTA's processes end: their ending is not the
                 # intake's time, and it took 1-3.5 s of the clock at 8 to 20 sessions)
         finally:
             receiver.stop()
+            if applier is not None:
+                applier.stop()
         assert counts(db) == (len(raws), len(raws)), counts(db)
     return seconds, cpu, where
 
