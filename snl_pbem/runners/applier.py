@@ -57,6 +57,7 @@ class Applier:
         self._process: Any = None
         self._pipe: Connection | None = None
         self._sent: Config | None = None
+        self._up = False  # (its first word read: ``_await_up``)
         self._started = float("-inf")
 
     @property
@@ -82,8 +83,30 @@ class Applier:
             raise
         finally:
             theirs.close()  # the child has its own copy
-        self._pipe, self._sent = ours, None
+        self._pipe, self._sent, self._up = ours, None, False
         log.info("intake: writing batches from process %d", self._process.pid)
+
+    def wait_ready(self, seconds: float) -> bool:
+        """Wait until the process is ready for batches (its interpreter started), ``seconds``
+        at most: whether it is. (Not needed: a batch handed over first waits for it.)"""
+        with self._lock:
+            pipe = self._pipe
+            if pipe is None or self._up:
+                return self._up
+            try:
+                if pipe.poll(seconds):
+                    self._await_up(pipe)
+            except (EOFError, OSError):
+                return False
+            return self._up
+
+    def _await_up(self, pipe: Connection) -> None:
+        """The process's first word: it is ready."""
+        if not self._up:
+            word = pipe.recv_bytes()
+            if word != _UP:
+                raise EOFError(f"not the process's first word: {word[:20]!r}")
+            self._up = True
 
     def apply(self, db: Database, config: Config, batch: ReadBatch) -> Results:
         """``apply_batch(db, config, batch)``, in the process; in ``serve`` on SQLite, and
@@ -135,6 +158,7 @@ class Applier:
             data = pickle.dumps((db.url, config if config is not self._sent else None, read))
         except Exception as exc:
             raise _Unsendable(f"{type(exc).__name__}: {exc}") from exc
+        self._await_up(pipe)
         pipe.send_bytes(data)
         self._sent = config
         results: Results = pipe.recv()
@@ -165,6 +189,10 @@ class Applier:
             process.join()
 
 
+_UP = b"up"
+"""The process's first word: started, ready for batches."""
+
+
 class _Unsendable(Exception):
     """A batch (or the config) that cannot be pickled: nothing was written to the pipe."""
 
@@ -175,6 +203,7 @@ def _run(pipe: Connection, log_level: int, parent: int) -> None:
     if not become_child(log_level, parent, what, "to finish the batch it is writing"):
         return
     settle_collector()  # as serve's own process, once started
+    pipe.send_bytes(_UP)
     dbs: dict[str, Database] = {}
     config: Config | None = None
     try:

@@ -358,6 +358,7 @@ def with_applier(readers: Readers, url: str | None) -> Applier | None:
     applier = Applier(logging.WARNING) if url is not None else None
     if applier is not None:
         applier.start()
+        assert applier.wait_ready(300)  # (its interpreter's start-up is not the intake's)
         readers.applier = applier
     if STAGES is not None:
         STAGES.watch(applier)

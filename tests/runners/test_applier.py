@@ -170,6 +170,7 @@ def test_a_batch_whose_process_ends_is_written_here_once(intake, after: float, c
 def test_a_process_gone_between_batches_is_started_again(intake, applier, monkeypatch) -> None:
     db, config = intake
     applier.start()
+    assert applier.wait_ready(WAIT)
     first = applier.pid
     assert first is not None
     os.kill(first, signal.SIGKILL)
