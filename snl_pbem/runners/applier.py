@@ -2,15 +2,16 @@
 
 The readers read a batch (parse it in the sandbox) in ``serve`` and write it in one
 transaction (``apply_batch``). Through LMTP, ``serve``'s one interpreter also runs the
-sessions' loop and the store's writer, and on PostgreSQL, where nothing makes the stores
-wait for the readers, that interpreter was the limit: a tenth of a millisecond more of its
-work a message, anywhere, cost about a tenth of the orders a second. So on PostgreSQL the
-transactions run here, in a process of their own, one batch at a time, in the order the
-readers hand them over (``bench_ingest``, 8 LMTP sessions: 982-989 orders a second against
-711-768). SQLite keeps them in ``serve``: there its one write lock, which the stores and
-the readers' transactions take turns for (``snl_pbem.store.db``, one process's threads),
-is the limit, not the interpreter (the LMTP side in a process of its own: 999-1,047 a
-second against 968-1,005).
+sessions' loop and the store's writer, and it was busy: a tenth of a millisecond more of
+its work a message, anywhere, cost about a tenth of the orders a second (SQLite). On
+PostgreSQL, where nothing makes the stores wait for the readers, that interpreter was the
+limit, so there the transactions run here, in a process of their own, one batch at a time,
+in the order the readers hand them over (``bench_ingest``, 8 LMTP sessions, four pairs:
+938-1,035 orders a second against 764-841; through Dovecot 1,261-1,336 against
+1,132-1,166). SQLite keeps them in ``serve``: there its one write lock, which the stores
+and the readers' transactions take turns for (``snl_pbem.store.db``, one process's
+threads), is the limit, not the interpreter (the LMTP side in a process of its own:
+999-1,047 a second against 968-1,005).
 
 What a batch guarantees is ``apply_batch``'s, unchanged: each row locked and its status
 checked in its transaction, all of the batch committed or none. Should the process end
