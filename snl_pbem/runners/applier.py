@@ -16,8 +16,11 @@ threads), is the limit, not the interpreter (the LMTP side in a process of its o
 What a batch guarantees is ``apply_batch``'s, unchanged: each row locked and its status
 checked in its transaction, all of the batch committed or none. Should the process end
 with a batch in it, the batch is written again in ``serve``, where what the process did
-commit is found handled and not applied twice; the next batch starts a new process (at
-most once in ``RESTART_AFTER``; meanwhile ``serve`` writes them itself, as before).
+commit is found handled and not applied twice (and told as its rows say: ``_told_again``);
+the next batch starts a new process (at most once in ``RESTART_AFTER``; meanwhile ``serve``
+writes them itself, as before). ``serve`` stopping waits for the batch in the process
+``STOP_SECONDS`` at most, then kills it: a batch waiting on a row another holds never
+holds the stop up.
 ``serve`` and the process talk over one pipe: a batch (and the config, when it changed)
 one way, each message's result the other; the pipe closed tells it to exit.
 """
@@ -33,12 +36,15 @@ from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from typing import Any
 
+from sqlalchemy import select
+
 from snl_pbem.app.intake.batch import ReadBatch, apply_batch, as_read
 from snl_pbem.app.intake.context import IngestResult
 from snl_pbem.config import Config
 from snl_pbem.procs import settle_collector
 from snl_pbem.runners.sending import RESTART_AFTER, become_child, how_it_ended, spawn
-from snl_pbem.store import Database
+from snl_pbem.store import Database, Game, InboundMessage
+from snl_pbem.store.states import InboundStatus
 
 log = logging.getLogger("snl_pbem.intake")
 
@@ -57,9 +63,12 @@ class Applier:
         self._lock = threading.Lock()  # one batch at a time (transactions go in turn)
         self._process: Any = None
         self._pipe: Connection | None = None
-        self._sent: Config | None = None
+        self._sent: list[Config] = []
+        """The configs the process holds, the latest last (``KEPT_CONFIGS``; each by its
+        ``id``, which holding it here keeps its own)."""
         self._up = False  # (its first word read: ``_await_up``)
         self._started = float("-inf")
+        self._stopping = False
 
     @property
     def pid(self) -> int | None:
@@ -68,7 +77,9 @@ class Applier:
 
     def start(self) -> None:
         """Start the process, unless one runs (its interpreter's start-up then costs the
-        first batch nothing). Raises if it cannot be started."""
+        first batch nothing). Raises if it cannot be started. (A process started by a
+        thread dies with that thread, ``PR_SET_PDEATHSIG``'s way: serve's readers and its
+        main thread live as long as serve.)"""
         with self._lock:
             self._start()
 
@@ -84,7 +95,7 @@ class Applier:
             raise
         finally:
             theirs.close()  # the child has its own copy
-        self._pipe, self._sent, self._up = ours, None, False
+        self._pipe, self._sent, self._up = ours, [], False
         log.info("intake: writing batches from process %d", self._process.pid)
 
     def wait_ready(self, seconds: float) -> bool:
@@ -110,12 +121,14 @@ class Applier:
             self._up = True
 
     def apply(self, db: Database, config: Config, batch: ReadBatch) -> Results:
-        """``apply_batch(db, config, batch)``, in the process; in ``serve`` on SQLite, and
-        when the process cannot be had (ended with the batch in it: written here again)."""
+        """``apply_batch(db, config, batch)``, in the process; in ``serve`` on SQLite, once
+        stopped, and when the process cannot be had. One that ended with the batch in it
+        (whether or not it committed it): the batch is written here again; serve stopping
+        meanwhile, its messages stay stored, unprocessed (read at the next start)."""
         if db.is_sqlite:
             return apply_batch(db, config, batch)
         with self._lock:
-            pipe = self._ready()
+            pipe = None if self._stopping else self._ready()
             if pipe is not None:
                 try:
                     return self._round_trip(pipe, db, config, batch)
@@ -123,8 +136,11 @@ class Applier:
                     log.error(
                         "intake: a batch could not be handed over (%s): written in serve", exc
                     )
-                except (EOFError, OSError) as exc:
+                except Exception as exc:  # the process ended (or the pipe broke) with it
                     self._drop()
+                    if self._stopping:
+                        log.warning("intake: serve stopping, a batch of %d left", len(batch.ids))
+                        return dict.fromkeys(batch.ids, RuntimeError("serve stopped"))
                     log.error(
                         "intake: the process writing batches %s (%s): its batch of %d is "
                         "written in serve (what it committed is found handled)",
@@ -132,6 +148,7 @@ class Applier:
                         type(exc).__name__,
                         len(batch.ids),
                     )
+                    return _told_again(db, batch, apply_batch(db, config, batch))
         return apply_batch(db, config, batch)
 
     def _ready(self) -> Connection | None:
@@ -153,41 +170,94 @@ class Applier:
         self, pipe: Connection, db: Database, config: Config, batch: ReadBatch
     ) -> Results:
         # each reading as apply_batch reads it (an exception of the sandbox's, as its
-        # words): what crosses is mail, text and numbers
+        # words): what crosses is mail, text and numbers. The config crosses once: then
+        # its id (a reload's new config and the old one, which the intake may still hand
+        # over, are both kept there)
         read = ReadBatch(batch.ids, batch.known, batch.todo, [as_read(r) for r in batch.read])
+        known = any(config is kept for kept in self._sent)
         try:
-            data = pickle.dumps((db.url, config if config is not self._sent else None, read))
+            data = pickle.dumps((db.url, id(config), None if known else config, read))
         except Exception as exc:
             raise _Unsendable(f"{type(exc).__name__}: {exc}") from exc
         self._await_up(pipe)
         pipe.send_bytes(data)
-        self._sent = config
+        if not known:
+            self._sent = [*self._sent, config][-KEPT_CONFIGS:]
         results: Results = pipe.recv()
         return results
 
     def _drop(self) -> None:
+        """The process gone (or to be): the pipe closed, the process reaped (killed if it
+        still runs: its pipe is unknown ground now)."""
         if self._pipe is not None:
             self._pipe.close()
-        self._pipe, self._sent = None, None
-        if self._process is not None:
-            self._process.join(1)  # (ended: reaped, its exit code read)
+        self._pipe, self._sent = None, []
+        process = self._process
+        if process is not None:
+            process.join(1)
+            if process.is_alive():
+                process.kill()
+                process.join()
 
     def stop(self, seconds: float = STOP_SECONDS) -> None:
-        """Close the pipe (the process ends once its batch is done) and wait for it
-        ``seconds`` at most; then kill it (a batch not committed is undone, its messages
-        read again at the next start)."""
-        with self._lock:
-            pipe, process = self._pipe, self._process
-            self._pipe = None
-        if pipe is not None:
-            pipe.close()
+        """Take no more batches. Wait for the batch in the process, then close the pipe, and
+        the process ends; ``seconds`` at most in all, then kill it (a batch not committed is
+        undone: its messages are read again at the next start). A batch waiting that long (a row
+        lock another holds, a database gone quiet) never holds serve's stop up."""
+        self._stopping = True
+        ends = time.monotonic() + seconds
+        if self._lock.acquire(timeout=seconds):  # no batch in the process (any more)
+            try:
+                pipe, self._pipe = self._pipe, None
+                if pipe is not None:
+                    pipe.close()  # its end of file: it exits
+            finally:
+                self._lock.release()
+        process = self._process
         if process is None:
             return
-        process.join(seconds)
+        process.join(max(0.0, ends - time.monotonic()))
         if process.is_alive():
             log.warning("intake: the process writing batches did not stop: killed")
-            process.kill()
+            process.kill()  # (a batch in it: its round trip ends, the batch left stored)
             process.join()
+
+
+KEPT_CONFIGS = 2
+"""Configs the process keeps: the running one and the one before a reload."""
+
+
+def _told_again(db: Database, batch: ReadBatch, results: Results) -> Results:
+    """The results of a batch written again in serve after its process ended: a message
+    found handled that was new when read was handled by that process, whose word is lost.
+    Its result is what its row says, and as if it may have filled a game or made a round
+    all in (serve then checks both: the checks change nothing when they are not so)."""
+    new = {inbound_id for inbound_id, _, _ in batch.todo}
+    lost = [
+        inbound_id
+        for inbound_id, result in results.items()
+        if inbound_id in new
+        and isinstance(result, IngestResult)
+        and result.status == InboundStatus.DUPLICATE
+    ]
+    if not lost:
+        return results
+    with db.reading() as session:
+        rows = session.execute(
+            select(InboundMessage.id, InboundMessage.status, Game.name)
+            .outerjoin(Game, Game.id == InboundMessage.game_id)
+            .where(InboundMessage.id.in_(lost))
+        ).all()
+    for inbound_id, status, game in rows:
+        results[inbound_id] = IngestResult(
+            inbound_id,
+            status,
+            "written by the process writing batches, which ended before it answered",
+            game=game,
+            started=game is not None,
+            all_in=game is not None,
+        )
+    return results
 
 
 _UP = b"up"
@@ -206,16 +276,18 @@ def _run(pipe: Connection, log_level: int, parent: int) -> None:
     settle_collector()  # as serve's own process, once started
     pipe.send_bytes(_UP)
     dbs: dict[str, Database] = {}
-    config: Config | None = None
+    configs: dict[int, Config] = {}
     try:
         while True:
             try:
-                url, new, batch = pipe.recv()
+                url, key, new, batch = pipe.recv()
             except EOFError:
                 return
             if new is not None:
-                config = new
-            assert config is not None  # (the first batch brings it)
+                configs[key] = new
+                for old in list(configs)[:-KEPT_CONFIGS]:
+                    del configs[old]
+            config = configs[key]  # (brought the first time)
             db = dbs.get(url) or dbs.setdefault(url, Database(url))
             try:
                 results: Results = apply_batch(db, config, batch)

@@ -75,9 +75,15 @@ def applier():
 
 
 def test_a_batch_is_written_in_the_process_on_postgresql_and_here_on_sqlite(
-    intake, applier: Applier
+    intake, applier: Applier, monkeypatch
 ) -> None:
     db, config = intake
+    if not db.is_sqlite:  # the process writes it, not serve
+
+        def not_here(*_args):
+            raise AssertionError("written in serve")
+
+        monkeypatch.setattr(applier_module, "apply_batch", not_here)
     ids = stored(db, config)
     results = applier.apply(db, config, read_batch(db, config, ids))
     assert [results[i].status for i in ids] == ["processed"] * 3
@@ -106,56 +112,98 @@ def test_the_readers_hand_their_batches_to_the_applier(intake, applier: Applier)
     assert (applier.pid is None) == db.is_sqlite
 
 
-class KilledWithTheBatch(Applier):
-    """The process killed with a batch in it: as it reads it, or at any point after, up to
-    its answer (whether it committed is a race: both must come out right)."""
+def held_row(db: Database, inbound_id: int):
+    """A connection of its own holding ``inbound_id``'s row (FOR UPDATE) until it is closed:
+    a batch holding that message waits, its transaction begun."""
+    connection = db.engine.connect()
+    connection.begin()
+    connection.execute(
+        select(InboundMessage.id).where(InboundMessage.id == inbound_id).with_for_update()
+    )
+    return connection
 
-    def __init__(self, after: float) -> None:
+
+def waiting_for_a_lock(db: Database) -> bool:
+    with db.engine.connect() as connection:
+        return bool(
+            connection.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            ).scalar()
+        )
+
+
+def until(condition, what: str) -> None:
+    """Until ``condition()`` (a hang detector's WAIT at most)."""
+    ends = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < ends, what
+        time.sleep(0.02)
+
+
+class KilledWithTheBatch(Applier):
+    """The process killed with a batch in it: ``when(db, ids)`` says when (it returns
+    once the moment has come); ``lost`` also throws away its answer, should it have
+    written one (killed after its commit, before serve read its word)."""
+
+    def __init__(self, when, lost: bool = False) -> None:
         super().__init__(logging.WARNING)
-        self.after = after
+        self.when, self.lost = when, lost
 
     def _round_trip(self, pipe, db, config, batch):
         process = self._process
 
         def kill() -> None:
-            time.sleep(self.after)
+            self.when(db, batch.ids)
             os.kill(process.pid, signal.SIGKILL)
+            process.join(WAIT)
 
         killer = threading.Thread(target=kill)
         killer.start()
         try:
-            result = super()._round_trip(pipe, db, config, batch)
+            if self.lost:  # handed over, then its word (if written) gone with it
+
+                def lost_word() -> None:
+                    killer.join()
+                    raise EOFError("its word lost")
+
+                pipe.recv = lost_word
+            return super()._round_trip(pipe, db, config, batch)
         finally:
             killer.join()
-        # answered before the kill: the batch came through whole; ask for the next one's
-        # answer, which the kill ends
-        pipe.recv()
-        return result
 
 
-@pytest.mark.parametrize("after", [0.0, 0.05, 0.2])
 @PG
-def test_a_batch_whose_process_ends_is_written_here_once(intake, after: float, caplog) -> None:
-    """Killed as it reads the batch, as it writes it, or once it has: each message is
-    applied once (the process's commit, or serve's writing of it again), and answered once."""
+def test_a_batch_whose_process_ends_as_it_writes_is_written_here_once(
+    intake, caplog, monkeypatch
+) -> None:
+    """Killed with its transaction begun (waiting for a row another holds): nothing of it
+    is committed, and serve writes the batch: each message applied and answered once."""
     db, config = intake
-    applier = KilledWithTheBatch(after)
+    monkeypatch.setattr(applier_module, "RESTART_AFTER", WAIT)  # (no new process: here)
+    ids = stored(db, config)
+    holder = held_row(db, ids[1])
+
+    def when_it_waits(db, ids) -> None:
+        until(lambda: waiting_for_a_lock(db), "the process's transaction waiting for a lock")
+        threading.Timer(0.2, holder.close).start()  # (the kill first: serve's write waits)
+
+    applier = KilledWithTheBatch(when_it_waits)
     try:
         applier.start()
-        ids = stored(db, config)
+        assert applier.wait_ready(WAIT)
         with caplog.at_level(logging.ERROR, logger="snl_pbem.intake"):
             results = applier.apply(db, config, read_batch(db, config, ids))
+        assert "was killed by SIGKILL" in caplog.text
         assert "its batch of 3 is written in serve" in caplog.text
-        assert {results[i].status for i in ids} <= {"processed", "duplicate"}
+        assert [results[i].status for i in ids] == ["processed"] * 3
         assert all(status == "processed" for status in statuses(db).values())
-        assert sorted((o.player, o.dice) for o in orders_of(db)) == [
+        assert [(o.player, o.dice) for o in orders_of(db)] == [
             ("ann", "2"),
             ("bob", "3"),
             ("cy", "4"),
         ]
         assert acks(db) == 3
-        # the next batch: a new process only RESTART_AFTER after the last start; written
-        # here meanwhile
+        # the next batch, within RESTART_AFTER of the last start: written here
         gone = applier._process
         more = stored(db, config, ("ann",))
         assert applier.apply(db, config, read_batch(db, config, more))[more[0]].status == (
@@ -163,7 +211,72 @@ def test_a_batch_whose_process_ends_is_written_here_once(intake, after: float, c
         )
         assert applier._pipe is None and applier._process is gone
     finally:
+        holder.close()
         applier.stop()
+
+
+@PG
+def test_a_batch_whose_process_ends_before_its_word_is_told_from_its_rows(
+    intake, caplog, monkeypatch
+) -> None:
+    """Killed once it committed, its answer lost: serve finds the messages handled (none
+    applied twice) and tells what their rows say, as if each may have filled the game or
+    made its round all in (serve checks both)."""
+    db, config = intake
+    monkeypatch.setattr(applier_module, "RESTART_AFTER", WAIT)
+    ids = stored(db, config)
+
+    def when_committed(db, ids) -> None:
+        until(lambda: all(statuses(db)[i] == "processed" for i in ids), "the batch committed")
+
+    applier = KilledWithTheBatch(when_committed, lost=True)
+    try:
+        applier.start()
+        assert applier.wait_ready(WAIT)
+        with caplog.at_level(logging.ERROR, logger="snl_pbem.intake"):
+            results = applier.apply(db, config, read_batch(db, config, ids))
+        assert "its batch of 3 is written in serve" in caplog.text
+        assert [(results[i].status, results[i].game) for i in ids] == [("processed", "g1")] * 3
+        assert all(results[i].all_in and results[i].started for i in ids)
+        assert "ended before it answered" in results[ids[0]].detail
+        assert len(orders_of(db)) == 3 and acks(db) == 3
+    finally:
+        applier.stop()
+
+
+@PG
+def test_a_stop_never_waits_on_a_batch_that_waits(intake, monkeypatch) -> None:
+    """serve stopping while the process's batch waits for a row another holds: the stop
+    kills it after its wait, whatever the row; the batch is left stored, unprocessed (read
+    at the next start), and nothing is written in serve (stopped, it takes no batch)."""
+    db, config = intake
+    ids = stored(db, config)
+    holder = held_row(db, ids[0])
+    applier = Applier(logging.WARNING)
+    outcome: list = []
+    try:
+        applier.start()
+        assert applier.wait_ready(WAIT)
+        batch = read_batch(db, config, ids)
+        writer = threading.Thread(target=lambda: outcome.append(applier.apply(db, config, batch)))
+        writer.start()
+        until(lambda: waiting_for_a_lock(db), "the process's transaction waiting for a lock")
+        stopper = threading.Thread(target=applier.stop, args=(0.5,))
+        stopper.start()
+        stopper.join(WAIT)
+        assert not stopper.is_alive(), "the stop waited for the row's holder"
+        writer.join(WAIT)
+        assert not applier._process.is_alive()
+    finally:
+        holder.close()
+    assert [type(outcome[0][i]) for i in ids] == [RuntimeError] * 3
+    assert set(statuses(db).values()) == {"new"} and orders_of(db) == []
+    # stopped: a late batch is written here, and no process is started again
+    monkeypatch.setattr(applier_module, "RESTART_AFTER", 0.0)
+    gone = applier._process
+    results = applier.apply(db, config, read_batch(db, config, ids))
+    assert [results[i].status for i in ids] == ["processed"] * 3
+    assert applier._process is gone
 
 
 @PG
