@@ -46,7 +46,7 @@ from snl_pbem.runners.sending import RESTART_AFTER, become_child, how_it_ended, 
 from snl_pbem.store import Database, Game, InboundMessage
 from snl_pbem.store.states import InboundStatus
 
-log = logging.getLogger("snl_pbem.intake")
+log = logging.getLogger("snl_pbem.server")
 
 STOP_SECONDS = 10.0
 """How long a stopping ``serve`` waits for the process to finish its batch (the readers
@@ -281,7 +281,7 @@ def _run(pipe: Connection, log_level: int, parent: int) -> None:
         while True:
             try:
                 url, key, new, batch = pipe.recv()
-            except EOFError:
+            except (EOFError, OSError):  # serve closed its end (a reset, if our word was unread)
                 return
             if new is not None:
                 configs[key] = new

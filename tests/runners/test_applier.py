@@ -191,7 +191,7 @@ def test_a_batch_whose_process_ends_as_it_writes_is_written_here_once(
     try:
         applier.start()
         assert applier.wait_ready(WAIT)
-        with caplog.at_level(logging.ERROR, logger="snl_pbem.intake"):
+        with caplog.at_level(logging.ERROR, logger="snl_pbem.server"):
             results = applier.apply(db, config, read_batch(db, config, ids))
         assert "was killed by SIGKILL" in caplog.text
         assert "its batch of 3 is written in serve" in caplog.text
@@ -233,7 +233,7 @@ def test_a_batch_whose_process_ends_before_its_word_is_told_from_its_rows(
     try:
         applier.start()
         assert applier.wait_ready(WAIT)
-        with caplog.at_level(logging.ERROR, logger="snl_pbem.intake"):
+        with caplog.at_level(logging.ERROR, logger="snl_pbem.server"):
             results = applier.apply(db, config, read_batch(db, config, ids))
         assert "its batch of 3 is written in serve" in caplog.text
         assert [(results[i].status, results[i].game) for i in ids] == [("processed", "g1")] * 3
@@ -339,7 +339,7 @@ def test_a_batch_that_cannot_be_handed_over_is_written_here(
     # (the applier's pickling only: the sandbox's and the pipes' own are left alone)
     monkeypatch.setattr(applier_module, "pickle", SimpleNamespace(dumps=refuse))
     ids = stored(db, config)
-    with caplog.at_level(logging.ERROR, logger="snl_pbem.intake"):
+    with caplog.at_level(logging.ERROR, logger="snl_pbem.server"):
         results = applier.apply(db, config, read_batch(db, config, ids))
     assert [results[i].status for i in ids] == ["processed"] * 3
     assert "could not be handed over (TypeError: cannot pickle" in caplog.text
