@@ -16,7 +16,7 @@ threads), is the limit, not the interpreter (the LMTP side in a process of its o
 What a batch guarantees is ``apply_batch``'s, unchanged: each row locked and its status
 checked in its transaction, all of the batch committed or none. Should the process end
 with a batch in it, the batch is written again in ``serve``, where what the process did
-commit is found handled and not applied twice (and told as its rows say: ``_told_again``);
+commit is found handled and not applied twice (and told as its rows say: ``batch.told_again``);
 the next batch starts a new process (at most once in ``RESTART_AFTER``; meanwhile ``serve``
 writes them itself, as before). ``serve`` stopping waits for the batch in the process
 ``STOP_SECONDS`` at most, then kills it: a batch waiting on a row another holds never
@@ -36,23 +36,18 @@ from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from typing import Any
 
-from sqlalchemy import select
-
-from snl_pbem.app.intake.batch import ReadBatch, apply_batch, as_read
+from snl_pbem.app.intake.batch import ReadBatch, Results, apply_batch, as_read, told_again
 from snl_pbem.app.intake.context import IngestResult
 from snl_pbem.config import Config
 from snl_pbem.procs import settle_collector
 from snl_pbem.runners.sending import RESTART_AFTER, become_child, how_it_ended, spawn
-from snl_pbem.store import Database, Game, InboundMessage
-from snl_pbem.store.states import InboundStatus
+from snl_pbem.store import Database
 
 log = logging.getLogger("snl_pbem.server")
 
 STOP_SECONDS = 10.0
 """How long a stopping ``serve`` waits for the process to finish its batch (the readers
 have finished theirs before: ``Readers.finish``)."""
-
-Results = dict[int, IngestResult | Exception]
 
 
 class Applier:
@@ -148,7 +143,7 @@ class Applier:
                         type(exc).__name__,
                         len(batch.ids),
                     )
-                    return _told_again(db, batch, apply_batch(db, config, batch))
+                    return told_again(db, batch, apply_batch(db, config, batch), _LOST)
         return apply_batch(db, config, batch)
 
     def _ready(self) -> Connection | None:
@@ -227,38 +222,7 @@ KEPT_CONFIGS = 2
 """Configs the process keeps: the running one and the one before a reload."""
 
 
-def _told_again(db: Database, batch: ReadBatch, results: Results) -> Results:
-    """The results of a batch written again in serve after its process ended: a message
-    found handled that was new when read was handled by that process, whose word is lost.
-    Its result is what its row says, and as if it may have filled a game or made a round
-    all in (serve then checks both: the checks change nothing when they are not so)."""
-    new = {inbound_id for inbound_id, _, _ in batch.todo}
-    lost = [
-        inbound_id
-        for inbound_id, result in results.items()
-        if inbound_id in new
-        and isinstance(result, IngestResult)
-        and result.status == InboundStatus.DUPLICATE
-    ]
-    if not lost:
-        return results
-    with db.reading() as session:
-        rows = session.execute(
-            select(InboundMessage.id, InboundMessage.status, Game.name)
-            .outerjoin(Game, Game.id == InboundMessage.game_id)
-            .where(InboundMessage.id.in_(lost))
-        ).all()
-    for inbound_id, status, game in rows:
-        results[inbound_id] = IngestResult(
-            inbound_id,
-            status,
-            "written by the process writing batches, which ended before it answered",
-            game=game,
-            started=game is not None,
-            all_in=game is not None,
-        )
-    return results
-
+_LOST = "written by the process writing batches, which ended before it answered"
 
 _UP = b"up"
 """The process's first word: started, ready for batches."""
