@@ -16,7 +16,7 @@ threads), is the limit, not the interpreter (the LMTP side in a process of its o
 What a batch guarantees is ``apply_batch``'s, unchanged: each row locked and its status
 checked in its transaction, all of the batch committed or none. Should the process end
 with a batch in it, the batch is written again in ``serve``, where what the process did
-commit is found handled and not applied twice (and told as its rows say: ``batch.told_again``);
+commit is found handled and not applied twice (and told as its rows say: ``context.told_again``);
 the next batch starts a new process (at most once in ``RESTART_AFTER``; meanwhile ``serve``
 writes them itself, as before). ``serve`` stopping waits for the batch in the process
 ``STOP_SECONDS`` at most, then kills it: a batch waiting on a row another holds never
@@ -36,8 +36,8 @@ from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from typing import Any
 
-from snl_pbem.app.intake.batch import ReadBatch, Results, apply_batch, as_read, told_again
-from snl_pbem.app.intake.context import IngestResult
+from snl_pbem.app.intake.batch import ReadBatch, Results, apply_batch, as_read
+from snl_pbem.app.intake.context import IngestResult, told_again
 from snl_pbem.config import Config
 from snl_pbem.procs import settle_collector
 from snl_pbem.runners.sending import RESTART_AFTER, become_child, how_it_ended, spawn
@@ -143,7 +143,8 @@ class Applier:
                         type(exc).__name__,
                         len(batch.ids),
                     )
-                    return told_again(db, batch, apply_batch(db, config, batch), _LOST)
+                    new = {inbound_id for inbound_id, _, _ in batch.todo}
+                    return told_again(db, new, apply_batch(db, config, batch), _LOST)
         return apply_batch(db, config, batch)
 
     def _ready(self) -> Connection | None:

@@ -27,7 +27,7 @@ from snl_pbem.app.intake.store import TOO_LARGE
 from snl_pbem.config import Config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.parse import ParsedMail, ParseTimeout
-from snl_pbem.store import Database, Game, InboundMessage, deferred
+from snl_pbem.store import Database, InboundMessage, deferred
 from snl_pbem.store.db import TransactionUndone
 from snl_pbem.store.states import InboundStatus
 from snl_pbem.store.unnest import update_all
@@ -297,36 +297,6 @@ def as_read(read: ParsedMail | str | Exception) -> ParsedMail | str:
     if isinstance(read, Exception):
         return f"set aside: it could not be read: {read}"
     return read
-
-
-def told_again(db: Database, batch: ReadBatch, results: Results, why: str) -> Results:
-    """The results of a batch written again after whatever wrote it first ended without
-    its word (``snl_pbem.runners.applier``): a message found handled that was new when read
-    was handled then, and what it did is lost. Its result is what its row says (``why`` its
-    detail), as if it may have filled a game or made a round all in: the server then checks
-    both, and the checks change nothing when they are not so."""
-    new = {inbound_id for inbound_id, _, _ in batch.todo}
-    lost = [
-        inbound_id
-        for inbound_id, result in results.items()
-        if inbound_id in new
-        and isinstance(result, IngestResult)
-        and result.status == InboundStatus.DUPLICATE
-    ]
-    if not lost:
-        return results
-    with db.reading() as session:
-        rows = session.execute(
-            select(InboundMessage.id, InboundMessage.status, Game.name)
-            .outerjoin(Game, Game.id == InboundMessage.game_id)
-            .where(InboundMessage.id.in_(lost))
-        ).all()
-    for inbound_id, status, game in rows:
-        found = game is not None
-        results[inbound_id] = IngestResult(
-            inbound_id, status, why, game=game, started=found, all_in=found
-        )
-    return results
 
 
 def waiting_sizes(db: Database, ids: list[int]) -> dict[int, tuple[int, str | None]]:

@@ -5,6 +5,7 @@ out by ``what_it_did`` in the processing transaction)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -13,7 +14,7 @@ from sqlalchemy.orm import Session
 from snl_pbem.app.lookup import open_round_for_orders
 from snl_pbem.app.replies import Context
 from snl_pbem.app.schedule import all_in_locked
-from snl_pbem.store import Game, Player
+from snl_pbem.store import Database, Game, InboundMessage, Player
 from snl_pbem.store.states import GamePhase, InboundStatus
 
 log = logging.getLogger("snl_pbem.intake")
@@ -104,3 +105,34 @@ def what_it_did(session: Session, msg: Message, status: str, detail: str) -> Ing
         started=bool(ctx.started),
         all_in=all_in,
     )
+
+
+def told_again(
+    db: Database, new: Collection[int], results: dict[int, IngestResult | Exception], why: str
+) -> dict[int, IngestResult | Exception]:
+    """The results of a batch written again after whatever wrote it first ended without
+    its word (``snl_pbem.runners.applier``): a message of ``new`` (new when the batch was
+    read) found handled was handled then, and what it did is lost. Its result is what its
+    row says (``why`` its detail), as if it may have filled a game or made a round all in:
+    the server then checks both, and the checks change nothing when they are not so."""
+    lost = [
+        inbound_id
+        for inbound_id, result in results.items()
+        if inbound_id in new
+        and isinstance(result, IngestResult)
+        and result.status == InboundStatus.DUPLICATE
+    ]
+    if not lost:
+        return results
+    with db.reading() as session:
+        rows = session.execute(
+            select(InboundMessage.id, InboundMessage.status, Game.name)
+            .outerjoin(Game, Game.id == InboundMessage.game_id)
+            .where(InboundMessage.id.in_(lost))
+        ).all()
+    for inbound_id, status, game in rows:
+        found = game is not None
+        results[inbound_id] = IngestResult(
+            inbound_id, status, why, game=game, started=found, all_in=found
+        )
+    return results
