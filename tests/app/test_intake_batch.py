@@ -27,7 +27,7 @@ import snl_pbem.app.intake.store as store_module
 import snl_pbem.runners.mailboxes as mailboxes_module
 from snl_pbem.app import sentprints
 from snl_pbem.app.intake import ingest, process_batch, process_pending
-from snl_pbem.app.intake.batch import _update_messages_rows
+from snl_pbem.app.intake.batch import _pending_beyond_messages, _update_messages_rows
 from snl_pbem.app.intake.context import Message
 from snl_pbem.app.intake.reading import _sent_to, _sent_to_many
 from snl_pbem.app.intake.store import store_many
@@ -1329,3 +1329,47 @@ def test_rows_deleted_or_expunged_in_a_batch_are_left_to_the_session(intake) -> 
     with db.transaction() as s:
         left = {r.id: r.status for r in s.scalars(select(InboundMessage))}
     assert left == {ids[1]: "new", ids[2]: "processed"}
+
+
+def test_a_change_beyond_the_messages_rows_is_written_as_its_message_ends(intake) -> None:
+    """A batch written without savepoints writes a message's seats, keys and rounds as the
+    message ends (``_pending_beyond_messages``): a row added, deleted or changed that is
+    not a message's own; a change to the messages' rows only (their status) waits for the
+    batch's end. Looked for among the rows changed, not in ``Session.dirty`` (a set of the
+    batch's rows built at each message)."""
+    db, config = intake
+    ids = three(db, config)
+    with db.transaction() as s:
+        rows = list(s.scalars(select(InboundMessage).where(InboundMessage.id.in_(ids))))
+        player = s.scalars(select(Player).where(Player.name == "ann")).one()
+        assert not _pending_beyond_messages(s)
+        for row in rows:
+            row.status = "processed"
+        assert not _pending_beyond_messages(s)  # the messages' own rows: at the end
+        player.language = "th"
+        assert _pending_beyond_messages(s)  # a seat changed
+        s.flush()
+        assert not _pending_beyond_messages(s)
+        game = s.scalars(select(Game)).one()
+        s.add(OutboxMessage(**_mail_row(game)))
+        assert _pending_beyond_messages(s)  # a row added
+        s.flush()
+        s.delete(s.get(OutboxMessage, s.scalars(select(OutboxMessage.id)).first()))
+        assert _pending_beyond_messages(s)  # a row deleted
+        s.rollback()
+
+
+def _mail_row(game: Game) -> dict[str, object]:
+    return {
+        "game_id": game.id,
+        "kind": "notice",
+        "recipient": "ann@example.org",
+        "message_id": "<t@example.org>",
+        "message": b"x",
+        "status": "pending",
+        "attempts": 0,
+        "next_attempt_at": T0,
+        "created_at": T0,
+        "secret": False,
+        "fingerprint": "",
+    }

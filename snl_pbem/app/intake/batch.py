@@ -267,11 +267,12 @@ def _pending_beyond_messages(session: Session) -> bool:
     never read them (a batch's Message-IDs are looked up at its start). Should one of
     them fail when written, the batch is written again with a savepoint each, where each
     message's own failure is its own."""
-    return any(
-        not isinstance(row, InboundMessage)
-        for rows in (session.new, session.dirty, session.deleted)
-        for row in rows
-    )
+    if any(not isinstance(row, InboundMessage) for row in (*session.new, *session.deleted)):
+        return True
+    # the rows changed, by their states: ``Session.dirty`` builds a set of the batch's
+    # messages' rows at each call (the square of a batch; a row set back as it was is
+    # counted here, and flushed for nothing)
+    return any(state.class_ is not InboundMessage for state in session.identity_map._modified)
 
 
 def _process_alone(
