@@ -75,7 +75,13 @@ def open_round_for_orders(session: Session, game: Game) -> Round | None:
     """``open_round`` as the intake reads it for an order set, once a batch (``txcache``:
     the batch holds the game's lock, so no close can change it meanwhile, and a message
     that does more than send orders makes the batch read it anew)."""
-    return remember(session, ("open round", game.id), lambda: open_round(session, game))
+    return remember(session, open_round_key(game.id), lambda: open_round(session, game))
+
+
+def open_round_key(game_id: int) -> tuple[str, int]:
+    """txcache key: the game's open round (``open_round_for_orders``; read ahead for a
+    batch's games at once: ``app.ahead``)."""
+    return ("open round", game_id)
 
 
 def game_time(game: Game, when: datetime) -> When:

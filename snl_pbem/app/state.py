@@ -172,13 +172,28 @@ def counting_orders(
 def turn_rows(game: Game, player_ids: Sequence[int] | None = None) -> Select[int, int, int, int]:
     """(player id, turn, die, final position) of the turns the game's ruleset needs (postal:
     the current set of six, and the last turn), by turn; of these players only, if given."""
+    return turn_rows_in([game.id], history_since(game), player_ids)
+
+
+def history_since(game: Game) -> int:
+    """The first turn of those the game's ruleset needs (``turn_rows``)."""
     turns = game.turns_played
-    since = min(ruleset_of(game).history_start(turns) + 1, turns)
+    return min(ruleset_of(game).history_start(turns) + 1, turns)
+
+
+def turn_rows_in(
+    game_ids: Sequence[int], since: int, player_ids: Sequence[int] | None = None
+) -> Select[int, int, int, int]:
+    """``turn_rows`` of several games that need their turns from ``since`` on."""
     query = select(TurnRecord.player_id, TurnRecord.turn, TurnRecord.die, TurnRecord.final)
-    query = query.where(TurnRecord.game_id == game.id, TurnRecord.turn >= since)
+    query = query.where(_of_games(TurnRecord.game_id, game_ids), TurnRecord.turn >= since)
     if player_ids is not None:
         query = query.where(TurnRecord.player_id.in_(player_ids))
     return query.order_by(TurnRecord.turn)
+
+
+def _of_games(column: Any, game_ids: Sequence[int]) -> Any:
+    return column == game_ids[0] if len(game_ids) == 1 else column.in_(game_ids)
 
 
 def seated_names(
@@ -186,8 +201,15 @@ def seated_names(
 ) -> Select[int | None, str, str]:
     """(player id, address, name) of the game's seated sign-ups, oldest first (a later one
     replaces an earlier one); of these players only, if given."""
+    return seated_names_in([game.id], player_ids)
+
+
+def seated_names_in(
+    game_ids: Sequence[int], player_ids: Sequence[int] | None = None
+) -> Select[int | None, str, str]:
+    """``seated_names`` of several games."""
     query = select(Signup.player_id, Signup.email, Signup.name).where(
-        Signup.game_id == game.id,
+        _of_games(Signup.game_id, game_ids),
         Signup.state == SignupState.SEATED,
         Signup.player_id.is_not(None),
     )
@@ -214,13 +236,23 @@ FEW_PLAYERS = 100
 
 def _replaced(session: Session, game: Game) -> set[tuple[object, str]]:
     """(player name, new address) of each seat the referee gave (REPLACE) in the game."""
-    given = set()
-    for detail in session.scalars(
-        select(AuditEntry.detail).where(
-            AuditEntry.game_id == game.id, AuditEntry.action == "replace"
+    return replaced_in(session, [game.id])[game.id]
+
+
+def replaced_key(game_id: int) -> tuple[str, int]:
+    """txcache key: ``_replaced`` of the game."""
+    return ("replaced", game_id)
+
+
+def replaced_in(session: Session, game_ids: Sequence[int]) -> dict[int, set[tuple[object, str]]]:
+    """``_replaced`` of several games, by id."""
+    given: dict[int, set[tuple[object, str]]] = {game_id: set() for game_id in game_ids}
+    for game_id, detail in session.execute(
+        select(AuditEntry.game_id, AuditEntry.detail).where(
+            _of_games(AuditEntry.game_id, game_ids), AuditEntry.action == "replace"
         )
     ):
-        given.add((detail.get("player"), str(detail.get("new", "")).lower()))
+        given[game_id].add((detail.get("player"), str(detail.get("new", "")).lower()))
     return given
 
 
@@ -244,7 +276,7 @@ def holder_names(session: Session, game: Game, players: Sequence[Player]) -> dic
         joined = {}
         for player_id, address, name in session.execute(seated_names(game, ids)):
             joined[(player_id, address.lower())] = name
-    given = remember(session, ("replaced", game.id), lambda: _replaced(session, game))
+    given = remember(session, replaced_key(game.id), lambda: _replaced(session, game))
     names: dict[int, str | None] = {}
     for player in players:
         address = player.email.lower()

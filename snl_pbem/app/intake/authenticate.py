@@ -7,6 +7,7 @@ address than the player's own is noted for the referee."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app import ahead
+from snl_pbem.app.commands import read as read_commands
 from snl_pbem.app.commands.referee import is_referee_mail
 from snl_pbem.app.commands.signup import confirm_address
 from snl_pbem.app.intake.commands import run_of
@@ -22,7 +24,7 @@ from snl_pbem.app.intake.reply import noting_cut
 from snl_pbem.app.lookup import audit
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.replies import Context, guest_notice
-from snl_pbem.app.txcache import peek, remember
+from snl_pbem.app.txcache import peek, remember, start
 from snl_pbem.keys import hash_key
 from snl_pbem.mail.commands import Commands
 from snl_pbem.mail.parse import ParsedMail
@@ -77,11 +79,7 @@ def game(msg: Message) -> Outcome | None:
     # written (a foreign key's share lock first would let two intakes deadlock): an order is
     # either stored before a close reads the orders (and counts), or looked at after it (and
     # refused with the reason), never stored for a round a concurrent close has adjudicated.
-    locked: set[int] = session.info.setdefault("games locked", set())
-    if found.id not in locked:  # once a transaction: a batch's later messages hold it already
-        session.refresh(found, with_for_update=True)
-        locked.add(found.id)
-        ahead.after_lock(session, found)  # a batch's senders' seats in it, at once
+    ahead.lock(session, [found])  # once a transaction: a batch's later messages hold it
     ctx.row.game_id = found.id
     msg.game = found
     if commands.conflict is not None:
@@ -269,8 +267,21 @@ def _game_named(session: Session, name: str) -> Game | None:
     """The game of that name, looked up once a batch (a batch's messages name the same few
     games, and a game is never renamed: ``txcache``)."""
     return remember(
-        session, ("game", name), lambda: session.scalar(select(Game).where(Game.name == name))
+        session, ahead.game_key(name), lambda: session.scalar(select(Game).where(Game.name == name))
     )
+
+
+def read_ahead(session: Session, mails: Sequence[ParsedMail]) -> None:
+    """A batch's senders, and the games its messages name (as ``_find_game`` looks for
+    them), read ahead at once (``app.ahead``)."""
+    start(session)  # (what is read ahead is kept for the batch)
+    ahead.senders(session, [mail.sender for mail in mails])
+    named: list[tuple[str, ...]] = []
+    for mail in mails:
+        commands = read_commands(mail)
+        by_line = commands.game is not None and not commands.game_from_subject
+        named.append((commands.game,) if commands.game and by_line else commands.subject_games)
+    ahead.games(session, named)
 
 
 def _find_game(session: Session, commands: Commands, sender: str | None) -> Game | None:

@@ -19,7 +19,9 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 import snl_pbem.app.intake.dedupe as dedupe
-from snl_pbem.app import ahead, txcache
+from snl_pbem.app import txcache
+from snl_pbem.app.ahead import LOCKED
+from snl_pbem.app.intake.authenticate import read_ahead
 from snl_pbem.app.intake.context import IngestResult
 from snl_pbem.app.intake.pipeline import _log_result, _process_in, _process_row
 from snl_pbem.app.intake.reading import _read, _sent_to, _sent_to_many
@@ -189,7 +191,7 @@ def _write(
         ).all()
         parsed = [m for m in read if isinstance(m, ParsedMail)]
         dedupe.look_up(session, [m.message_id for m in parsed])
-        ahead.senders(session, [m.sender for m in parsed])  # read ahead in each game
+        read_ahead(session, parsed)  # their seats in the games they name, at once
         # without savepoints, the messages' order sets and replies are written together,
         # before whatever statement comes next (``deferred``): two statements a message
         # fewer; a row that fails fails there, and the batch is written again
@@ -208,7 +210,7 @@ def _write(
                     if not savepoints:
                         raise _Failed(inbound_id) from exc
                     # a savepoint rolled back releases the row locks taken in it (PostgreSQL)
-                    session.info.pop("games locked", None)
+                    session.info.pop(LOCKED, None)
                     txcache.forget(session)  # what it read may be undone with it
                     log.warning(
                         "inbound %d failed in a batch (%s: %s): processed again alone",

@@ -1,0 +1,222 @@
+"""A batch of mail for many games (issue 23: hosting thousands of games, whose players'
+orders come in together before a shared deadline). The games a batch's messages name are
+found and locked at once, and each message's look-ups in them (seats, names, dice of the
+set, the open round, the seats the referee gave) read ahead for all of them at once
+(``snl_pbem.app.ahead``): the statements a batch runs do not grow with the games it
+touches. Each message still sees what it would see alone (R1: every order counts once, for
+the round open in its game when it came; R6: a die once per set of six turns)."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from mailhelpers import T0
+from sqlalchemy import event, select
+
+from snl_pbem.app.games import start_game, sync_games
+from snl_pbem.app.intake import process_batch
+from snl_pbem.app.intake.store import store_many
+from snl_pbem.config import Config, load_config
+from snl_pbem.store import Database, Game, OrderRecord, OutboxMessage, Player, Round
+
+REFEREE_KEY = "referee-key-0123456789"
+GAMES = 6
+
+
+def config_of(db: Database, folder: Path) -> Config:
+    """``GAMES`` games, g0..g5, two players each (p0.gN and p1.gN), started."""
+    lines = [
+        'timezone = "UTC"',
+        "[database]",
+        f'url = "{db.url}"',
+        "[mail]",
+        'address = "snl@example.org"',
+        'referee = "ref@example.org"',
+        f'referee_key = "{REFEREE_KEY}"',
+        "replies_per_hour = 100",
+    ]
+    for g in range(GAMES):
+        lines += [
+            "[[games]]",
+            f'id = "g{g}"',
+            'board = { snakes = { "47" = 26 }, ladders = { "4" = 14 } }',
+            'first_deadline = "2030-01-04T18:00"',
+            'round_length = "3d"',
+            "players = [",
+            *(
+                f'  {{ name = "p{p}", email = "p{p}.g{g}@example.org", key = "key-{p}-g{g}-123" }},'
+                for p in range(2)
+            ),
+            "]",
+        ]
+    path = folder / "config.toml"
+    path.write_text("\n".join(lines) + "\n")
+    config = load_config(path)
+    sync_games(db, config, T0)
+    for g in range(GAMES):
+        start_game(db, config, f"g{g}", T0)
+    return config
+
+
+@pytest.fixture
+def games(db: Database, tmp_path: Path) -> Config:
+    return config_of(db, tmp_path)
+
+
+def order(g: int, p: int, body: str, tag: str, subject: str | None = None) -> bytes:
+    """Player p of game g's message: the game in its subject (``[gN]``), or as given."""
+    return (
+        f"From: p{p}.g{g}@example.org\r\nTo: snl@example.org\r\n"
+        f"Subject: {subject if subject is not None else f'[g{g}] orders'}\r\n"
+        f"Message-ID: <{tag}@example.org>\r\n\r\nKEY key-{p}-g{g}-123\r\n{body}\r\n"
+    ).encode()
+
+
+def batch(db: Database, config: Config, *raws: bytes) -> list[str]:
+    """Store these in one transaction, then process them as one batch: their statuses."""
+    stored = store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
+    ids = [result.inbound_id for result, _ in stored]
+    assert all(i is not None for i in ids)
+    results = process_batch(db, config, ids)  # type: ignore[arg-type]
+    return [getattr(results[i], "status", repr(results[i])) for i in ids]  # type: ignore[index]
+
+
+def orders(db: Database) -> list[tuple[str, str, int, str]]:
+    """(game, player, round, dice) of every order set, in the order they were written."""
+    with db.transaction() as s:
+        rows = s.execute(
+            select(Game.name, Player.name, Round.number, OrderRecord.dice)
+            .join(Player, Player.id == OrderRecord.player_id)
+            .join(Round, Round.id == OrderRecord.round_id)
+            .join(Game, Game.id == Round.game_id)
+            .order_by(OrderRecord.id)
+        ).all()
+    return [tuple(row) for row in rows]  # type: ignore[misc]
+
+
+def acks(db: Database) -> dict[str, str]:
+    """Each acknowledgement's text, by its recipient (the latest one)."""
+    with db.transaction() as s:
+        rows = s.execute(
+            select(OutboxMessage.recipient, OutboxMessage.message)
+            .where(OutboxMessage.kind == "ack")
+            .order_by(OutboxMessage.id)
+        ).all()
+    found = {}
+    for to, raw in rows:
+        msg = email.message_from_bytes(raw, policy=email.policy.default)
+        found[to] = msg.get_content()
+    return found
+
+
+def statements_by_table(db: Database, run) -> Counter[str]:
+    """The SELECTs ``run()`` makes, by the table they read first."""
+    seen: Counter[str] = Counter()
+
+    def counted(_conn, _cursor, statement: str, *_args) -> None:
+        found = re.match(r"\s*SELECT\b.*?\bFROM\s+\"?(\w+)", statement, re.S | re.I)
+        if found is not None:
+            seen[found.group(1)] += 1
+
+    event.listen(db.engine, "before_cursor_execute", counted)
+    try:
+        run()
+    finally:
+        event.remove(db.engine, "before_cursor_execute", counted)
+    return seen
+
+
+def test_a_batch_reads_the_games_it_names_at_once(db: Database, games: Config) -> None:
+    """A batch of orders for two games and one for all six run the same statements: the
+    games, their seats, names, dice, rounds and REPLACEs are read once for the batch, not
+    once a game (a batch for 100 games cost 8 times a batch for one). Every order is applied
+    in its own game and answered to its own player."""
+    two = statements_by_table(
+        db,
+        lambda: batch(
+            db, games, *(order(g, p, "DICE 2", f"a{g}{p}") for g in (0, 1) for p in (0, 1))
+        ),
+    )
+    six = statements_by_table(
+        db,
+        lambda: batch(
+            db, games, *(order(g, p, "DICE 3", f"b{g}{p}") for g in range(6) for p in (0, 1))
+        ),
+    )
+    assert six == two
+    assert six["players"] and six["rounds"], six  # (counted at all)
+    for table in ("games", "players", "signups", "turn_results", "rounds", "audit_log"):
+        assert six[table] <= 2, (table, six)  # (games: found, then locked)
+    written = orders(db)
+    assert written[:4] == [
+        ("g0", "p0", 1, "2"),
+        ("g0", "p1", 1, "2"),
+        ("g1", "p0", 1, "2"),
+        ("g1", "p1", 1, "2"),
+    ]
+    assert written[4:] == [(f"g{g}", f"p{p}", 1, "3") for g in range(6) for p in (0, 1)]
+    texts = acks(db)
+    assert len(texts) == 12
+    assert (
+        "Hello p1," in texts["p1.g4@example.org"]
+        and "[g4]" not in texts["p1.g4@example.org"].split("\n")[0]
+    )
+
+
+def test_each_message_finds_its_game_as_it_would_alone(db: Database, games: Config) -> None:
+    """A GAME line, a subject whose first [tag] is not a game here (a gateway's
+    [EXTERNAL]), and a message for a game that does not exist, in one batch with orders for
+    other games: each is found (or refused) as it would be alone, and the orders of the
+    others are applied."""
+    statuses = batch(
+        db,
+        games,
+        order(0, 0, "GAME g0\nDICE 4", "c0", subject="orders"),
+        order(3, 1, "DICE 5", "c1", subject="[EXTERNAL] [g3] orders"),
+        order(2, 0, "GAME nosuch\nDICE 6", "c2", subject="orders"),
+        order(5, 1, "DICE 1", "c3"),
+    )
+    assert statuses == ["processed", "processed", "rejected", "processed"]
+    assert orders(db) == [("g0", "p0", 1, "4"), ("g3", "p1", 1, "5"), ("g5", "p1", 1, "1")]
+
+
+def test_a_round_closed_mid_batch_and_the_dice_of_each_games_set(
+    db: Database, games: Config
+) -> None:
+    """g0 has played a turn (p0 used his 3), g1 none. In one batch: p0 of g0 sends 3
+    again (not valid: a die once per set of six, R6), p0 of g1 sends 3 (valid); the
+    referee then closes g1's round 1, and p1 of g1's orders after it go to round 2 while
+    p1 of g0's still go to g0's round 2. Read ahead for both games at once, each message
+    still sees its own game's set and its round as they stand when it is processed."""
+    assert batch(db, games, order(0, 0, "DICE 3", "d0")) == ["processed"]
+    referee = (
+        "From: ref@example.org\r\nTo: snl@example.org\r\nSubject: close\r\n"
+        f"Message-ID: <close-g0@example.org>\r\n\r\nKEY {REFEREE_KEY}\r\nCLOSE ROUND g0\r\n"
+    ).encode()
+    assert batch(db, games, referee) == ["processed"]
+    close_g1 = referee.replace(b"g0", b"g1")
+    statuses = batch(
+        db,
+        games,
+        order(0, 0, "DICE 3", "e0"),
+        order(1, 0, "DICE 3", "e1"),
+        close_g1,
+        order(1, 1, "DICE 2", "e2"),
+        order(0, 1, "DICE 2", "e3"),
+    )
+    assert statuses == ["processed"] * 5
+    assert orders(db)[1:] == [
+        ("g0", "p0", 2, "3"),
+        ("g1", "p0", 1, "3"),
+        ("g1", "p1", 2, "2"),
+        ("g0", "p1", 2, "2"),
+    ]
+    texts = acks(db)
+    assert "NOT VALID" in texts["p0.g0@example.org"]
+    assert "NOT VALID" not in texts["p0.g1@example.org"]
+    assert "Round 2" in texts["p1.g1@example.org"]
