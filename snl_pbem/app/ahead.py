@@ -12,9 +12,9 @@ that names no game (found by its sender), finds nothing here and looks up as bef
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from snl_pbem.app import txcache
@@ -29,7 +29,7 @@ from snl_pbem.app.state import (
     turns_key,
 )
 from snl_pbem.store import Game, Player, Round
-from snl_pbem.store.states import RoundPhase
+from snl_pbem.store.states import GamePhase, RoundPhase
 
 SENDERS = "snl_pbem.intake.senders"
 """session.info: the batch's senders (lower-cased addresses), set by the batch."""
@@ -54,17 +54,22 @@ def players_key(game: Game) -> tuple[str, int]:
     return ("seats ahead", game.id)
 
 
-def games(session: Session, named: Iterable[Sequence[str]]) -> None:
-    """The games a batch's messages name (each message's names in the order it is looked
-    for in them: its GAME line, else the ``[id]`` of its subject that is a game here),
-    found in one query; the one each message names locked, all in one statement in the
-    order of their ids (two batches naming the same games never wait for each other in a
-    circle, as locking each at its first message could), and read ahead in
-    (``after_lock``). Nothing outside a batch."""
+Named = tuple[tuple[str, ...], bool, str | None]
+"""What a message says of its game: the names it is looked for by, in order (its GAME
+line's, or its subject's ``[id]``s); whether its GAME line gave it (then that name alone,
+found or not); and its sender, whose one running game it is otherwise."""
+
+
+def games(session: Session, named: Sequence[Named]) -> None:
+    """The game each of a batch's messages is for, found as ``authenticate._find_game``
+    finds it (the names in one query, the senders' games in another), all of them locked
+    in one statement in the order of their ids (two batches never wait for each other in
+    a circle, as locking each at its message could: each message's game is locked here,
+    whether named or its sender's), and read ahead in (``after_lock``). Nothing outside a
+    batch."""
     if SENDERS not in session.info:
         return
-    choices = [tuple(names) for names in named]
-    wanted = sorted({name for names in choices for name in names})
+    wanted = sorted({name for names, _, _ in named for name in names})
     found: dict[str, Game] = {}
     for start in range(0, len(wanted), AT_ONCE):
         chunk = wanted[start : start + AT_ONCE]
@@ -72,17 +77,58 @@ def games(session: Session, named: Iterable[Sequence[str]]) -> None:
             found[game.name] = game
     for name in wanted:
         txcache.put(session, game_key(name), found.get(name))
-    chosen = (next((found[n] for n in names if n in found), None) for names in choices)
-    lock(session, [game for game in chosen if game is not None])
+    chosen: list[Game] = []
+    unnamed: set[str] = set()
+    for names, by_line, sender in named:
+        choice = next((found[name] for name in names if name in found), None)
+        if choice is not None:
+            chosen.append(choice)
+        elif not by_line and sender is not None:
+            unnamed.add(sender)
+    theirs = senders_games(session, sorted(unnamed))
+    for sender in unnamed:
+        txcache.put(session, sender_game_key(sender), theirs.get(sender))
+    lock(session, [*chosen, *theirs.values()])
+
+
+def sender_game_key(sender: str) -> tuple[str, str]:
+    """txcache key: the one running (or paused) game ``sender`` plays in, or None."""
+    return ("sender's game", sender)
+
+
+def running_games_of(addresses: Sequence[str]) -> Select[Game, str]:
+    """Each running or paused game the active players of these addresses (compared with
+    their addresses lower-cased) play in, with the address."""
+    email = func.lower(Player.email)
+    return (
+        select(Game, email)
+        .join(Player, Player.game_id == Game.id)
+        .where(
+            email.in_(addresses),
+            Player.active,
+            Game.state.in_((GamePhase.RUNNING, GamePhase.PAUSED)),
+        )
+    )
+
+
+def senders_games(session: Session, addresses: Sequence[str]) -> dict[str, Game]:
+    """The one running (or paused) game each of these senders plays in, for those who
+    play in exactly one."""
+    games: dict[str, dict[int, Game]] = {}
+    for start in range(0, len(addresses), AT_ONCE):
+        chunk = addresses[start : start + AT_ONCE]
+        for game, address in session.execute(running_games_of(chunk)):
+            games.setdefault(address, {})[game.id] = game
+    return {a: next(iter(g.values())) for a, g in games.items() if len(g) == 1}
 
 
 def lock(session: Session, games: Sequence[Game]) -> None:
     """Lock these games (those not locked yet), in the order of their ids, reading their rows
-    again as they are locked, as a close locks a game; then read ahead in them."""
+    again as they are locked, as a close locks a game; then read ahead in them. A game
+    locked before whose read-ahead was forgotten since (a message that may change seats or
+    rounds: ``txcache.anew``) has it read again."""
     locked: set[int] = session.info.setdefault(LOCKED, set())
     ids = sorted({game.id for game in games if game.id not in locked})
-    if not ids:
-        return
     rows: list[Game] = []
     # as ``Session.refresh`` reads a row again (what else the session holds is written
     # later, with the message's own row)
@@ -96,7 +142,14 @@ def lock(session: Session, games: Sequence[Game]) -> None:
                 .execution_options(populate_existing=True)
             ).all()
     locked.update(ids)
+    new = set(ids)
+    if SENDERS in session.info and txcache.keeping(session):  # (held: not locked again)
+        rows += [g for g in games if g.id not in new and not _read_ahead(session, g)]
     after_lock(session, rows)
+
+
+def _read_ahead(session: Session, game: Game) -> bool:
+    return txcache.peek(session, players_key(game)) is not None
 
 
 def after_lock(session: Session, games: Sequence[Game]) -> None:

@@ -75,6 +75,11 @@ def anew(session: Session) -> Iterator[None]:
         forget(session)
 
 
+def keeping(session: Session) -> bool:
+    """Whether the session keeps what is read now (``start``d, and not within ``anew``)."""
+    return _CACHE in session.info and not session.info.get(_OFF)
+
+
 def put(session: Session, key: Hashable, value: object) -> None:
     """Keep ``value`` as what ``key`` would read (read ahead for several messages at once);
     nothing is kept while the session keeps nothing (see ``remember``)."""

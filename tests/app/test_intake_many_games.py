@@ -8,9 +8,12 @@ the round open in its game when it came; R6: a die once per set of six turns).""
 
 from __future__ import annotations
 
+import contextlib
 import email
 import email.policy
+import logging
 import re
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import pytest
 from mailhelpers import T0
 from sqlalchemy import event, select
 
+from snl_pbem.app import ahead
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.intake import process_batch
 from snl_pbem.app.intake.store import store_many
@@ -220,3 +224,146 @@ def test_a_round_closed_mid_batch_and_the_dice_of_each_games_set(
     assert "NOT VALID" in texts["p0.g0@example.org"]
     assert "NOT VALID" not in texts["p0.g1@example.org"]
     assert "Round 2" in texts["p1.g1@example.org"]
+
+
+def stranger(tag: str) -> bytes:
+    """Mail of no command from someone who plays nowhere (spam to the game's address)."""
+    return (
+        "From: stranger@example.net\r\nTo: snl@example.org\r\nSubject: [g5] hello\r\n"
+        f"Message-ID: <{tag}@example.net>\r\n\r\nBuy things\r\n"
+    ).encode()
+
+
+def test_mail_of_no_command_keeps_what_the_batch_read_ahead(db: Database, games: Config) -> None:
+    """A stranger's mail with no command at the head of a batch is answered as before,
+    and the orders after it still find their seats read ahead: the batch reads what it
+    would without it (until it was read anew around every keyless message, and the batch
+    then read each game's seats again, message by message)."""
+    alone = statements_by_table(
+        db,
+        lambda: batch(
+            db, games, *(order(g, p, "DICE 2", f"f{g}{p}") for g in range(6) for p in (0, 1))
+        ),
+    )
+    spammed = statements_by_table(
+        db,
+        lambda: batch(
+            db,
+            games,
+            stranger("s1"),
+            *(order(g, p, "DICE 3", f"h{g}{p}") for g in range(6) for p in (0, 1)),
+        ),
+    )
+    for table in ("signups", "turn_results", "rounds", "audit_log"):
+        assert spammed[table] == alone[table], (table, alone, spammed)
+    assert spammed["players"] <= alone["players"] + 1  # (the stranger's refusal: who is it)
+    assert len(orders(db)) == 24
+
+
+def test_a_message_found_by_its_sender_is_locked_with_the_named_ones(
+    db: Database, games: Config
+) -> None:
+    """A message that names no game is for its sender's one running game: that game is
+    locked with those the batch's other messages name, in one statement at the batch's
+    start (locked at the message, after the others, two batches could each hold a game the
+    other waits for). Each message is for the game it would be alone: the GAME line before
+    the subject, the first [id] of the subject that is a game, else the sender's."""
+    locks: list[str] = []
+
+    def noted(_conn, _cursor, statement: str, *_args) -> None:
+        if re.match(r"\s*SELECT\b.*?\bFROM\s+games\b.*ORDER BY games\.id", statement, re.S):
+            locks.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", noted)
+    try:
+        statuses = batch(
+            db,
+            games,
+            order(0, 0, "GAME g0\nDICE 4", "m1", subject="[g1] orders"),
+            order(2, 1, "DICE 5", "m2", subject="orders"),
+            order(3, 0, "DICE 6", "m3", subject="[g4] orders"),
+            stranger("m4"),
+            order(3, 1, "DICE 1", "m5"),
+            order(5, 0, "DICE 2", "m6", subject="[zz] [g5] [g1]"),
+        )
+    finally:
+        event.remove(db.engine, "before_cursor_execute", noted)
+    assert len(locks) == 1, locks
+    assert statuses == ["processed", "processed", "rejected", "rejected", "processed", "processed"]
+    assert orders(db) == [
+        ("g0", "p0", 1, "4"),
+        ("g2", "p1", 1, "5"),
+        ("g3", "p1", 1, "1"),
+        ("g5", "p0", 1, "2"),
+    ]
+
+
+def test_two_batches_naming_the_same_games_never_wait_in_a_circle(
+    db: Database, games: Config, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL, two servers' batches at once: A holds a message for g2 found by its
+    sender, then one for g1; B one for g2, then one for g1 found by its sender. Each
+    locks its games in one statement, in the order of their ids, so one waits for the
+    other's commit; locked message by message, A's first lock and B's were g1 and g2, each
+    then waiting for the other's (PostgreSQL's deadlock detection, a second, then every
+    message written again). Each order is applied once."""
+    if db.is_sqlite:
+        pytest.skip("SQLite's writers take turns for its one write lock")
+    stored = {
+        name: [
+            r.inbound_id
+            for r, _ in store_many(db, games, [(raw, T0, "t", None, None, None) for raw in raws])
+        ]
+        for name, raws in (
+            ("A", (order(2, 0, "DICE 1", "a1", subject="o"), order(1, 0, "DICE 1", "a2"))),
+            ("B", (order(2, 1, "DICE 2", "b1"), order(1, 1, "DICE 2", "b2", subject="o"))),
+        )
+    }
+    both_locked = threading.Barrier(2, timeout=3)  # (broken when one waits for the other)
+
+    def after_first_lock(_conn, _cursor, statement: str, *_args) -> None:
+        name = threading.current_thread().name
+        if name in stored and "FOR UPDATE" in statement and "FROM games" in statement:
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_locked.wait()
+
+    event.listen(db.engine, "after_cursor_execute", after_first_lock)
+    threads = [
+        threading.Thread(target=process_batch, args=(db, games, ids), name=name)
+        for name, ids in stored.items()
+    ]
+    try:
+        with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+    finally:
+        event.remove(db.engine, "after_cursor_execute", after_first_lock)
+    assert not any("deadlock" in r.getMessage().lower() for r in caplog.records)
+    assert not any("a savepoint each" in r.getMessage() for r in caplog.records)
+    assert sorted(orders(db)) == [
+        ("g1", "p0", 1, "1"),
+        ("g1", "p1", 1, "2"),
+        ("g2", "p0", 1, "1"),
+        ("g2", "p1", 1, "2"),
+    ]
+
+
+def test_a_read_ahead_that_fails_costs_the_batch_its_speed_only(
+    db: Database, games: Config, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should reading the batch's games ahead fail (a deadlock the database broke, say),
+    the batch is written again with a savepoint each, where each message finds and locks
+    its own game as it would alone: every order is still applied once."""
+
+    def fails(*_args: object) -> None:
+        raise RuntimeError("read ahead failed")
+
+    monkeypatch.setattr(ahead, "games", fails)
+    with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
+        statuses = batch(db, games, *(order(g, 0, "DICE 5", f"r{g}") for g in range(3)))
+    assert statuses == ["processed"] * 3
+    assert orders(db) == [(f"g{g}", "p0", 1, "5") for g in range(3)]
+    assert any("could not be read ahead" in r.getMessage() for r in caplog.records)
+    assert not any("could not be committed" in r.getMessage() for r in caplog.records)

@@ -24,13 +24,13 @@ from snl_pbem.app.intake.reply import noting_cut
 from snl_pbem.app.lookup import audit
 from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.app.replies import Context, guest_notice
-from snl_pbem.app.txcache import peek, remember, start
+from snl_pbem.app.txcache import forget, peek, remember, start
 from snl_pbem.keys import hash_key
 from snl_pbem.mail.commands import Commands
 from snl_pbem.mail.parse import ParsedMail
 from snl_pbem.rules.words import tr
 from snl_pbem.store import Game, InboundMessage, OutboxMessage, Player
-from snl_pbem.store.states import GamePhase, InboundStatus, MailKind
+from snl_pbem.store.states import InboundStatus, MailKind
 
 log = logging.getLogger("snl_pbem.intake")
 
@@ -271,17 +271,29 @@ def _game_named(session: Session, name: str) -> Game | None:
     )
 
 
-def read_ahead(session: Session, mails: Sequence[ParsedMail]) -> None:
-    """A batch's senders, and the games its messages name (as ``_find_game`` looks for
-    them), read ahead at once (``app.ahead``)."""
+def read_ahead(session: Session, mails: Sequence[ParsedMail], *, savepoint: bool) -> None:
+    """A batch's senders, and the game each of its messages is for (as ``_find_game``
+    finds it), read ahead at once (``app.ahead``). With ``savepoint``, in one: should it
+    fail, each message finds and locks its own game, as alone."""
     start(session)  # (what is read ahead is kept for the batch)
     ahead.senders(session, [mail.sender for mail in mails])
-    named: list[tuple[str, ...]] = []
+    named: list[ahead.Named] = []
     for mail in mails:
         commands = read_commands(mail)
-        by_line = commands.game is not None and not commands.game_from_subject
-        named.append((commands.game,) if commands.game and by_line else commands.subject_games)
-    ahead.games(session, named)
+        if commands.game is not None and not commands.game_from_subject:
+            named.append(((commands.game,), True, mail.sender))
+        else:
+            named.append((commands.subject_games, False, mail.sender))
+    if not savepoint:
+        ahead.games(session, named)
+        return
+    try:
+        with session.begin_nested():
+            ahead.games(session, named)
+    except Exception as exc:  # (its locks went with the savepoint: PostgreSQL)
+        log.warning("a batch's games could not be read ahead (%s): each looked up alone", exc)
+        session.info.pop(ahead.LOCKED, None)
+        forget(session)
 
 
 def _find_game(session: Session, commands: Commands, sender: str | None) -> Game | None:
@@ -296,13 +308,8 @@ def _find_game(session: Session, commands: Commands, sender: str | None) -> Game
             return game
     if sender is None:
         return None
-    games = session.scalars(
-        select(Game)
-        .join(Player, Player.game_id == Game.id)
-        .where(
-            func.lower(Player.email) == sender,
-            Player.active,
-            Game.state.in_((GamePhase.RUNNING, GamePhase.PAUSED)),
-        )
-    ).all()
-    return games[0] if len(set(g.id for g in games)) == 1 else None
+    return remember(  # (read ahead for a batch: ``ahead.games``)
+        session,
+        ahead.sender_game_key(sender),
+        lambda: ahead.senders_games(session, [sender]).get(sender),
+    )

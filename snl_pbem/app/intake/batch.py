@@ -191,7 +191,7 @@ def _write(
         ).all()
         parsed = [m for m in read if isinstance(m, ParsedMail)]
         dedupe.look_up(session, [m.message_id for m in parsed])
-        read_ahead(session, parsed)  # their seats in the games they name, at once
+        read_ahead(session, parsed, savepoint=savepoints)  # their games and seats, at once
         # without savepoints, the messages' order sets and replies are written together,
         # before whatever statement comes next (``deferred``): two statements a message
         # fewer; a row that fails fails there, and the batch is written again
@@ -271,9 +271,8 @@ def _pending_beyond_messages(session: Session) -> bool:
     message's own failure is its own."""
     if any(not isinstance(row, InboundMessage) for row in (*session.new, *session.deleted)):
         return True
-    # the rows changed, by their states: ``Session.dirty`` builds a set of the batch's
-    # messages' rows at each call (the square of a batch; a row set back as it was is
-    # counted here, and flushed for nothing)
+    # the rows changed, by their states: ``Session.dirty`` built a set of the batch's
+    # messages' rows, each checked, at every message (both count a row set back as it was)
     return any(state.class_ is not InboundMessage for state in session.identity_map._modified)
 
 

@@ -8,6 +8,7 @@ word the game's ruleset does not read is refused here."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import fields, replace
 from functools import cache
 from types import MappingProxyType
@@ -18,7 +19,7 @@ from snl_pbem.app.commands import lookup
 from snl_pbem.app.commands.player import handle_keyed
 from snl_pbem.app.commands.referee import handle_referee_mail
 from snl_pbem.app.commands.registry import Run
-from snl_pbem.app.commands.signup import handle_open
+from snl_pbem.app.commands.signup import handle_open, open_word
 from snl_pbem.app.intake.context import Message, Outcome
 from snl_pbem.app.lookup import ruleset_of
 from snl_pbem.app.txcache import anew
@@ -48,7 +49,10 @@ def open_words(msg: Message) -> Outcome | None:
     commands = msg.ctx.commands
     if commands.order_key is not None:
         return None
-    with anew(msg.ctx.session):
+    # read anew around words that may change a seat; a message with none (its misspelt
+    # words answered, or mail of no command at all) keeps what the batch read ahead
+    changes = any(open_word(action.word) for action in commands.actions)
+    with anew(msg.ctx.session) if changes else nullcontext():
         handled = handle_open(msg.ctx)
     if handled is None:
         return None
