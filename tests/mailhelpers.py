@@ -10,6 +10,8 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from snl_pbem.app.intake import process_batch
+from snl_pbem.app.intake.store import store_many
 from snl_pbem.config import Config, load_config
 from snl_pbem.mail.parse import code_given, order_key_given
 from snl_pbem.store import Database, OrderRecord, OutboxMessage, Player
@@ -130,3 +132,12 @@ def mail_to(db: Database, who: str, kind: str) -> list[str]:
             .order_by(OutboxMessage.id)
         ).all()
         return [re.sub(r"=\r?\n", "", row.message.decode()) for row in rows]
+
+
+def one_batch(db: Database, config: Config, *raws: bytes) -> list[str]:
+    """Store these in one transaction, then process them as one batch: their statuses."""
+    stored = store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
+    ids = [result.inbound_id for result, _ in stored]
+    assert all(i is not None for i in ids)
+    results = process_batch(db, config, ids)  # type: ignore[arg-type]
+    return [getattr(results[i], "status", repr(results[i])) for i in ids]  # type: ignore[index]

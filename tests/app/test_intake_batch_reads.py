@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from mailhelpers import T0, orders_of
+from mailhelpers import one_batch as batch
 from sqlalchemy import event, insert, select
 
 from snl_pbem.app import txcache
@@ -71,15 +72,6 @@ def mail(sender: str, body: str, tag: str, extra: str = "") -> bytes:
         f"{extra}From: {sender}\r\nTo: snl@example.org\r\nSubject: [g1] orders\r\n"
         f"Message-ID: <{tag}@example.org>\r\n\r\n{body}\r\n"
     ).encode()
-
-
-def batch(db: Database, config: Config, *raws: bytes) -> list[str]:
-    """Store these in one transaction, then process them as one batch: their statuses."""
-    stored = store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
-    ids = [result.inbound_id for result, _ in stored]
-    assert all(i is not None for i in ids)
-    results = process_batch(db, config, ids)  # type: ignore[arg-type]
-    return [getattr(results[i], "status", repr(results[i])) for i in ids]  # type: ignore[index]
 
 
 def order_rounds(db: Database) -> list[tuple[str, int, str]]:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from mailhelpers import T0
+from mailhelpers import one_batch as batch
 from sqlalchemy import event, select
 
 from snl_pbem.app import ahead
@@ -79,15 +80,6 @@ def order(g: int, p: int, body: str, tag: str, subject: str | None = None) -> by
         f"Subject: {subject if subject is not None else f'[g{g}] orders'}\r\n"
         f"Message-ID: <{tag}@example.org>\r\n\r\nKEY key-{p}-g{g}-123\r\n{body}\r\n"
     ).encode()
-
-
-def batch(db: Database, config: Config, *raws: bytes) -> list[str]:
-    """Store these in one transaction, then process them as one batch: their statuses."""
-    stored = store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
-    ids = [result.inbound_id for result, _ in stored]
-    assert all(i is not None for i in ids)
-    results = process_batch(db, config, ids)  # type: ignore[arg-type]
-    return [getattr(results[i], "status", repr(results[i])) for i in ids]  # type: ignore[index]
 
 
 def orders(db: Database) -> list[tuple[str, str, int, str]]:
