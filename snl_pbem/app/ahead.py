@@ -1,14 +1,16 @@
-"""Read ahead for a batch: the games its messages name, found and locked at once, and what
-each of its messages will look up in them (the sender's seat, the name it goes by, its dice
-of the current set, the round open, the seats the referee gave) read for all of the batch's
-senders and games at once, in a few queries, instead of several queries a message, and as
-many again for each game a batch brings: a batch of 100 orders for 100 games cost 2.8 ms of
-the server's CPU a message, against 0.34 for one game's (SQLite, issue 23).
+"""Read ahead for a batch: the game each of its messages is for (named, or its sender's),
+found and locked at once, and what each message will look up in it (the sender's seat,
+the name it goes by, its dice of the current set, the round open, the seats the referee
+gave) read for all of the batch's senders and games at once, in a few queries, instead of
+several queries a message, and as many again for each game a batch brings: a batch of 100
+orders for 100 games cost 2.8 ms of the server's CPU a message, against 0.34 for one
+game's (SQLite, issue 23).
 
 Read after the games' lock, as each message's own look-ups are, so it sees what they would;
 kept in ``txcache`` (forgotten with it: after any message that may change a seat, a round or
-a game). A message whose key is not its sender's seat's (another address, a wrong key), or
-that names no game (found by its sender), finds nothing here and looks up as before."""
+a game; a game's is read again when a message next needs it). A message whose key is not
+its sender's seat's (another address, a wrong key) finds nothing here and looks up as
+before."""
 
 from __future__ import annotations
 
