@@ -317,7 +317,10 @@ def notify_restored(
         if game_name is not None:
             games = [game_by_name(session, game_name, lock=True)]
         else:
-            games = list(session.scalars(select(Game).order_by(Game.name).with_for_update()))
+            # locked in the order of their ids, as the intake's batches lock theirs (two
+            # orders, and each could hold a game the other waits for); told by name
+            games = list(session.scalars(select(Game).order_by(Game.id).with_for_update()))
+            games.sort(key=lambda game: game.name)
         done = [
             _notify_restored(session, config, game, now, end, actor, via, again) for game in games
         ]
