@@ -65,10 +65,11 @@ found or not); and its sender, whose one running game it is otherwise."""
 def games(session: Session, named: Sequence[Named]) -> None:
     """The game each of a batch's messages is for, found as ``authenticate._find_game``
     finds it (the names in one query, the senders' games in another), all of them locked
-    in one statement in the order of their ids (two batches never wait for each other in
-    a circle, as locking each at its message could: each message's game is locked here,
-    whether named or its sender's), and read ahead in (``after_lock``). Nothing outside a
-    batch."""
+    in one statement in the order of their ids, and read ahead in (``after_lock``).
+    Nothing outside a batch. Two such batches never wait for each other in a circle, as
+    locking each game at its message could: each message's game is locked here, whether
+    named or its sender's, and a batch of orders locks no other (a batch with other words,
+    which may lock a game as they run, is not read ahead: ``authenticate.read_ahead``)."""
     if SENDERS not in session.info:
         return
     wanted = sorted({name for names, _, _ in named for name in names})

@@ -14,13 +14,14 @@ import email.policy
 import logging
 import re
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 from mailhelpers import T0
 from mailhelpers import one_batch as batch
-from sqlalchemy import event, select
+from sqlalchemy import event, select, text
 
 from snl_pbem.app import ahead
 from snl_pbem.app.games import start_game, sync_games
@@ -359,3 +360,66 @@ def test_a_read_ahead_that_fails_costs_the_batch_its_speed_only(
     assert orders(db) == [(f"g{g}", "p0", 1, "5") for g in range(3)]
     assert any("could not be read ahead" in r.getMessage() for r in caplog.records)
     assert not any("could not be committed" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("words", ["OBSERVE g1", f"KEY {REFEREE_KEY}\r\nPAUSE g1"])
+def test_a_batch_whose_words_lock_a_game_locks_its_games_in_message_order(
+    db: Database, games: Config, caplog: pytest.LogCaptureFixture, words: str
+) -> None:
+    """PostgreSQL: words that lock a game as they run (a stranger's OBSERVE, the referee's
+    PAUSE) would lock it after the games the batch locked at its start. A = [those words
+    for g1, an order for g2], B = [orders for g1 and g2], at once: had A locked g2 first,
+    B would hold g1 and wait for g2 while A's words waited for g1. A batch with such words
+    is not read ahead: it locks each game at its message, g1 then g2, as B does."""
+    if db.is_sqlite:
+        pytest.skip("SQLite's writers take turns for its one write lock")
+    head = (
+        "From: ref@example.org\r\nTo: snl@example.org\r\nSubject: words\r\n"
+        f"Message-ID: <w0@example.org>\r\n\r\n{words}\r\n"
+    ).encode()
+    stored = {
+        name: [
+            r.inbound_id
+            for r, _ in store_many(db, games, [(raw, T0, "t", None, None, None) for raw in raws])
+        ]
+        for name, raws in (
+            ("A", (head, order(2, 0, "DICE 1", "w1"))),
+            ("B", (order(1, 1, "DICE 2", "w2"), order(2, 1, "DICE 2", "w3"))),
+        )
+    }
+    a_locked = threading.Event()
+
+    def b_waits() -> None:  # (until B waits for a lock A holds: 30 s at most)
+        with db.engine.connect() as watcher:
+            for _ in range(300):
+                if watcher.scalar(text("SELECT count(*) FROM pg_locks WHERE NOT granted")):
+                    return
+                time.sleep(0.1)
+
+    def after_lock(_conn, _cursor, statement: str, *_args) -> None:
+        first = threading.current_thread().name == "A" and not a_locked.is_set()
+        if first and "FOR UPDATE" in statement and "FROM games" in statement:
+            a_locked.set()
+            b_waits()  # A goes on holding its first game, B waiting for it
+
+    def run(name: str) -> None:
+        if name == "B":
+            a_locked.wait(30)
+        process_batch(db, games, stored[name])
+
+    event.listen(db.engine, "after_cursor_execute", after_lock)
+    threads = [threading.Thread(target=run, args=(name,), name=name) for name in stored]
+    try:
+        with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+    finally:
+        event.remove(db.engine, "after_cursor_execute", after_lock)
+    assert a_locked.is_set()
+    assert not any("deadlock" in r.getMessage().lower() for r in caplog.records)
+    applied = [("g2", "p0", 1, "1"), ("g2", "p1", 1, "2")]
+    if "PAUSE" not in words:  # (paused by A first, g1 takes no orders: B waited for A)
+        applied.insert(0, ("g1", "p1", 1, "2"))
+    assert sorted(orders(db)) == applied

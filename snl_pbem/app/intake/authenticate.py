@@ -274,12 +274,16 @@ def _game_named(session: Session, name: str) -> Game | None:
 def read_ahead(session: Session, mails: Sequence[ParsedMail], *, savepoint: bool) -> None:
     """A batch's senders, and the game each of its messages is for (as ``_find_game``
     finds it), read ahead at once (``app.ahead``). With ``savepoint``, in one: should it
-    fail, each message finds and locks its own game, as alone."""
+    fail, each message finds and locks its own game, as alone. Not the games of a batch
+    with words beyond orders (a referee's, a sign-up's, RESIGN...): those may lock a game
+    as they run, after the others, which two batches could each hold for the other."""
     start(session)  # (what is read ahead is kept for the batch)
     ahead.senders(session, [mail.sender for mail in mails])
     named: list[ahead.Named] = []
     for mail in mails:
         commands = read_commands(mail)
+        if commands.actions:  # each message locks its game as it comes, as alone
+            return
         if commands.game is not None and not commands.game_from_subject:
             named.append(((commands.game,), True, mail.sender))
         else:
