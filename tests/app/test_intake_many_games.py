@@ -16,6 +16,8 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -291,6 +293,32 @@ def test_a_message_found_by_its_sender_is_locked_with_the_named_ones(
     ]
 
 
+def stored_apart(
+    db: Database, config: Config, **batches: tuple[bytes, ...]
+) -> dict[str, list[int]]:
+    """Each batch's messages stored in one transaction: their ids, by the batch's name."""
+    return {
+        name: [
+            r.inbound_id
+            for r, _ in store_many(db, config, [(raw, T0, "t", None, None, None) for raw in raws])
+        ]
+        for name, raws in batches.items()
+    }
+
+
+def at_once(db: Database, runs: dict[str, Callable[[], object]], hook: Callable[..., None]) -> None:
+    """Each of ``runs`` in a thread of its name, all at once, ``hook`` after each statement."""
+    event.listen(db.engine, "after_cursor_execute", hook)
+    threads = [threading.Thread(target=run, name=name) for name, run in runs.items()]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        event.remove(db.engine, "after_cursor_execute", hook)
+
+
 def test_two_batches_naming_the_same_games_never_wait_in_a_circle(
     db: Database, games: Config, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -302,16 +330,12 @@ def test_two_batches_naming_the_same_games_never_wait_in_a_circle(
     message written again). Each order is applied once."""
     if db.is_sqlite:
         pytest.skip("SQLite's writers take turns for its one write lock")
-    stored = {
-        name: [
-            r.inbound_id
-            for r, _ in store_many(db, games, [(raw, T0, "t", None, None, None) for raw in raws])
-        ]
-        for name, raws in (
-            ("A", (order(2, 0, "DICE 1", "a1", subject="o"), order(1, 0, "DICE 1", "a2"))),
-            ("B", (order(2, 1, "DICE 2", "b1"), order(1, 1, "DICE 2", "b2", subject="o"))),
-        )
-    }
+    stored = stored_apart(
+        db,
+        games,
+        A=(order(2, 0, "DICE 1", "a1", subject="o"), order(1, 0, "DICE 1", "a2")),
+        B=(order(2, 1, "DICE 2", "b1"), order(1, 1, "DICE 2", "b2", subject="o")),
+    )
     both_locked = threading.Barrier(2, timeout=3)  # (broken when one waits for the other)
 
     def after_first_lock(_conn, _cursor, statement: str, *_args) -> None:
@@ -320,19 +344,9 @@ def test_two_batches_naming_the_same_games_never_wait_in_a_circle(
             with contextlib.suppress(threading.BrokenBarrierError):
                 both_locked.wait()
 
-    event.listen(db.engine, "after_cursor_execute", after_first_lock)
-    threads = [
-        threading.Thread(target=process_batch, args=(db, games, ids), name=name)
-        for name, ids in stored.items()
-    ]
-    try:
-        with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-    finally:
-        event.remove(db.engine, "after_cursor_execute", after_first_lock)
+    runs = {name: partial(process_batch, db, games, ids) for name, ids in stored.items()}
+    with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
+        at_once(db, runs, after_first_lock)
     assert not any("deadlock" in r.getMessage().lower() for r in caplog.records)
     assert not any("a savepoint each" in r.getMessage() for r in caplog.records)
     assert sorted(orders(db)) == [
@@ -377,16 +391,12 @@ def test_a_batch_whose_words_lock_a_game_locks_its_games_in_message_order(
         "From: ref@example.org\r\nTo: snl@example.org\r\nSubject: words\r\n"
         f"Message-ID: <w0@example.org>\r\n\r\n{words}\r\n"
     ).encode()
-    stored = {
-        name: [
-            r.inbound_id
-            for r, _ in store_many(db, games, [(raw, T0, "t", None, None, None) for raw in raws])
-        ]
-        for name, raws in (
-            ("A", (head, order(2, 0, "DICE 1", "w1"))),
-            ("B", (order(1, 1, "DICE 2", "w2"), order(2, 1, "DICE 2", "w3"))),
-        )
-    }
+    stored = stored_apart(
+        db,
+        games,
+        A=(head, order(2, 0, "DICE 1", "w1")),
+        B=(order(1, 1, "DICE 2", "w2"), order(2, 1, "DICE 2", "w3")),
+    )
     a_locked = threading.Event()
 
     def b_waits() -> None:  # (until B waits for a lock A holds: 30 s at most)
@@ -407,16 +417,8 @@ def test_a_batch_whose_words_lock_a_game_locks_its_games_in_message_order(
             a_locked.wait(30)
         process_batch(db, games, stored[name])
 
-    event.listen(db.engine, "after_cursor_execute", after_lock)
-    threads = [threading.Thread(target=run, args=(name,), name=name) for name in stored]
-    try:
-        with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(60)
-    finally:
-        event.remove(db.engine, "after_cursor_execute", after_lock)
+    with caplog.at_level(logging.INFO, logger="snl_pbem.intake"):
+        at_once(db, {name: partial(run, name) for name in stored}, after_lock)
     assert a_locked.is_set()
     assert not any("deadlock" in r.getMessage().lower() for r in caplog.records)
     applied = [("g2", "p0", 1, "1"), ("g2", "p1", 1, "2")]
