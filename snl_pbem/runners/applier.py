@@ -36,8 +36,8 @@ from multiprocessing import get_context
 from multiprocessing.connection import Connection
 from typing import Any
 
-from snl_pbem.app.intake.batch import ReadBatch, Results, apply_batch, as_read
-from snl_pbem.app.intake.context import IngestResult, told_again
+from snl_pbem.app.intake.batch import ReadBatch, apply_batch, as_read
+from snl_pbem.app.intake.context import IngestResult, Results, told_again
 from snl_pbem.config import Config
 from snl_pbem.procs import settle_collector
 from snl_pbem.runners.sending import RESTART_AFTER, become_child, how_it_ended, spawn

@@ -22,7 +22,7 @@ import snl_pbem.app.intake.dedupe as dedupe
 from snl_pbem.app import txcache
 from snl_pbem.app.ahead import LOCKED
 from snl_pbem.app.intake.authenticate import read_ahead
-from snl_pbem.app.intake.context import IngestResult
+from snl_pbem.app.intake.context import IngestResult, Results
 from snl_pbem.app.intake.pipeline import _log_result, _process_in, _process_row
 from snl_pbem.app.intake.reading import _read, _sent_to, _sent_to_many
 from snl_pbem.app.intake.store import TOO_LARGE
@@ -35,9 +35,6 @@ from snl_pbem.store.states import InboundStatus
 from snl_pbem.store.unnest import update_all
 
 log = logging.getLogger("snl_pbem.intake")
-
-Results = dict[int, IngestResult | Exception]
-"""Each message's result, or the exception that stopped it (the database away)."""
 
 
 @dataclass(eq=False)
@@ -55,9 +52,7 @@ class ReadBatch:
     """Each one's reading, as ``todo``: the mail, or why it could not be read."""
 
 
-def process_batch(
-    db: Database, config: Config, inbound_ids: list[int]
-) -> dict[int, IngestResult | Exception]:
+def process_batch(db: Database, config: Config, inbound_ids: list[int]) -> Results:
     """Process several stored messages in one transaction, in the order given:
     ``read_batch`` then ``apply_batch``."""
     return apply_batch(db, config, read_batch(db, config, inbound_ids))
@@ -107,9 +102,7 @@ def read_batch(db: Database, config: Config, inbound_ids: list[int]) -> ReadBatc
     return batch
 
 
-def apply_batch(
-    db: Database, config: Config, batch: ReadBatch
-) -> dict[int, IngestResult | Exception]:
+def apply_batch(db: Database, config: Config, batch: ReadBatch) -> Results:
     """Process a batch read by ``read_batch`` in one transaction, in the order given: one
     commit for the batch instead of one per message, and the game, its round and its
     players read once (the session keeps them). Each row is locked and its status checked
@@ -124,7 +117,7 @@ def apply_batch(
     stored, unprocessed (read again at the next start), none applied twice. Per message, its
     result, or the exception that stopped it (the database away: it stays stored,
     unprocessed). A single message is processed as ``process_now`` does (set aside if it fails)."""
-    results: dict[int, IngestResult | Exception] = dict(batch.known)
+    results: Results = dict(batch.known)
     todo, read = batch.todo, batch.read
     if len(batch.ids) == 1:
         for (inbound_id, raw, note), mail in zip(todo, read, strict=True):

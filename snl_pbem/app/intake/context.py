@@ -107,9 +107,11 @@ def what_it_did(session: Session, msg: Message, status: str, detail: str) -> Ing
     )
 
 
-def told_again(
-    db: Database, new: Collection[int], results: dict[int, IngestResult | Exception], why: str
-) -> dict[int, IngestResult | Exception]:
+Results = dict[int, IngestResult | Exception]
+"""Each message's result, or the exception that stopped it (the database away)."""
+
+
+def told_again(db: Database, new: Collection[int], results: Results, why: str) -> Results:
     """The results of a batch written again after whatever wrote it first ended without
     its word (``snl_pbem.runners.applier``): a message of ``new`` (new when the batch was
     read) found handled was handled then, and what it did is lost. Its result is what its
