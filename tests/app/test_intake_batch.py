@@ -31,6 +31,7 @@ from snl_pbem.app.intake.batch import _pending_beyond_messages, _update_messages
 from snl_pbem.app.intake.context import Message
 from snl_pbem.app.intake.reading import _sent_to, _sent_to_many
 from snl_pbem.app.intake.store import store_many
+from snl_pbem.app.outbox import enqueue_mail
 from snl_pbem.mail.sandbox import ParseFailed, Sandbox
 from snl_pbem.runners.mailboxes import Intake, Readers
 from snl_pbem.store import Database, Game, InboundMessage, OutboxMessage, Player
@@ -1353,25 +1354,20 @@ def test_a_change_beyond_the_messages_rows_is_written_as_its_message_ends(intake
         s.flush()
         assert not _pending_beyond_messages(s)
         game = s.scalars(select(Game)).one()
-        s.add(OutboxMessage(**_mail_row(game)))
+        enqueue_mail(
+            s,
+            config,
+            game=game,
+            kind="notice",
+            to="ann@example.org",
+            now=T0,
+            template="player/notice.txt.j2",
+            subject="x",
+            message="y",
+            line_problems=(),
+        )
         assert _pending_beyond_messages(s)  # a row added
         s.flush()
         s.delete(s.get(OutboxMessage, s.scalars(select(OutboxMessage.id)).first()))
         assert _pending_beyond_messages(s)  # a row deleted
         s.rollback()
-
-
-def _mail_row(game: Game) -> dict[str, object]:
-    return {
-        "game_id": game.id,
-        "kind": "notice",
-        "recipient": "ann@example.org",
-        "message_id": "<t@example.org>",
-        "message": b"x",
-        "status": "pending",
-        "attempts": 0,
-        "next_attempt_at": T0,
-        "created_at": T0,
-        "secret": False,
-        "fingerprint": "",
-    }
