@@ -28,7 +28,7 @@ from snl_pbem.app.lookup import (
     settings_of,
     turns_in_round,
 )
-from snl_pbem.app.outbox import enqueue_mail
+from snl_pbem.app.outbox import enqueue_mail, greetings
 from snl_pbem.app.server_keys import sync_referee_key
 from snl_pbem.config import Config, GameConfig, Schedule
 from snl_pbem.errors import LifecycleError
@@ -342,6 +342,9 @@ def start_locked(
     specs = {p.name: p for p in listed.settings.players} if listed is not None else {}
     last = Board.from_mapping(game.board).last
     generated = 0
+    # each welcome's greeting, all looked up at once (one look-up a welcome: a query for
+    # each player of a 500-player game)
+    hellos = greetings(session, game, players)
     for player in players:
         spec = specs.get(player.name)
         order_key = spec.key if spec is not None and player.managed_by == "config" else None
@@ -360,6 +363,7 @@ def start_locked(
             template=f"{ruleset_of(game).name}/welcome.txt.j2",
             secret=True,
             player=player,
+            hello=hellos[player.id],
             order_key=order_key,
             players=len(players),
             last=last,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from helpers import game_rules
 from mailhelpers import key_in
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.app.referee import extend, pause, resume, status
@@ -117,6 +117,36 @@ def test_start_makes_keys_round_one_and_welcome_mail(db: Database, make_config) 
     ]
     with pytest.raises(LifecycleError, match="already started"):
         start_game(db, config, "g1", T0)
+
+
+def test_a_games_start_greets_its_players_in_queries_that_do_not_grow_with_them(
+    db: Database, make_config
+) -> None:
+    """Each welcome greets its player by name; the names are looked up once for the game
+    (``greetings``), not once a welcome: a game of twelve starts in the statements a game
+    of three does."""
+    names = [f"p{i}" for i in range(12)]
+    config = make_config([{"id": "g1"}, {"id": "g2", "players": names}])
+    sync_games(db, config, T0)
+    counted: list[str] = []
+
+    def count(*args: object) -> None:
+        counted.append(str(args[2]))
+
+    def statements(game: str) -> int:
+        counted.clear()
+        event.listen(db.engine, "before_cursor_execute", count)
+        try:
+            start_game(db, config, game, T0)
+        finally:
+            event.remove(db.engine, "before_cursor_execute", count)
+        return sum(sql.lstrip().upper().startswith("SELECT") for sql in counted)
+
+    assert statements("g2") == statements("g1")
+    with db.transaction() as s:
+        bodies = [m.message.decode() for m in s.scalars(select(OutboxMessage))]
+    assert sum("Hello p11," in body for body in bodies) == 1
+    assert sum("Hello ann," in body for body in bodies) == 1
 
 
 def test_config_keys_are_hashed_not_stored(db: Database, make_config) -> None:
