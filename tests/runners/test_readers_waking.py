@@ -70,6 +70,29 @@ class Counting:
         readers._cond.notify = notify  # type: ignore[method-assign]
 
 
+class Waiting:
+    """The readers waiting in their condition's ``wait``, counted (read with its lock held,
+    as it is changed)."""
+
+    def __init__(self, readers: Readers) -> None:
+        self.count = 0
+        self._readers = readers
+        wait = readers._cond.wait
+
+        def counted(timeout: float | None = None) -> bool:
+            self.count += 1
+            try:
+                return wait(timeout)
+            finally:
+                self.count -= 1
+
+        readers._cond.wait = counted  # type: ignore[method-assign]
+
+    def all(self, n: int) -> bool:
+        with self._readers._cond:
+            return self.count == n
+
+
 DB = object()  # the readers key their queue by the database's identity only
 
 
@@ -103,24 +126,29 @@ def test_another_threads_message_is_not_held_back_by_one_waking_once(readers) ->
 
 
 def test_the_reader_woken_wakes_another_for_what_it_leaves(readers) -> None:
-    """Three readers up; then five queued together, batches of two: the three take them side
-    by side, the first woken by the group's one wake-up, each next by the reader before it
-    (without that, the readers waiting are never woken: the test hangs and fails)."""
+    """Three readers up and all three waiting; then five queued together, batches of two:
+    the three take them side by side, the first woken by the group's one wake-up, each next
+    by the reader before it (without that, the two others are never woken: the test hangs
+    and fails)."""
     r, taken = readers(threads=3, batch=2)
+    waiting = Waiting(r)
     for inbound_id in range(1, 4):  # the three readers started, then idle, waiting
         r.submit(DB, None, inbound_id, size=500, sender=f"p{inbound_id}@example.org")  # type: ignore[arg-type]
     taken.until(1)
     taken.released.set()
     deadline = time.monotonic() + HANG
-    while not r.idle() or len(r._workers) < 3:
+    # every reader done with the batches before and waiting (not only idle: one still
+    # finishing its batch, awake, would take some of the five on its own)
+    while not (r.idle() and len(r._workers) == 3 and waiting.all(3)):
         assert time.monotonic() < deadline
         time.sleep(0.01)
     taken.released.clear()
     before = len(taken.batches)
-    # held: none taken until all five are queued. ``waking_once`` alone lets a reader still
-    # awake from the batches before (finishing them, not yet waiting) take the first ones
-    # as they come: a batch of one, then another of one (seen once in CI)
+    # held: none taken until all five are queued (the readers are waiting: ``waking_once``
+    # would do, but held leaves no doubt; a reader still awake took the first ones alone
+    # as they came, once, in a fresh clone, when the test waited for ``idle`` only)
     with r.held():
+        assert waiting.count == 3
         for inbound_id in range(11, 16):
             r.submit(DB, None, inbound_id, size=500, sender=f"p{inbound_id}@example.org")  # type: ignore[arg-type]
     taken.until(before + 3)  # (each batch is held: three readers hold one at once)
