@@ -342,8 +342,8 @@ def start_locked(
     specs = {p.name: p for p in listed.settings.players} if listed is not None else {}
     last = Board.from_mapping(game.board).last
     generated = 0
-    # each welcome's greeting, all looked up at once (one look-up a welcome: a query for
-    # each player of a 500-player game)
+    # each welcome's greeting, all looked up at once (a look-up a welcome was two queries
+    # for each player: their seated name and the game's REPLACEs)
     hellos = greetings(session, game, players)
     for player in players:
         spec = specs.get(player.name)

@@ -13,14 +13,14 @@ and three just after it): ``email.message_from_bytes(raw, policy=email.policy.de
 (Until the thirtieth session only the passes before counted: on this shared machine the
 bare parse of the same bytes ranged 3,201-3,995 a second from one run to the next, minutes
 apart, while the intake's rate stayed within 737-778, so the ratio moved with the
-baseline; the best of both sides is the steadier baseline, and the stricter.) Goal:
-end-to-end ingest at least half the rate of the bare parse (at the least a quarter). Each
-run prints too the server process's CPU a message (its sandbox's workers, Dovecot and the
-LMTP clients apart), steadier than the rate on a machine shared with others. The cycle
-collector is set as serve sets it once started (``settle_collector``: what start-up made
-frozen, the young collected less often), for the bare parse too; until the twenty-fourth
-session the bench left Python's own, which serve does not run with (its passes took 26-88
-us a message; 11 after).
+baseline; the best of both sides is the stricter baseline, and less at the mercy of one
+slow moment.) Goal: end-to-end ingest at least half the rate of the bare parse (at the
+least a quarter). Each run prints too the server process's CPU a message (its sandbox's
+workers, Dovecot and the LMTP clients apart), steadier than the rate on a machine shared
+with others. The cycle collector is set as serve sets it once started
+(``settle_collector``: what start-up made frozen, the young collected less often), for the
+bare parse too; until the twenty-fourth session the bench left Python's own, which serve
+does not run with (its passes took 26-88 us a message; 11 after).
 
 Run: .venv/bin/python tests/benchmarks/bench_ingest.py [--messages 5000] [--players 500]
      [--db sqlite,postgresql] [--via imap,lmtp] [--rate 50 --seconds 10] [--sent 40]
