@@ -738,11 +738,54 @@ def redact_secrets(raw: bytes, secrets: list[str], msg: Message | None = None) -
     secrets = _considered(secrets)
     if msg is None:
         msg = email.message_from_bytes(raw)
+    plain = _plain_redacted(raw, secrets, msg)
+    if plain is not None:
+        return plain
     forms = _KeyForms(secrets) if secrets else None
     if not _keep_what_is_read(msg, forms):
         return redact_in_bytes(raw, secrets)
     # the literal pass again, last: whatever no part holds (a preamble, an epilogue)
     return redact_in_bytes(_as_received(msg, raw), secrets)
+
+
+_PLAIN_KEY = re.compile(r"[^\s\x00-\x1f\x7f]+")
+"""A key the plain message's pass may look for (``_plain_redacted``): no space, no
+control character (nor, checked apart, an invisible one)."""
+
+
+def _plain_redacted(raw: bytes, secrets: list[str], msg: Message) -> bytes | None:
+    """``redact_secrets`` for the commonest message, without taking it apart: one part of
+    plain text (mutt, a phone's mail app, Thunderbird writing plain text), neither an
+    attachment nor transfer-encoded, in UTF-8 or ASCII, with no encoded word (``=?``) and
+    no RFC 2231 parameter (``*=``) anywhere in it. Such a message reads, headers and body
+    alike, as its own bytes decoded as UTF-8: every key is replaced in that text as
+    ``_KeyForms.redact`` replaces it in each header and in the body (folded, with what a
+    reader drops between its characters), then in the bytes. The whole text holds each
+    header and the body as they stand, so every key found in one of them is found in it
+    (a key of no space, control or invisible character: the text around a part can only
+    join dropped characters to the run of them beside it). None for any other message,
+    or a key not of that shape: the pass part by part. About a tenth of the time of that
+    pass for an order of a few lines (0.009 against 0.087 ms; issue 23)."""
+    if (
+        msg.is_multipart()
+        or b"=?" in raw
+        or b"*=" in raw
+        or _content_type(msg) != "text/plain"
+        or str(msg.get("Content-Transfer-Encoding", "")).strip().lower()
+        not in ("", "7bit", "8bit", "binary")
+        or _charset(msg) not in (None, "ascii", "utf-8")
+        or _is_attachment(msg)
+        or not all(_PLAIN_KEY.fullmatch(k) and not _INVISIBLE.search(k) for k in secrets)
+    ):
+        return None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not secrets:
+        return raw
+    redacted = _KeyForms(secrets).redact(text)
+    return redact_in_bytes(raw if redacted == text else redacted.encode("utf-8"), secrets)
 
 
 def _walk_all(msg: Message, depth: int = 0) -> Iterator[Message]:
@@ -1205,6 +1248,11 @@ def _redact_headers(part: Message, forms: _KeyForms) -> bool:
 
 
 def _redacted_header(value: str, forms: _KeyForms) -> str:
+    shown = _utf8_shown(value)
+    if shown is not None:  # a header in UTF-8 as it stands (RFC 6532): its text searched
+        redacted = forms.redact(shown)
+        if redacted != shown:
+            value = redacted.encode("utf-8").decode("ascii", "surrogateescape")
     value = forms.redact(value)
     if "=?" not in value:
         return value
@@ -1217,6 +1265,22 @@ def _redacted_header(value: str, forms: _KeyForms) -> str:
         if forms.found(_decoded_words(head)):
             value = _ENCODED_WORD.sub(REDACTED, head) + value[MAX_HEADER_CHARS:]
     return value
+
+
+def _utf8_shown(value: str) -> str | None:
+    """A header value the parser read from 8-bit bytes (each byte past ASCII one
+    surrogate), as a reader shows it when those bytes are UTF-8; None when there are
+    none, or they are not UTF-8. Searched as it stood, a key written with an invisible
+    character or a look-alike in such a header was kept."""
+    if value.isascii() or not _SURROGATE.search(value):
+        return None
+    try:
+        return value.encode("ascii", "surrogateescape").decode("utf-8")
+    except UnicodeError:  # (not UTF-8, or a character the parser did not give)
+        return None
+
+
+_SURROGATE = re.compile("[\udc80-\udcff]")
 
 
 def _redacted_words(run: str, forms: _KeyForms) -> str:

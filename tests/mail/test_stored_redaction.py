@@ -25,6 +25,7 @@ from mailhelpers import T0, orders_of
 from snl_pbem.app.intake import ingest, retry_set_aside
 from snl_pbem.app.intake import pipeline as intake_module
 from snl_pbem.cli.main import main
+from snl_pbem.mail import parse as parse_module
 from snl_pbem.mail.parse import (
     MAX_PARTS,
     REDACTED,
@@ -560,3 +561,124 @@ def test_a_few_keys_are_replaced_in_the_bytes_as_the_pattern_replaces_them() -> 
     )
     assert redact_in_bytes(b"x ANN-key-123 y ann-KEY-1234", ["ann-key-123"]) == (b"x **** y ****4")
     assert redact_in_bytes(b"\xc3\x89a-key", ["\u00e9a-key"]) == b"\xc3\x89a-key"  # not ASCII
+
+
+# -- the plain message's pass (issue 23) ------------------------------------------------------
+
+
+_HIDDEN_FORMS = {  # the key as a reader of plain text still reads it
+    "as-written": "ann-key-123",
+    "upper-case": "ANN-KEY-123",
+    "soft-hyphen": "ann-\u00adkey-123",
+    "zero-width": "ann\u200b-key-\u2060123",
+    "control": "ann-\x01key-\x7f123",
+    "flowed-soft-break": "ann-key- \r\n123",
+    "flowed-soft-break-lf": "ann-key- \n123",
+    "look-alikes": "\uff41nn\u2010key\u2212\uff11\uff12\uff13",
+    "dashes": "ann\u2013key\u2014123",
+}
+
+
+def _plain_message(form: str, where: str, newline: str, charset: str) -> bytes:
+    subject = f"[g1] orders {form}" if where == "subject" else "[g1] orders"
+    head = f"X-Note: {form}\r\n" if where == "header" else ""
+    body = ORDERS + (f"Thanks, {form} again\r\n" if where == "body" else "")
+    raw = message(
+        f"plain-{where}",
+        f"Content-Type: text/plain; charset={charset}\r\nContent-Transfer-Encoding: 8bit\r\n"
+        f"\r\n{body}",
+        subject=subject,
+        head=head,
+    )
+    return raw.replace(b"\r\n", newline.encode())
+
+
+def _part_by_part(raw: bytes, secrets: list[str], monkeypatch) -> bytes:
+    with monkeypatch.context() as patch:
+        patch.setattr(parse_module, "_plain_redacted", lambda *_: None)
+        return redact_secrets(raw, secrets)
+
+
+@pytest.mark.parametrize("charset", ["utf-8", "us-ascii"])
+@pytest.mark.parametrize("newline", ["\r\n", "\n"])
+def test_a_plain_message_is_redacted_whole_as_part_by_part(monkeypatch, newline, charset):
+    """One part of plain text, UTF-8 or ASCII, not transfer-encoded (the commonest order)
+    is redacted as one text, not taken apart: every form of the key a reader of it could
+    see goes, in the subject, another header or the body, and what is kept is byte for
+    byte what the pass part by part keeps. Each is seen to take the plain pass."""
+    for name, form in _HIDDEN_FORMS.items():
+        for where in ("subject", "header", "body"):
+            raw = _plain_message(form, where, newline, charset)
+            if where != "body" and "\n" in form:
+                continue  # (a header folded there is another header: not a key's form)
+            secrets = [KEY, "k7mq-x2pa-9dfe-tw3h"]
+            msg = email.message_from_bytes(raw)
+            assert parse_module._plain_redacted(raw, secrets, msg) is not None, (name, where)
+            kept = redact_secrets(raw, secrets)
+            assert kept == _part_by_part(raw, secrets, monkeypatch), (name, where)
+            assert_no_key(kept)
+            assert b"DICE 4" in kept and (where != "body" or b"again" in kept)
+    untouched = _plain_message("no key here", "body", newline, charset)
+    assert redact_secrets(untouched, []) == untouched
+    assert redact_secrets(untouched, [KEY]) == untouched.replace(KEY.encode(), b"****")
+
+
+_NOT_PLAIN = {  # what a reader decodes otherwise: each is taken apart
+    "encoded-word": message("w", PLAIN, subject=f"=?utf-8?b?{b64('[g1] ann-key-123')}?="),
+    "rfc-2231": message(
+        "p", PLAIN.replace("charset=utf-8", "charset=utf-8; x-note*=utf-8''ann%2Dkey%2D123")
+    ),
+    "quoted-printable": message("q", PLAIN.replace("7bit", "quoted-printable")),
+    "base64": message(
+        "b",
+        "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n"
+        + b64_lines(ORDERS.encode()),
+    ),
+    # fullwidth letters in JIS X 0208 are ASCII bytes: "#a#n#n" reads as fullwidth "ann"
+    "iso-2022-jp": message("j", PLAIN.replace("utf-8", "iso-2022-jp")),
+    "utf-7": message("7", PLAIN.replace("utf-8", "utf-7")),
+    "latin-1": message("l", PLAIN.replace("utf-8", "iso-8859-1")),
+    "attachment": message("a", "Content-Disposition: attachment\r\n" + PLAIN),
+    "html": message("h", PLAIN.replace("text/plain", "text/html")),
+    "multipart": multipart("m", "mixed", PLAIN),
+    "not-utf-8": message("u", PLAIN + "Gr\udcfc\udcdfe\r\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_NOT_PLAIN))
+def test_any_other_message_is_taken_apart(name: str) -> None:
+    """A message read otherwise than as its own bytes is left to the pass part by part
+    (so is a key with a space or a control character in it, which the text around a part
+    could join otherwise)."""
+    raw = _NOT_PLAIN[name]
+    msg = email.message_from_bytes(raw)
+    assert parse_module._plain_redacted(raw, [KEY], msg) is None
+    assert_no_key(redact_secrets(raw, [KEY]))
+    plain = message("ok", PLAIN)
+    assert parse_module._plain_redacted(plain, [KEY], email.message_from_bytes(plain)) is not None
+    for odd in ("ann key 123", "ann-\x01key", "ann\u200bkey"):
+        assert parse_module._plain_redacted(plain, [odd], email.message_from_bytes(plain)) is None
+
+
+def test_a_fullwidth_key_in_iso_2022_jp_is_not_kept() -> None:
+    """The case the plain pass must never take: a key written in fullwidth letters in
+    ISO-2022-JP is 7-bit bytes that show no key as they stand."""
+    text = ORDERS + "\uff41\uff4e\uff4e\u2212\uff4b\uff45\uff59\u2212\uff11\uff12\uff13\r\n"
+    body = text.encode("iso-2022-jp").decode("ascii")
+    raw = message("jis", f"Content-Type: text/plain; charset=iso-2022-jp\r\n\r\n{body}")
+    kept = redact_secrets(raw, [KEY])
+    assert_no_key(kept)
+
+
+@pytest.mark.parametrize(
+    "form", ["ann-\u00adkey-123", "\uff41nn\u2010key-123", "ann\u200b-key-123"]
+)
+def test_a_key_hidden_in_a_header_in_utf_8_as_it_stands_is_not_kept(form: str) -> None:
+    """A header in UTF-8 without encoded words (RFC 6532, as an SMTPUTF8 client writes it)
+    is searched as a reader shows it, in a message taken apart too: a key written with an
+    invisible character or a look-alike in it was kept."""
+    raw = multipart("utf8-head", "mixed", PLAIN, subject=f"[g1] orders {form}")
+    assert parse_module._plain_redacted(raw, [KEY], email.message_from_bytes(raw)) is None
+    kept = redact_secrets(raw, [KEY])
+    assert_no_key(kept)
+    assert "[g1] orders ****" in kept.decode("utf-8")
