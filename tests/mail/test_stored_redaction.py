@@ -682,3 +682,25 @@ def test_a_key_hidden_in_a_header_in_utf_8_as_it_stands_is_not_kept(form: str) -
     kept = redact_secrets(raw, [KEY])
     assert_no_key(kept)
     assert "[g1] orders ****" in kept.decode("utf-8")
+
+
+def test_a_key_as_written_in_html_is_replaced_without_the_pattern_of_every_form() -> None:
+    """Most HTML holds its sender's key as written (the orders' HTML part): it is replaced
+    as it stands, in any case, and the key's pattern of every form (15 ms to make; a
+    worker keeps the latest 256, fewer than a server's players) is not made: the same
+    HTML kept as the pattern keeps it. A key in another form still has it made."""
+    key = "zed-key-4711"  # no other test's: not made already
+    body = "<div>GAME g1</div><div>KEY zed-key-4711</div><p>ZED-KEY-4711 again</p>\r\n"
+    raw = message("as-written", f"Content-Type: text/html; charset=utf-8\r\n\r\n{body}")
+    parse_module._forms_pattern.cache_clear()
+    kept = redact_secrets(raw, [key])
+    assert parse_module._forms_pattern.cache_info().currsize == 0
+    assert_no_key(kept, key)
+    by_pattern = parse_module._forms_pattern(key, is_html=True).sub(REDACTED, body)
+    assert kept.decode().endswith(by_pattern) and kept.count(b"****") == 2
+    parse_module._forms_pattern.cache_clear()
+    hidden = body.replace("zed-key-4711", "zed&#45;key<b></b>-4711")
+    raw = message("hidden", f"Content-Type: text/html; charset=utf-8\r\n\r\n{hidden}")
+    kept = redact_secrets(raw, [key])
+    assert parse_module._forms_pattern.cache_info().currsize == 1
+    assert_no_key(kept, key)
