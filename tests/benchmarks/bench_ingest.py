@@ -76,6 +76,7 @@ from snl_pbem.app.games import start_game, sync_games
 from snl_pbem.config import load_config
 from snl_pbem.mail import sandbox
 from snl_pbem.mail.imap import ImapPoller, MailboxConfig
+from snl_pbem.mail.parse import parse_message
 from snl_pbem.runners.applier import Applier
 from snl_pbem.runners.mailboxes import DatabaseHooks, Intake, Readers, lmtp_receiver
 from snl_pbem.runners.server import settle_collector
@@ -260,6 +261,60 @@ def order_mail(i: int, players: int) -> bytes:
         f"Hello referee,\r\n\r\nGAME {name}\r\nKEY key-p{p}-0123\r\nDICE {1 + i % 6}\r\n"
         f"TRAPDOOR {10 + i % 80}\r\n\r\nThanks!\r\n-- \r\nPlayer {p}\r\n"
     ).encode()
+
+
+CLIENTS = Path(__file__).parent.parent / "data" / "mail" / "clients"
+"""The mail the clients write (``tests/data/mail/clients``: Gmail, Outlook, Apple Mail,
+Thunderbird, mutt, Yahoo and the rest, each a reply or forward as that client writes it),
+for ``--mail clients``."""
+
+
+def client_mails(players: int, count: int) -> tuple[list[bytes], int]:
+    """``count`` orders as the players' clients write them (``--mail clients``): message
+    ``i`` is player ``i % players``'s, each player's in turn in the shape of the next
+    client file, with that file's sender, key, game and Message-ID made the player's and
+    the bench's; and how many files were used. A file whose orders do not read as the
+    player's then is not used (its orders only in an attachment, which is never read:
+    no DICE, or not even a KEY, is read), nor one with a line longer than SMTP allows
+    (998 bytes: refused over LMTP, and an MTA would not send it); every other one is."""
+    shapes = []
+    for path in sorted(CLIENTS.glob("*.eml")):
+        raw = path.read_bytes()
+        if _as_player(raw, 0, game_name(0), 0) is not None:
+            shapes.append(raw)
+    mails = []
+    for i in range(count):
+        p = i % players
+        mail = _as_player(shapes[(p + i // players) % len(shapes)], p, game_name(p % GAMES), i)
+        assert mail is not None
+        mails.append(mail)
+    return mails, len(shapes)
+
+
+def _as_player(raw: bytes, p: int, name: str, i: int) -> bytes | None:
+    """A client file's message as player ``p``'s orders for game ``name`` (None when its
+    orders would not read as theirs)."""
+    text = raw.decode("latin-1")  # (byte for byte: only ASCII is replaced)
+    if any(len(line) > 998 for line in text.splitlines()):
+        return None
+    sender = re.search(r"^From:.*?(\w+)@example\.org", text, re.M | re.I)
+    if sender is None:
+        return None
+    who = sender.group(1).lower()
+    text = re.sub(rf"\b{who}@example\.org", f"p{p}@example.org", text, flags=re.I)
+    text = re.sub(rf"\b{who}-key-123\b", f"key-p{p}-0123", text, flags=re.I)
+    text = re.sub(r"\bg1\b", name, text)
+    text = re.sub(
+        r"^Message-ID:.*$", f"Message-ID: <bench-{i}@example.org>", text, count=1, flags=re.M | re.I
+    )
+    if not re.match(r"Return-Path:", text, re.I):  # (the envelope's sender, as delivered)
+        text = f"Return-Path: <p{p}@example.org>\r\n{text}"
+    mail = text.encode("latin-1")
+    read = parse_message(mail, "snl@example.org")
+    orders = read.commands
+    keys = [key.lower() for key in orders.order_keys] if orders else []
+    mine = read.sender == f"p{p}@example.org" and f"key-p{p}-0123" in keys
+    return mail if mine and orders is not None and orders.dice else None
 
 
 def free_port() -> int:
@@ -556,6 +611,12 @@ def main() -> None:
     parser.add_argument(
         "--games", type=int, default=1, help="games the players are spread over (hosting)"
     )
+    parser.add_argument(
+        "--mail",
+        default="plain",
+        choices=("plain", "clients"),
+        help="the orders: a few plain lines (plain), or as the clients write them (clients)",
+    )
     args = parser.parse_args()
     if args.sessions < 1:
         parser.error("--sessions: at least 1")
@@ -567,7 +628,11 @@ def main() -> None:
     STAGES = stages = Stages()
     if args.dkim:
         DKIM_KEY = key_file_for_the_run()
-    raws = [order_mail(i, args.players) for i in range(args.messages)]
+    shapes = 0
+    if args.mail == "clients":
+        raws, shapes = client_mails(args.players, args.messages)
+    else:
+        raws = [order_mail(i, args.players) for i in range(args.messages)]
     n = args.messages
     sandbox.default_sandbox().warm()  # as serve does, before its threads (forked: quick)
     settle_collector()  # serve's cycle collector, the bare parse's too (and again once set up)
@@ -578,6 +643,12 @@ def main() -> None:
         + f", each sent {args.sent} of our mail before"
         + (", every reply signed (DKIM, 2048 bits)" if DKIM_KEY else "")
         + (f"; {args.sessions} LMTP sessions at once" if "lmtp" in args.via else "")
+        + (
+            f"; the orders as {shapes} client files write them,"
+            f" {sum(map(len, raws)) // n} bytes on average"
+            if args.mail == "clients"
+            else ""
+        )
         + f"\n{code_under_test(__file__)}"
     )
     dovecot = DovecotServer().start() if "imap" in args.via else None
