@@ -32,6 +32,7 @@ import io
 import quopri
 import re
 import time
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -748,6 +749,7 @@ def redact_secrets(raw: bytes, secrets: list[str], msg: Message | None = None) -
     return redact_in_bytes(_as_received(msg, raw), secrets)
 
 
+_TRAILING_SPACE = re.compile(rb" \r?\n")
 _PLAIN_KEY = re.compile(r"[^\s\x00-\x1f\x7f]+")
 """A key the plain message's pass may look for (``_plain_redacted``): no space, no
 control character (nor, checked apart, an invisible one)."""
@@ -756,20 +758,32 @@ control character (nor, checked apart, an invisible one)."""
 def _plain_redacted(raw: bytes, secrets: list[str], msg: Message) -> bytes | None:
     """``redact_secrets`` for the commonest message, without taking it apart: one part of
     plain text (mutt, a phone's mail app, Thunderbird writing plain text), neither an
-    attachment nor transfer-encoded, in UTF-8 or ASCII, with no encoded word (``=?``) and
-    no RFC 2231 parameter (``*=``) anywhere in it. Such a message reads, headers and body
-    alike, as its own bytes decoded as UTF-8: every key is replaced in that text as
+    attachment nor transfer-encoded, in UTF-8 or ASCII, with no encoded word (``=?``)
+    anywhere in it and no RFC 2231 parameter (a ``*`` in its one Content-Type or
+    Content-Disposition), its header section whole (no defect: it ends at a blank line)
+    with no header line ending in a space. Such a message reads, headers and body alike,
+    as its own bytes decoded as UTF-8: every key is replaced in that text as
     ``_KeyForms.redact`` replaces it in each header and in the body (folded, with what a
     reader drops between its characters), then in the bytes. The whole text holds each
-    header and the body as they stand, so every key found in one of them is found in it
-    (a key of no space, control or invisible character: the text around a part can only
-    join dropped characters to the run of them beside it). None for any other message,
-    or a key not of that shape: the pass part by part. About a tenth of the time of that
-    pass for an order of a few lines (0.009 against 0.087 ms; issue 23)."""
+    header and the body as they stand, so every key found in one of them is found in it:
+    a key of no space, control or invisible character, and no match can join two of them
+    (what joins lines, a soft break, is a space before the line's end; a blank line is
+    never dropped). A capital sigma anywhere (the one letter whose lower case depends on
+    the letters around it, which the parts and the whole text may not share) and a key
+    not of that shape leave it to the pass part by part, as any other message. About half
+    the time of that pass for an order of a few lines (0.041 against 0.087 ms; issue 23)."""
+    mime = [
+        (name.lower(), str(value))
+        for name, value in msg.items()
+        if name.lower() in ("content-type", "content-disposition", "content-transfer-encoding")
+    ]
     if (
         msg.is_multipart()
+        or msg.defects
         or b"=?" in raw
-        or b"*=" in raw
+        or any("*" in value for name, value in mime if name != "content-transfer-encoding")
+        or len({name for name, _ in mime}) != len(mime)  # one of each at most
+        or _TRAILING_SPACE.search(headers_only(raw))
         or _content_type(msg) != "text/plain"
         or str(msg.get("Content-Transfer-Encoding", "")).strip().lower()
         not in ("", "7bit", "8bit", "binary")
@@ -781,6 +795,8 @@ def _plain_redacted(raw: bytes, secrets: list[str], msg: Message) -> bytes | Non
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
+        return None
+    if "\u03a3" in text:
         return None
     if not secrets:
         return raw
@@ -884,19 +900,37 @@ class _KeyForms:
         """Every key in ``markup`` replaced in whatever form it stands (``_forms_pattern``),
         and whether a reader would still see one there (``shown_in_html``).
         Each key is first replaced where it stands as written (any case): what a player's
-        own HTML holds, mostly. Only when the HTML still shows a key after that are the
-        patterns of every form used: one is made for each key (15 ms), and a worker keeps
-        only the latest 256, so with more players than that nearly every HTML message (most
-        clients send an HTML part) had its sender's made anew. Through LMTP, 3,000 orders as
-        the clients write them (``bench_ingest --mail clients``): 17 ms of the sandbox's CPU
-        a message against about 1.5 (issue 23)."""
+        own HTML holds, mostly. Only when the HTML may still hold a key in some form after
+        that (``held_in_html``) are the patterns of every form used: one is made for each
+        key (15 ms), and a worker keeps only the latest 256, so with more players than that
+        nearly every HTML message (most clients send an HTML part) had its sender's made
+        anew. Through LMTP, 3,000 orders as the clients write them (``bench_ingest --mail
+        clients``): 17 ms of the sandbox's CPU a message against about 1.5 (issue 23)."""
         for key in self.secrets:
             markup = _as_written(key).sub(REDACTED, markup)
-        if not self.shown_in_html(markup):
+        if not self.held_in_html(markup):
             return markup, False
         for key in self.secrets:
             markup = _forms_pattern(key, is_html=True).sub(REDACTED, markup)
         return markup, self.shown_in_html(markup)
+
+    def held_in_html(self, markup: str) -> bool:
+        """True when ``markup`` may hold a key in any form a reader could see: shown
+        (``shown_in_html``), or anywhere in it, tags, their attributes (an image's ``alt``
+        text, a link's ``title``) and comments included, with its references resolved and
+        its tags dropped or kept, the characters a reader drops left out and folded wider
+        than a key is compared elsewhere (NFKC, case folding, the letters Python's patterns
+        take for one another in any case: the long s, the micro sign). Wider than what the
+        patterns of every form find, so that the HTML none of them would change is known
+        without them."""
+        if not self.secrets or self.shown_in_html(markup):
+            return True  # (no secrets: nothing to find, and the caller has none to redact)
+        keys = {_wide_folded(key) for key in self.secrets}
+        for view in (html.unescape(markup), _unmarked(markup)):
+            folded = _wide_folded(_TEXT_DROPPED.sub("", view))
+            if any(key and key in folded for key in keys):
+                return True
+        return False
 
     def shown_in_html(self, markup: str) -> bool:
         """True when a reader of this HTML would still see a key: with its tags stripped
@@ -1002,6 +1036,22 @@ def _folded(text: str) -> str:
     if len(lower) != len(text):  # a letter whose lower case is two ("İ"): kept as it is
         lower = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
     return lower.translate(_LOOK_ALIKES)
+
+
+def _wide_folded(text: str) -> str:
+    """``text`` folded wider than ``_folded`` (``_KeyForms.held_in_html``): compatibility
+    forms as their letters (NFKC: fullwidth, superscripts, ligatures), case folded, any
+    dash as "-", invisible characters left out, and the two letters whose case folding
+    is not what Python's patterns match ignoring case (dotted capital I and dotless i:
+    "i" for both). Every pair of letters a pattern takes for one another ignoring case
+    (``re``'s own lower case, and its table of further equivalences) folds to one here
+    (checked over every code point when this was written). Lengths may change: only
+    looked in, never mapped back."""
+    wide = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text).translate(_DOTTED_I))
+    return wide.casefold().translate(_LOOK_ALIKES)  # (the dashes: the rest NFKC did)
+
+
+_DOTTED_I = {0x130: "i", 0x131: "i"}
 
 
 def _folded_key(key: str) -> str:
@@ -1192,7 +1242,7 @@ def _redact_body(part: Message, forms: _KeyForms, *, is_html: bool) -> bool:
     text, charset, errors = _decoded_as_read(part, data)
     if not is_html:
         redacted = forms.redact(text)
-    elif not forms.shown_in_html(text):
+    elif not forms.held_in_html(text):
         return False
     elif forms.html_affordable(text):
         redacted, shown = forms.redact_html(text)

@@ -704,3 +704,105 @@ def test_a_key_as_written_in_html_is_replaced_without_the_pattern_of_every_form(
     kept = redact_secrets(raw, [key])
     assert parse_module._forms_pattern.cache_info().currsize == 1
     assert_no_key(kept, key)
+
+
+_SPLIT_PARAMETERS = [  # RFC 2231 continuations, and a "*" the parser reads past spaces
+    'charset=utf-8; x*0="ann-key-"; x*1="123"',
+    "charset=utf-8; x* =utf-8''ann%2Dkey%2D123",
+    "charset=utf-8; x*\r\n =utf-8''ann%2Dkey%2D123",
+    "charset=utf-8; x*0* =utf-8''ann%2D; x*1*\t=key%2D123",
+    'charset*0="ann-key-"; charset*1="123"',
+]
+
+
+@pytest.mark.parametrize("parameters", _SPLIT_PARAMETERS)
+def test_a_parameter_split_or_encoded_anyhow_is_taken_apart(parameters: str) -> None:
+    """A "*" in the Content-Type or Content-Disposition, however written, is an RFC 2231
+    parameter a reader joins and decodes: never the plain pass (a review found these
+    past a check for "*=")."""
+    for content in (
+        PLAIN.replace("charset=utf-8", parameters),
+        f"Content-Disposition: inline; {parameters.partition('; ')[2] or parameters}\r\n" + PLAIN,
+    ):
+        raw = message("split", content)
+        assert parse_module._plain_redacted(raw, [KEY], email.message_from_bytes(raw)) is None
+        assert_no_key(redact_secrets(raw, [KEY]))
+
+
+def test_no_match_joins_two_headers_or_the_headers_to_the_body() -> None:
+    """A header line ending in a space, or a header section that ends without its blank
+    line, is taken apart: the whole text's search would join them across the line's end
+    (a soft break), rewriting the headers, and could make the body's first lines headers
+    that decode a key (a review found it: a Content-Transfer-Encoding line of the body
+    made the message's own)."""
+    head = "From: Ann <ann@example.org>\r\nSubject: [g1] orders\r\n"
+    for tail in (
+        "quoted-printable\r\n\r\nann=2Dkey=2D123\r\n",
+        "base64\r\n\r\nYW5uLWtleS0xMjM=\r\n",
+    ):
+        raw = (
+            f"{head}Content-Type: text/plain; charset=utf-8\r\nX-Note: ann-key- \r\n123\r\n"
+            f"Content-Transfer-Encoding: {tail}"
+        ).encode()
+        assert parse_module._plain_redacted(raw, [KEY], email.message_from_bytes(raw)) is None
+        assert_no_key(redact_secrets(raw, [KEY]))
+    joined = message("joined", PLAIN, head="X-Note: ann-key- \r\n123: x\r\n")
+    assert parse_module._plain_redacted(joined, [KEY], email.message_from_bytes(joined)) is None
+    kept = redact_secrets(joined, [KEY])
+    assert b"\r\n123: x\r\n" in kept  # the headers as they were
+    twice = message("twice", PLAIN, head="Content-Transfer-Encoding: base64\r\n")
+    assert parse_module._plain_redacted(twice, [KEY], email.message_from_bytes(twice)) is None
+
+
+def test_a_capital_sigma_is_taken_apart() -> None:
+    """The one letter whose lower case depends on its neighbours: after "a" it is a final
+    sigma, at a part's start not, so the whole text and its parts may read a key apart
+    (a review found one kept)."""
+    key = "\u03c3-key-123"
+    raw = (
+        "From: a@example.org\r\nSubject: orders\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        "X-Note: a\r\n\r\n\u03a3-KEY-123 DICE 4\r\n"
+    ).encode()
+    assert parse_module._plain_redacted(raw, [key], email.message_from_bytes(raw)) is None
+    assert_no_key(redact_secrets(raw, [key]), key)
+
+
+_HIDDEN_IN_TAGS = {  # the key hidden where no tag-stripped view shows it
+    "title": '<a title="ann\u200b-key-123">x</a>',
+    "alt-fullwidth": '<img alt="\uff41nn-key-123" src="x">',
+    "alt-dashes": '<img alt="ann\u2010key\u2010123">',
+    "alt-reference": '<img alt="ann&#45;key&#45;123">',
+    "comment": "<!-- ann\u200b-key-123 -->",
+    "comment-reference": "<!-- ann-&shy;key-123 -->",
+}
+
+
+@pytest.mark.parametrize("name", sorted(_HIDDEN_IN_TAGS))
+@pytest.mark.parametrize("also_as_written", [True, False])
+def test_a_key_hidden_in_a_tag_or_a_comment_is_not_kept(name: str, also_as_written: bool) -> None:
+    """An attribute (an image's alt text, a link's title) and a comment are shown or read
+    too: a key hidden there goes, whether the HTML also gives it as written (replaced as
+    written first, the patterns were then left out: a review found it) or not (the HTML
+    was kept as it came: the key was looked for with the tags and comments dropped)."""
+    body = ("<p>KEY ann-key-123</p>" if also_as_written else "<p>orders</p>") + _HIDDEN_IN_TAGS[
+        name
+    ]
+    raw = message("in-tag", f"Content-Type: text/html; charset=utf-8\r\n\r\n{body}\r\n")
+    assert_no_key(redact_secrets(raw, [KEY]))
+
+
+@pytest.mark.parametrize(
+    ("key", "body"),
+    [
+        ("sam-key-123", "<p>KEY sam-key-123</p><p>\u017fam&#45;key-123</p>"),  # long s
+        ("a\u03bcb-key", "<p>KEY a\u03bcb-key</p><p>a\u00b5b<b></b>-key</p>"),  # micro sign
+        ("din-key-12", "<p>KEY din-key-12</p><p>d\u0131n&#45;key-12</p>"),  # dotless i
+    ],
+)
+def test_letters_patterns_take_for_one_another_still_call_for_them(key: str, body: str) -> None:
+    """After the key as written is replaced, the HTML is looked in wider than keys are
+    compared (case folding, and the letters Python's patterns match for one another
+    ignoring case): the patterns of every form still run where they would find one."""
+    raw = message("alike", f"Content-Type: text/html; charset=utf-8\r\n\r\n{body}\r\n")
+    kept = redact_secrets(raw, [key]).decode("utf-8")
+    assert kept.count("****") == 2, kept
