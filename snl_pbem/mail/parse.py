@@ -32,7 +32,6 @@ import io
 import quopri
 import re
 import time
-import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -896,41 +895,10 @@ class _KeyForms:
         self.html_budget -= cost
         return True
 
-    def redact_html(self, markup: str) -> tuple[str, bool]:
-        """Every key in ``markup`` replaced in whatever form it stands (``_forms_pattern``),
-        and whether a reader would still see one there (``shown_in_html``).
-        Each key is first replaced where it stands as written (any case): what a player's
-        own HTML holds, mostly. Only when the HTML may still hold a key in some form after
-        that (``held_in_html``) are the patterns of every form used: one is made for each
-        key (15 ms), and a worker keeps only the latest 256, so with more players than that
-        nearly every HTML message (most clients send an HTML part) had its sender's made
-        anew. Through LMTP, 3,000 orders as the clients write them (``bench_ingest --mail
-        clients``): 17 ms of the sandbox's CPU a message against about 1.5 (issue 23)."""
-        for key in self.secrets:
-            markup = _as_written(key).sub(REDACTED, markup)
-        if not self.held_in_html(markup):
-            return markup, False
+    def redact_html(self, markup: str) -> str:
         for key in self.secrets:
             markup = _forms_pattern(key, is_html=True).sub(REDACTED, markup)
-        return markup, self.shown_in_html(markup)
-
-    def held_in_html(self, markup: str) -> bool:
-        """True when ``markup`` may hold a key in any form a reader could see: shown
-        (``shown_in_html``), or anywhere in it, tags, their attributes (an image's ``alt``
-        text, a link's ``title``) and comments included, with its references resolved and
-        its tags dropped or kept, the characters a reader drops left out and folded wider
-        than a key is compared elsewhere (NFKC, case folding, the letters Python's patterns
-        take for one another in any case: the long s, the micro sign). Wider than what the
-        patterns of every form find, so that the HTML none of them would change is known
-        without them."""
-        if not self.secrets or self.shown_in_html(markup):
-            return True  # (no secrets: nothing to find, and the caller has none to redact)
-        keys = {_wide_folded(key) for key in self.secrets}
-        for view in (html.unescape(markup), _unmarked(markup)):
-            folded = _wide_folded(_TEXT_DROPPED.sub("", view))
-            if any(key and key in folded for key in keys):
-                return True
-        return False
+        return markup
 
     def shown_in_html(self, markup: str) -> bool:
         """True when a reader of this HTML would still see a key: with its tags stripped
@@ -1038,30 +1006,8 @@ def _folded(text: str) -> str:
     return lower.translate(_LOOK_ALIKES)
 
 
-def _wide_folded(text: str) -> str:
-    """``text`` folded wider than ``_folded`` (``_KeyForms.held_in_html``): compatibility
-    forms as their letters (NFKC: fullwidth, superscripts, ligatures), case folded, any
-    dash as "-", invisible characters left out, and the two letters whose case folding
-    is not what Python's patterns match ignoring case (dotted capital I and dotless i:
-    "i" for both). Every pair of letters a pattern takes for one another ignoring case
-    (``re``'s own lower case, and its table of further equivalences) folds to one here
-    (checked over every code point when this was written). Lengths may change: only
-    looked in, never mapped back."""
-    wide = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text).translate(_DOTTED_I))
-    return wide.casefold().translate(_LOOK_ALIKES)  # (the dashes: the rest NFKC did)
-
-
-_DOTTED_I = {0x130: "i", 0x131: "i"}
-
-
 def _folded_key(key: str) -> str:
     return _folded(_INVISIBLE.sub("", key))
-
-
-@functools.lru_cache(maxsize=4096)
-def _as_written(key: str) -> re.Pattern[str]:
-    """``key`` as written, in any case (see ``_KeyForms.redact_html``): quick to make."""
-    return re.compile(re.escape(key), re.I)
 
 
 @functools.lru_cache(maxsize=256)  # a worker reads many messages with the same keys
@@ -1242,11 +1188,11 @@ def _redact_body(part: Message, forms: _KeyForms, *, is_html: bool) -> bool:
     text, charset, errors = _decoded_as_read(part, data)
     if not is_html:
         redacted = forms.redact(text)
-    elif not forms.held_in_html(text):
+    elif not forms.shown_in_html(text):
         return False
     elif forms.html_affordable(text):
-        redacted, shown = forms.redact_html(text)
-        if shown:
+        redacted = forms.redact_html(text)
+        if forms.shown_in_html(redacted):
             redacted = _html_as_read(text, forms)
     else:
         redacted = _html_as_read(text, forms)
