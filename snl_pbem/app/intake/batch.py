@@ -267,10 +267,9 @@ def _pending_beyond_messages(session: Session, checked: set[InstanceState[Any]])
     rows found changed already (kept by the caller for the batch), not looked at again."""
     if any(not isinstance(row, InboundMessage) for row in (*session.new, *session.deleted)):
         return True
-    # the rows changed, by their states: ``Session.dirty`` built a set of the batch's
-    # messages' rows, each checked, at every message (both count a row set back as it was);
-    # and each message's look at those of the messages before it made a batch's checks
-    # grow with the square of its size (44 a message at batches of 85)
+    # the rows changed, by their states (``Session.dirty`` built a set of the batch's rows
+    # at every message; both count a row set back as it was), each looked at once: each
+    # message looked at all before it, the batch's square (44 a message at batches of 85)
     fresh = session.identity_map._modified - checked
     if any(state.class_ is not InboundMessage for state in fresh):
         return True
