@@ -280,26 +280,24 @@ def client_mails(players: int, count: int) -> tuple[list[bytes], int]:
     shapes = []
     for path in sorted(CLIENTS.glob("*.eml")):
         raw = path.read_bytes()
-        if _as_player(raw, 0, game_name(0), 0) is not None:
+        if _reads_as_player(_as_player(raw, 0, game_name(0), 0), 0):  # (read once a file)
             shapes.append(raw)
     mails = []
     for i in range(count):
         p = i % players
         mail = _as_player(shapes[(p + i // players) % len(shapes)], p, game_name(p % GAMES), i)
-        assert mail is not None
         mails.append(mail)
     return mails, len(shapes)
 
 
-def _as_player(raw: bytes, p: int, name: str, i: int) -> bytes | None:
-    """A client file's message as player ``p``'s orders for game ``name`` (None when its
-    orders would not read as theirs)."""
+def _as_player(raw: bytes, p: int, name: str, i: int) -> bytes:
+    """A client file's message as player ``p``'s orders for game ``name``, its sender, key,
+    game and Message-ID replaced (b"" for a file with a line too long for SMTP, or no
+    sender of ours)."""
     text = raw.decode("latin-1")  # (byte for byte: only ASCII is replaced)
-    if any(len(line) > 998 for line in text.splitlines()):
-        return None
     sender = re.search(r"^From:.*?(\w+)@example\.org", text, re.M | re.I)
-    if sender is None:
-        return None
+    if sender is None or any(len(line) > 998 for line in text.splitlines()):
+        return b""
     who = sender.group(1).lower()
     text = re.sub(rf"\b{who}@example\.org", f"p{p}@example.org", text, flags=re.I)
     text = re.sub(rf"\b{who}-key-123\b", f"key-p{p}-0123", text, flags=re.I)
@@ -309,12 +307,19 @@ def _as_player(raw: bytes, p: int, name: str, i: int) -> bytes | None:
     )
     if not re.match(r"Return-Path:", text, re.I):  # (the envelope's sender, as delivered)
         text = f"Return-Path: <p{p}@example.org>\r\n{text}"
-    mail = text.encode("latin-1")
+    return text.encode("latin-1")
+
+
+def _reads_as_player(mail: bytes, p: int) -> bool:
+    """Whether ``mail`` (``_as_player``'s) reads as player ``p``'s orders: their sender,
+    their key, and dice."""
+    if not mail:
+        return False
     read = parse_message(mail, "snl@example.org")
     orders = read.commands
     keys = [key.lower() for key in orders.order_keys] if orders else []
     mine = read.sender == f"p{p}@example.org" and f"key-p{p}-0123" in keys
-    return mail if mine and orders is not None and orders.dice else None
+    return mine and orders is not None and bool(orders.dice)
 
 
 def free_port() -> int:
