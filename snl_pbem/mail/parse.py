@@ -784,7 +784,7 @@ def _plain_redacted(raw: bytes, secrets: list[str], msg: Message) -> bytes | Non
         or len({name for name, _ in mime}) != len(mime)  # one of each at most
         or _TRAILING_SPACE.search(headers_only(raw))
         or _content_type(msg) != "text/plain"
-        or str(msg.get("Content-Transfer-Encoding", "")).strip().lower()
+        or dict(mime).get("content-transfer-encoding", "").strip().lower()
         not in ("", "7bit", "8bit", "binary")
         or _charset(msg) not in (None, "ascii", "utf-8")
         or _is_attachment(msg)
