@@ -40,7 +40,6 @@ from email.header import decode_header, make_header
 from email.message import Message
 from email.policy import Compat32
 from email.utils import collapse_rfc2231_value, getaddresses
-from html.entities import html5
 from typing import Any, TypeVar, cast
 
 from snl_pbem.i18n import LANGUAGES, catalog
@@ -49,6 +48,9 @@ from snl_pbem.mail.autoreply import auto_reply_subject
 from snl_pbem.mail.commands import Commands, read_commands
 from snl_pbem.mail.dsn import RETURNED_HEADERS, STATUS_PARTS, DeliveryReport, parse_dsn
 from snl_pbem.mail.flowed import unflow
+from snl_pbem.mail.htmlkeys import CONTROL as _CONTROL
+from snl_pbem.mail.htmlkeys import DASHES, replace_key
+from snl_pbem.mail.htmlkeys import MARKUP as _MARKUP
 from snl_pbem.mail.htmltext import html_text
 from snl_pbem.mail.ours import without_ours
 from snl_pbem.mail.quotes import _INVISIBLE, read_lines, without_full_width
@@ -62,7 +64,6 @@ MAX_PART_BYTES = 2 * 1024 * 1024
 """A text part's decoded payload is cut here before any charset decoding."""
 MAX_HTML_CHARS = 1_000_000
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _FOLD = re.compile(r"[\r\n\t]+")
 
 # Codecs that are not plain text encodings, or are slow on hostile input (punycode
@@ -823,9 +824,6 @@ def _walk_all(msg: Message, depth: int = 0) -> Iterator[Message]:
 
 NOT_KEPT = "[snl-pbem: body of {size} bytes not kept: this part is never read]"
 """What the kept copy holds in place of the body of a part nobody reads."""
-_TAG_MAX = 1000
-"""The longest tag or comment taken to stand between two characters of a key (bounded,
-so that a search stays linear whatever the HTML)."""
 _WORD = r"=\?[^?\s]{1,75}\?[bBqQ]\?[^?\s]{0,4000}\?="
 _ENCODED_RUN = re.compile(rf"{_WORD}(?:[ \t\r\n]+{_WORD})*")
 """Encoded words side by side (RFC 2047): a reader joins them, so a key may be split
@@ -842,8 +840,6 @@ kept as the text read from it (bounded time)."""
 _RUNS_DECODED = 2000
 """Runs of encoded words per message decoded to look for keys (each costs a little
 Python); past them a run is replaced whole."""
-_MARKUP = re.compile(rf"<!--[^<]{{0,{_TAG_MAX}}}?-->|<[^<>]{{0,{_TAG_MAX}}}>")
-"""A comment or a tag (neither holding a "<": each search ends at the next one)."""
 
 
 class _KeyForms:
@@ -852,16 +848,17 @@ class _KeyForms:
     a format=flowed soft break); in HTML, also as character references (``&#45;``,
     ``&#x2d;``, ``&hyphen;``) and split by tags or comments (``ann-<b>key</b>-123``).
     Text is searched once for all the keys together (``_normalised``, ``_trie``); HTML
-    in place with a pattern per key, within a budget (``html_affordable``)."""
+    in place key by key (``htmlkeys.replace_key``), within a budget
+    (``html_affordable``)."""
 
     def __init__(self, secrets: list[str]) -> None:
         self.secrets = _considered(secrets)
         self.finder = _finder(tuple(sorted({_folded_key(k) for k in self.secrets})))
         self.headers_decoded = 0
         self.runs_decoded = 0
-        # the HTML patterns are one per key, and slow when the HTML is much like a key
-        # (about 0.1 s for each million characters x key characters): a budget of
-        # characters x key characters, as 256 KiB with keys of 64 characters in all
+        # a key's HTML pattern, when it is made (``htmlkeys``), is slow when the HTML is
+        # much like the key (about 0.1 s for each million characters x key characters): a
+        # budget of characters x key characters, as 256 KiB with keys of 64 characters
         self.html_budget = _HTML_REDACTED_IN_PLACE * 64
         self.html_cost = sum(len(k) for k in self.secrets)
 
@@ -888,7 +885,8 @@ class _KeyForms:
         return "".join([*pieces, text[done:]])
 
     def html_affordable(self, markup: str) -> bool:
-        """Whether the per-key HTML patterns may still search ``markup`` (bounded time)."""
+        """Whether the keys may still be replaced in ``markup`` where they stand (bounded
+        time)."""
         cost = len(markup) * self.html_cost
         if cost > self.html_budget:
             return False
@@ -896,8 +894,9 @@ class _KeyForms:
         return True
 
     def redact_html(self, markup: str) -> str:
+        """Every form of every key in ``markup`` replaced where it stands."""
         for key in self.secrets:
-            markup = _forms_pattern(key, is_html=True).sub(REDACTED, markup)
+            markup = replace_key(markup, key, REDACTED)
         return markup
 
     def shown_in_html(self, markup: str) -> bool:
@@ -1010,78 +1009,10 @@ def _folded_key(key: str) -> str:
     return _folded(_INVISIBLE.sub("", key))
 
 
-@functools.lru_cache(maxsize=256)  # a worker reads many messages with the same keys
-def _forms_pattern(key: str, *, is_html: bool) -> re.Pattern[str]:
-    between = f"(?:{_html_noise() if is_html else _text_noise()})*"
-    return re.compile(between.join(_char_forms(c, is_html=is_html) for c in key), re.I)
-
-
-def _char_forms(char: str, *, is_html: bool) -> str:
-    """One character of a key as text may show it: in any case or as a look-alike a
-    person reads as the same (its fullwidth form; for ``-``, any dash: ``&hyphen;`` is
-    U+2010); in HTML, also as any reference to one."""
-    variants = {v for v in (char, char.lower(), char.upper()) if len(v) == 1}
-    variants.update(_DASHES if char == "-" else "")
-    variants.update(chr(ord(v) + 0xFEE0) for v in list(variants) if "!" <= v <= "~")
-    forms = [f"[{''.join(re.escape(v) for v in sorted(variants))}]"]
-    if is_html:
-        points = sorted(ord(v) for v in variants)
-        forms.append(f"&#0{{0,8}}(?:{'|'.join(str(p) for p in points)});?")
-        forms.append(f"&#x0{{0,8}}(?:{'|'.join(f'{p:x}' for p in points)});?")
-        names = [re.escape(n) for v in sorted(variants) for n in _entity_names().get(v, ())]
-        forms.extend([f"&(?:{'|'.join(names)})"] if names else [])
-    return f"(?:{'|'.join(forms)})"
-
-
-_DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2043\u2212\ufe58\ufe63"
 _LOOK_ALIKES: dict[int, str] = {
     **{point: chr(point - 0xFEE0) for point in range(0xFF01, 0xFF5F)},  # fullwidth ASCII
-    **{ord(dash): "-" for dash in _DASHES},
+    **{ord(dash): "-" for dash in DASHES},
 }
-
-
-@functools.cache
-def _text_noise() -> str:
-    """What a reader drops from text: control characters (``clean_text``), invisible
-    ones (the command reader), a format=flowed soft break."""
-    return rf"{_CONTROL.pattern}|{_INVISIBLE.pattern}| \r?\n"
-
-
-@functools.cache
-def _html_noise() -> str:
-    """What HTML may hold between two characters of a key without a reader seeing it:
-    a tag, a comment, a dropped character, or a reference to one (the common ones: any
-    other is found when the HTML is checked, and the HTML is then kept as read)."""
-    dropped = [c for c in map(chr, range(0x2100)) if _CONTROL.match(c) or _INVISIBLE.match(c)]
-    names = sorted({n for c in [*dropped, "\ufeff"] for n in _entity_names().get(c, ())})
-    return "|".join(
-        [
-            _MARKUP.pattern,
-            _text_noise(),
-            _DROPPED_REFERENCE,
-            f"&(?:{'|'.join(re.escape(n) for n in names)})",
-        ]
-    )
-
-
-_DROPPED_REFERENCE = (
-    # references to the characters a reader drops, in decimal and hexadecimal: controls,
-    # the soft hyphen, zero-width and direction marks, the BOM
-    r"&#0{0,8}(?:[1-8]|1[1-9]|2\d|3[01]|127|173|1564|6158|820[3-7]|823[4-8]|828[89]|"
-    r"829\d|830[0-3]|65279|6552\d|6553[01]);?|"
-    r"&#x0{0,8}(?:[1-8bcef]|1[\da-f]|7f|ad|61c|180e|200[b-f]|202[a-e]|206[\da-f]|feff|"
-    r"fff[9ab]);?"
-)
-
-
-@functools.cache
-def _entity_names() -> dict[str, tuple[str, ...]]:
-    """Each character's named references (``-``: ``&hyphen;``, ``&dash;``, ...)."""
-    names: dict[str, list[str]] = {}
-    for name, value in html5.items():
-        if len(value) == 1:
-            names.setdefault(value, []).append(name)
-    return {char: tuple(found) for char, found in names.items()}
 
 
 def _unmarked(markup: str, tag: str = "") -> str:
