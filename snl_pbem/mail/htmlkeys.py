@@ -15,8 +15,8 @@ each place its first character stands, trying the pieces in the order the key's 
 tries them: the same alternatives first, the longest run of what stands between first,
 the leftmost match first. So it replaces what the pattern replaces, span for span
 (``tests/mail/test_html_keys.py`` checks that on made-up and hostile HTML). Where
-following a key costs more than its ``budget``, or the key is a single character, the
-pattern is made and used as before.
+following a key costs more than its ``budget``, or the key is a single character or holds
+U+0000, the pattern is made and used as before.
 """
 
 from __future__ import annotations
@@ -151,7 +151,8 @@ class _References:
     def ends(self, markup: str, at: int) -> Iterator[int]:
         if not self.whole.match(markup, at):
             return
-        # no alternative starts with 0: the zeros are all taken, or there is no reading
+        # no alternative starts with 0 (``replace_key`` takes no key with U+0000): the
+        # zeros are all taken, or there is no reading
         digits = self.head.match(markup, at).end()  # type: ignore[union-attr]
         for alternative in self.alternatives:
             found = alternative.match(markup, digits)
@@ -218,12 +219,15 @@ class _Noise:
         if markup.startswith("<", at):
             if markup.startswith("<!--", at):
                 body = at + 4
-                stop = markup.find("<", body)  # the body holds no "<"
-                last = body + TAG_MAX if stop < 0 else min(stop, body + TAG_MAX)
-                close = markup.find("-->", body)
-                while 0 <= close <= last:
+                # the body holds no "<" and TAG_MAX characters at most: each search stops
+                # there (unbounded, a part of many "<!--" and no "-->" was quadratic)
+                last = body + TAG_MAX
+                stop = markup.find("<", body, last)
+                last = last if stop < 0 else stop
+                close = markup.find("-->", body, last + 3)
+                while close >= 0:
                     yield close + 3
-                    close = markup.find("-->", close + 1)
+                    close = markup.find("-->", close + 1, last + 3)
             found = self.tag.match(markup, at)
             if found:
                 yield found.end()
@@ -254,8 +258,9 @@ def _starts(first: str, second: str) -> re.Pattern[str]:
 
 def replace_key(markup: str, key: str, by: str, budget: int = STEPS) -> str:
     """``forms_pattern(key).sub(by, markup)``, without making the pattern when ``key``
-    has two characters or more and following it costs at most ``budget`` steps."""
-    if len(key) >= 2:
+    has two characters or more, none U+0000, and following it costs at most ``budget``
+    steps."""
+    if len(key) >= 2 and "\x00" not in key:  # (a reference to U+0000 is all zeros)
         try:
             spans = _spans(markup, key, budget)
         except _TooDear:

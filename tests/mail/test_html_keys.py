@@ -24,7 +24,8 @@ UNBOUNDED = 10**9
 def as_the_pattern_does(markup: str, key: str) -> None:
     """The spans followed are the pattern's, and so is the text replaced."""
     wanted = [found.span() for found in forms_pattern(key).finditer(markup)]
-    assert htmlkeys._spans(markup, key, UNBOUNDED) == wanted, (key, markup)
+    if "\x00" not in key:  # (such a key is left to its pattern)
+        assert htmlkeys._spans(markup, key, UNBOUNDED) == wanted, (key, markup)
     assert replace_key(markup, key, BY, UNBOUNDED) == forms_pattern(key).sub(BY, markup)
 
 
@@ -71,6 +72,9 @@ FORMS = [
     f"{KEY[:-1]}{KEY}",
     f"{KEY[:-1]}<b>",
     "",
+    # comments that never close, after each letter (each search for their end is bounded)
+    "a<!--b<!--c<!--d-<!--" + "-" * 50,
+    "".join(f"{c}<!--" for c in KEY) + "-" * 2000,
 ]
 
 
@@ -98,11 +102,13 @@ def test_the_forms_are_found_at_all() -> None:
         "a b",
         "-9",
         "İx",
+        "\x00a",  # a reference to U+0000 is zeros only: left to the pattern
+        "a\x00",
     ],
 )
 def test_keys_of_any_characters_follow_the_pattern(key: str) -> None:
     pieces = ["\u017f", "\u212a", "\u0131", "\u0130", "&", "#", ";", "<", ">", " ", "\n"]
-    pieces += ["x", "1", "9"]
+    pieces += ["x", "1", "9", "&#0", "&#x0;", "&#00a"]
     pieces += ["&#59;", "&#x26;", "&amp;", "&lt;b", "<b>", "&shy;", "-", "\u2212", "&#45"]
     rng = random.Random(key)
     for _ in range(300):
