@@ -74,6 +74,14 @@ def test_bench_html_prints_every_shape_beside_real_mail() -> None:
     assert "worst shape" in done.stdout
 
 
+def test_bench_html_keys_prints_client_html_and_every_shape_beside_the_pattern() -> None:
+    done = _bench("bench_html_keys.py", "--size", "20000", "--repeats", "1")
+    shapes = [line for line in done.stdout.splitlines() if "pattern" in line and "x)" in line]
+    assert len(shapes) == 7, done.stdout
+    assert all(line.endswith("same: True") for line in shapes), done.stdout
+    assert re.search(r"\d+ parts, .* ms a part \(\d+x\); same result: True", done.stdout)
+
+
 def table(stdout: str, head: str) -> list[list[str]]:
     """The rows of the table whose header starts with ``head`` (up to its first note)."""
     lines = stdout.splitlines()

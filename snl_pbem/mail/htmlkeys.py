@@ -282,6 +282,10 @@ def _spans(markup: str, key: str, budget: int) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     steps = 0
     starts = _starts(key[0], key[1])
+    # the rest of a key of ASCII letters, digits and "-", as an order writes it: where the
+    # HTML holds it so after the first character, nothing may stand between (no "<", "&"
+    # or dropped character), and the first way the pattern tries is that one
+    written = key[1:].lower() if _WRITTEN.fullmatch(key) else None
     at = 0
     while (start := starts.search(markup, at)) is not None:
         begin = start.start()
@@ -290,6 +294,11 @@ def _spans(markup: str, key: str, budget: int) -> list[tuple[int, int]]:
             raise _TooDear
         end = None
         for first in chars[0].ends(markup, begin):
+            if written is not None:
+                following = markup[first : first + len(written)]
+                if following.isascii() and following.lower() == written:
+                    end = first + len(written)
+                    break
             # depth first, each place's readings in the pattern's order: what may stand
             # between two characters (as many as there are: the pattern's loop is
             # greedy), then the next character; a place already failed fails again
@@ -319,6 +328,9 @@ def _spans(markup: str, key: str, budget: int) -> list[tuple[int, int]]:
             spans.append((begin, end))
             at = end
     return spans
+
+
+_WRITTEN = re.compile(r"[A-Za-z0-9-]+")
 
 
 def _moves(

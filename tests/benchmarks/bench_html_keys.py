@@ -11,7 +11,7 @@ following the key goes over its budget and the pattern is made after all. Every 
 is checked equal to the pattern's. Goal: client HTML well under the pattern's cost; no
 hostile shape more than a few times the pattern's.
 
-Run: .venv/bin/python tests/benchmarks/bench_html_keys.py [--repeats 3]
+Run: .venv/bin/python tests/benchmarks/bench_html_keys.py [--repeats 3] [--size 300000]
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from snl_pbem.mail import htmlkeys
 from snl_pbem.mail.parse import decode_part
 
 CLIENTS = Path(__file__).parents[1] / "data" / "mail" / "clients"
-SIZE = 300_000
 
 
 def client_html() -> list[str]:
@@ -48,17 +47,17 @@ def client_html() -> list[str]:
     return found
 
 
-def hostile(key: str) -> dict[str, str]:
+def hostile(key: str, size: int) -> dict[str, str]:
     spray = "".join(c + "<!--" for c in ALPHABET.upper() + ALPHABET.lower())
-    head = spray * (SIZE // 2 // len(spray))
+    head = spray * (size // 2 // len(spray))
     return {
-        "a letter and '<!--', unclosed": head + "-" * (SIZE - len(head)),
-        "'a<!--' for the key 'ab'": "a<!--" * (SIZE // 5),
-        "ampersands": "&" * SIZE,
-        "'&#1' (a prefix of many)": "&#1" * (SIZE // 3),
-        "dashes in every form": "-&hyphen;&dash;&#8208;\u2010" * (SIZE // 26),
-        "the key less its last letter": (key[:-1] + "<b>") * (SIZE // (len(key) + 2)),
-        "comments of many '-->'": ("a<!--" + "-->" * 333) * (SIZE // 1004),
+        "a letter and '<!--', unclosed": head + "-" * (size - len(head)),
+        "'a<!--' for the key 'ab'": "a<!--" * (size // 5),
+        "ampersands": "&" * size,
+        "'&#1' (a prefix of many)": "&#1" * (size // 3),
+        "dashes in every form": "-&hyphen;&dash;&#8208;\u2010" * (size // 26),
+        "the key less its last letter": (key[:-1] + "<b>") * (size // (len(key) + 2)),
+        "comments of many '-->'": ("a<!--" + "-->" * 333) * (size // 1004),
     }
 
 
@@ -92,6 +91,7 @@ def compare(markup: str, key: str, repeats: int) -> tuple[float, float, bool]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--size", type=int, default=300_000, help="characters a shape")
     args = parser.parse_args()
     print(f"python {platform.python_version()}, {os.cpu_count()} cpus")
     print("\nclient HTML, a new key each (ms: the pattern made and used -> followed)")
@@ -111,8 +111,8 @@ def main() -> None:
         f"({totals[0] / totals[1]:.0f}x); same result: {agree}"
     )
     key = generate_key()
-    print(f"\nhostile shapes, {SIZE:,} characters (ms)")
-    for name, markup in hostile(key).items():
+    print(f"\nhostile shapes, {args.size:,} characters (ms)")
+    for name, markup in hostile(key, args.size).items():
         which = "ab" if "'ab'" in name else key
         before, after, same = compare(markup, which, args.repeats)
         print(
