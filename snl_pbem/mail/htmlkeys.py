@@ -32,7 +32,8 @@ CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 TAG_MAX = 1000
 """The longest tag or comment taken to stand between two characters of a key (bounded,
 so that a search stays linear whatever the HTML)."""
-MARKUP = re.compile(rf"<!--[^<]{{0,{TAG_MAX}}}?-->|<[^<>]{{0,{TAG_MAX}}}>")
+_TAG = rf"<[^<>]{{0,{TAG_MAX}}}>"
+MARKUP = re.compile(rf"<!--[^<]{{0,{TAG_MAX}}}?-->|{_TAG}")
 """A comment or a tag (neither holding a "<": each search ends at the next one)."""
 DASHES = "\u2010\u2011\u2012\u2013\u2014\u2015\u2043\u2212\ufe58\ufe63"
 STEPS = 5000
@@ -51,10 +52,20 @@ _DROPPED_HEX = (
     *("[1-8bcef]", r"1[\da-f]", "7f", "ad", "61c", "180e", "200[b-f]", "202[a-e]"),
     *(r"206[\da-f]", "feff", "fff[9ab]"),
 )
-DROPPED_REFERENCE = (
-    rf"&#0{{0,8}}(?:{'|'.join(_DROPPED_DECIMAL)});?|"
-    rf"&#x0{{0,8}}(?:{'|'.join(_DROPPED_HEX)});?"
-)
+
+
+def _references(head: str, alternatives: tuple[str, ...]) -> str:
+    """References to some code points: ``head`` (``&#`` or ``&#x``), up to eight zeros, one
+    of ``alternatives`` (digits), an optional ``;`` (read by ``_References`` as well)."""
+    return f"{head}0{{0,8}}(?:{'|'.join(alternatives)});?"
+
+
+def _named(names: tuple[str, ...]) -> str:
+    """Named references, ``names`` escaped (read by ``_Names`` as well)."""
+    return f"&(?:{'|'.join(names)})"
+
+
+DROPPED_REFERENCE = f"{_references('&#', _DROPPED_DECIMAL)}|{_references('&#x', _DROPPED_HEX)}"
 
 
 @functools.cache
@@ -91,7 +102,7 @@ def html_noise() -> str:
             MARKUP.pattern,
             text_noise(),
             DROPPED_REFERENCE,
-            f"&(?:{'|'.join(re.escape(n) for n in _dropped_names())})",
+            _named(tuple(re.escape(n) for n in _dropped_names())),
         ]
     )
 
@@ -108,12 +119,8 @@ def char_forms(char: str) -> str:
     person reads as the same (its fullwidth form; for ``-``, any dash: ``&hyphen;`` is
     U+2010), or as any reference to one."""
     literal, decimal, hexadecimal, names = _form_parts(char)
-    forms = [
-        literal,
-        f"&#0{{0,8}}(?:{'|'.join(decimal)});?",
-        f"&#x0{{0,8}}(?:{'|'.join(hexadecimal)});?",
-    ]
-    forms.extend([f"&(?:{'|'.join(names)})"] if names else [])
+    forms = [literal, _references("&#", decimal), _references("&#x", hexadecimal)]
+    forms.extend([_named(names)] if names else [])
     return f"(?:{'|'.join(forms)})"
 
 
@@ -145,7 +152,7 @@ class _References:
 
     def __init__(self, head: str, alternatives: tuple[str, ...]) -> None:
         self.head = re.compile(head + "0{0,8}", re.I)
-        self.whole = re.compile(f"{head}0{{0,8}}(?:{'|'.join(alternatives)});?", re.I)
+        self.whole = re.compile(_references(head, alternatives), re.I)
         self.alternatives = tuple(re.compile(a, re.I) for a in alternatives)
 
     def ends(self, markup: str, at: int) -> Iterator[int]:
@@ -168,7 +175,7 @@ class _Names:
     order."""
 
     def __init__(self, names: tuple[str, ...]) -> None:
-        self.whole = re.compile(f"&(?:{'|'.join(names)})", re.I) if names else None
+        self.whole = re.compile(_named(names), re.I) if names else None
         self.names = tuple(re.compile(n, re.I) for n in names)
 
     def ends(self, markup: str, at: int) -> Iterator[int]:
@@ -209,7 +216,7 @@ class _Noise:
     the pattern's order (a comment's shortest first: it is lazy)."""
 
     def __init__(self) -> None:
-        self.tag = re.compile(rf"<[^<>]{{0,{TAG_MAX}}}>", re.I)
+        self.tag = re.compile(_TAG, re.I)
         self.text = re.compile(text_noise(), re.I)
         self.decimal = _References("&#", _DROPPED_DECIMAL)
         self.hexadecimal = _References("&#x", _DROPPED_HEX)

@@ -49,7 +49,7 @@ from snl_pbem.mail.commands import Commands, read_commands
 from snl_pbem.mail.dsn import RETURNED_HEADERS, STATUS_PARTS, DeliveryReport, parse_dsn
 from snl_pbem.mail.flowed import unflow
 from snl_pbem.mail.htmlkeys import CONTROL as _CONTROL
-from snl_pbem.mail.htmlkeys import DASHES, replace_key
+from snl_pbem.mail.htmlkeys import DASHES, replace_key, text_noise
 from snl_pbem.mail.htmlkeys import MARKUP as _MARKUP
 from snl_pbem.mail.htmltext import html_text
 from snl_pbem.mail.ours import without_ours
@@ -960,7 +960,7 @@ def _text_pattern(keys: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(_trie(keys)) if keys else re.compile(r"(?!)")
 
 
-_TEXT_DROPPED = re.compile(rf"(?:{_CONTROL.pattern}|{_INVISIBLE.pattern}| \r?\n)+")
+_TEXT_DROPPED = re.compile(f"(?:{text_noise()})+")
 """What a reader drops from text: control and invisible characters, a format=flowed soft
 break."""
 
