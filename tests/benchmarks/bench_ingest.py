@@ -460,11 +460,13 @@ def wait_processed(db: Database, readers: Readers, n: int) -> None:
 
 def via_lmtp(
     raws: list[bytes], players: int, url: str | None, clients: int = 8
-) -> tuple[float, float, str]:
+) -> tuple[float, float, str, list[float]]:
     """Seconds from the first delivery until every message is processed and answered,
     ``clients`` LMTP connections delivering at once (as an MTA does), the server
-    process's CPU seconds meanwhile (its sandbox's workers and the clients apart), and
-    where the cores went (``Cores``)."""
+    process's CPU seconds meanwhile (its sandbox's workers and the clients apart), where
+    the cores went (``Cores``), and each message's wait from the end of its DATA to its 250,
+    sorted: under a flood the sessions deliver one message each at a time, so the rate is
+    at most the sessions over the mean of these and what the MTA does between them."""
     port = free_port()
     with game(players, url, port) as (db, config):
         readers = Readers()
@@ -480,7 +482,7 @@ def via_lmtp(
                     STAGES.reset()
                 cores = Cores(mta, postgres=POSTMASTER if url else None)
                 started, cpu = time.perf_counter(), server_cpu()
-                mta.deliver(port, shares)
+                waits = sorted(mta.deliver(port, shares))
                 wait_processed(db, readers, len(raws))
                 seconds, cpu = time.perf_counter() - started, server_cpu() - cpu
                 where = cores.line(len(raws))
@@ -491,7 +493,7 @@ def via_lmtp(
             if applier is not None:
                 applier.stop()
         assert counts(db) == (len(raws), len(raws)), counts(db)
-    return seconds, cpu, where
+    return seconds, cpu, where, waits
 
 
 class MTA:
@@ -565,6 +567,19 @@ def deliver_all(port: int, raws: list[bytes], pace: float = 0.0) -> list[float]:
     finally:
         client.quit()
     return waits
+
+
+def flood_line(waits: list[float]) -> str:
+    """The line saying how long the flood's messages waited for their 250 (``waits``
+    sorted, in seconds)."""
+
+    def at(share: float) -> float:
+        return 1000 * waits[max(0, int(len(waits) * share) - 1)]
+
+    return (
+        f"the flood's waits, end of DATA to 250: median {1000 * statistics.median(waits):.1f}"
+        f" ms, p90 {at(0.9):.1f}, p99 {at(0.99):.1f}, mean {1000 * statistics.fmean(waits):.1f}"
+    )
 
 
 def lmtp_latency(
@@ -668,7 +683,8 @@ def main() -> None:
                     assert dovecot is not None
                     seconds, cpu, cores = via_imap(dovecot, raws, args.players, url)
                 else:
-                    seconds, cpu, cores = via_lmtp(raws, args.players, url, args.sessions)
+                    seconds, cpu, cores, waits = via_lmtp(raws, args.players, url, args.sessions)
+                    cores += "\n    " + flood_line(waits)
                 after = bare_parse(raws)
                 parse_s = min(before, after)
                 ratio = (n / seconds) / (n / parse_s)
