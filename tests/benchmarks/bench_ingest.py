@@ -8,9 +8,9 @@ LMTP at once (each message answered 250 once stored), until every one is process
 long each waited from the end of its DATA to its 250 meanwhile); then, apart, the time from
 the end of DATA to the 250 at a steady 50 messages/s (goal: p95 at or under 50 ms). The
 LMTP clients are other processes, as an MTA is, and send MAIL, RCPT and DATA together when
-told PIPELINING, as Postfix does. The baseline, measured in the same run
-on the same bytes, is parsing alone (the best of three passes just before the intake's run
-and three just after it): ``email.message_from_bytes(raw, policy=email.policy.default)``.
+told PIPELINING, as Postfix does. The baseline, measured in the same run on the same
+bytes, is parsing alone (the best of three passes just before the intake's run and three
+just after it): ``email.message_from_bytes(raw, policy=email.policy.default)``.
 (Until the thirtieth session only the passes before counted: on this shared machine the
 bare parse of the same bytes ranged 3,201-3,995 a second from one run to the next, minutes
 apart, while the intake's rate stayed within 737-778, so the ratio moved with the
